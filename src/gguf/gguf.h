@@ -1,0 +1,190 @@
+// Stage 2 (file): GGUF v2/v3 reader (mmap, bounds-checked) and writer.
+// Invariants: every count, length and offset read from a file is checked with
+// overflow-safe arithmetic against the file size before use; an error names the
+// field and its byte offset; tensor views point into the one MappedFile that owns
+// the bytes and never outlive the File / Model that holds it.
+// Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mapped_file.h"
+#include "core/result.h"
+
+namespace minfer::gguf {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
+constexpr uint64_t kDefaultAlignment = 32;
+constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
+
+enum class ValueType : uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+std::string_view value_type_name(ValueType t);
+
+// One metadata value. Scalars keep their exact type; integers are stored widened
+// in `i` (signed types) or `u` (unsigned types and bool), floats in `f`.
+// Arrays hold `array_type` elements (possibly nested arrays).
+struct Value {
+  ValueType type = ValueType::kUint8;
+  uint64_t u = 0;
+  int64_t i = 0;
+  double f = 0;
+  std::string str;
+  ValueType array_type = ValueType::kUint8;
+  std::vector<Value> array;
+
+  static Value u8(uint8_t v);
+  static Value i8(int8_t v);
+  static Value u16(uint16_t v);
+  static Value i16(int16_t v);
+  static Value u32(uint32_t v);
+  static Value i32(int32_t v);
+  static Value u64(uint64_t v);
+  static Value i64(int64_t v);
+  static Value f32(float v);
+  static Value f64(double v);
+  static Value boolean(bool v);
+  static Value string(std::string v);
+  static Value arr(ValueType elem_type, std::vector<Value> elems);
+  static Value string_array(const std::vector<std::string>& v);
+  static Value f32_array(const std::vector<float>& v);
+  static Value i32_array(const std::vector<int32_t>& v);
+
+  bool is_integer() const;   // any of the 8 integer types
+  bool is_float() const;     // f32 / f64
+  // Render for `minfer info`: scalars exactly, strings quoted/escaped, arrays
+  // truncated to `max_elems` with a count.
+  std::string to_display(size_t max_elems = 8) const;
+};
+
+struct KeyValue {
+  std::string key;
+  Value value;
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<uint64_t> dims;   // ne[0] first (fastest-varying), 1..4 entries
+  DType type = DType::kF32;
+  uint64_t offset = 0;          // relative to the data section of its file
+  uint64_t n_elements = 0;
+  uint64_t n_bytes = 0;
+  const uint8_t* data = nullptr;  // points into the mapping (nullptr for parse-only)
+  uint32_t split_index = 0;       // which file of a split model holds it
+};
+
+// One parsed GGUF file.
+class File {
+ public:
+  // mmap and parse.
+  static Result<std::unique_ptr<File>> open(const std::string& path);
+  // Parse bytes the caller keeps alive (fuzzing, tests). `name` appears in errors.
+  static Result<std::unique_ptr<File>> parse(std::span<const uint8_t> bytes, std::string name);
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return size_; }
+  const std::string& name() const { return name_; }
+  const std::vector<KeyValue>& metadata() const { return kvs_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+
+  const Value* find(std::string_view key) const;
+  const TensorInfo* find_tensor(std::string_view name) const;
+
+ private:
+  File() = default;
+  friend class Parser;
+  std::unique_ptr<MappedFile> map_;
+  std::string name_;
+  uint64_t size_ = 0;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = kDefaultAlignment;
+  uint64_t data_offset_ = 0;
+  std::vector<KeyValue> kvs_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> kv_index_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+// A model: one GGUF file, or every part of a split model (`name-00001-of-0000N.gguf`
+// with `split.no` / `split.count` / `split.tensors.count`) opened as one.
+// Metadata comes from the first part; tensors from all parts, in part order.
+class Model {
+ public:
+  static Result<Model> open(const std::string& path);
+
+  const File& primary() const { return *files_.front(); }
+  const std::vector<std::unique_ptr<File>>& files() const { return files_; }
+  const std::vector<KeyValue>& metadata() const { return primary().metadata(); }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const Value* find(std::string_view key) const { return primary().find(key); }
+  const TensorInfo* find_tensor(std::string_view name) const;
+
+  // Typed metadata getters; errors name the key and the expected/actual type.
+  // Integer getters accept any integer type whose value fits.
+  Result<std::string> get_string(std::string_view key) const;
+  Result<uint64_t> get_u64(std::string_view key) const;
+  Result<int64_t> get_i64(std::string_view key) const;
+  Result<double> get_f64(std::string_view key) const;  // any float or integer
+  Result<bool> get_bool(std::string_view key) const;
+  Result<std::vector<std::string>> get_string_array(std::string_view key) const;
+  Result<std::vector<float>> get_f32_array(std::string_view key) const;
+  Result<std::vector<int32_t>> get_i32_array(std::string_view key) const;
+  bool has(std::string_view key) const { return find(key) != nullptr; }
+
+ private:
+  std::vector<std::unique_ptr<File>> files_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
+};
+
+// Writer for GGUF v3 files that llama.cpp reads. Keys keep insertion order; tensor
+// data is aligned to `general.alignment` (default 32) and padded with zeros.
+class Writer {
+ public:
+  void set(std::string key, Value value);  // replaces an existing key in place
+  void set_alignment(uint64_t alignment);  // also writes general.alignment
+  // Copies `data` (must be exactly the tensor's byte size for `type` and `dims`).
+  Status add_tensor(std::string name, DType type, std::vector<uint64_t> dims,
+                    std::span<const uint8_t> data);
+  Result<std::vector<uint8_t>> to_bytes() const;
+  Status write(const std::string& path) const;
+
+ private:
+  struct PendingTensor {
+    std::string name;
+    DType type;
+    std::vector<uint64_t> dims;
+    std::vector<uint8_t> data;
+  };
+  std::vector<KeyValue> kvs_;
+  std::vector<PendingTensor> tensors_;
+  uint64_t alignment_ = kDefaultAlignment;
+};
+
+// Byte size of a tensor of `type` with `dims`; error if ne[0] is not a multiple of
+// the block size or the size overflows.
+Result<uint64_t> tensor_nbytes(DType type, std::span<const uint64_t> dims);
+
+}  // namespace minfer::gguf

@@ -1,0 +1,96 @@
+// Stage 4 (text → ids): vocabulary from GGUF metadata and the tokenizers llama.cpp
+// runs: byte-level BPE (pre-tokenizer chosen by `tokenizer.ggml.pre`) and
+// SentencePiece-style (`tokenizer.ggml.model = llama`) with byte fallback.
+// Invariants: ids equal llama.cpp's for the same GGUF and text; special-token text
+// is parsed as special only when asked; decoding yields the original bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "gguf/gguf.h"
+
+namespace minfer::tokenizer {
+
+using TokenId = int32_t;
+constexpr TokenId kNoToken = -1;
+
+// GGUF `tokenizer.ggml.token_type` values (llama.cpp's LLAMA_TOKEN_TYPE_*).
+enum class TokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
+};
+
+struct SpecialIds {
+  TokenId bos = kNoToken, eos = kNoToken, eot = kNoToken, eom = kNoToken;
+  TokenId unk = kNoToken, pad = kNoToken, sep = kNoToken, mask = kNoToken;
+  std::vector<TokenId> eog;  // every end-of-generation id (eos, eot, eom, and known ones)
+  bool add_bos = false;
+  bool add_eos = false;
+  bool add_space_prefix = false;  // SentencePiece: prepend "▁" to the text
+};
+
+struct EncodeOptions {
+  bool add_special = true;     // BOS/EOS as the vocabulary asks
+  bool parse_special = false;  // treat control-token text in the input as those tokens
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Reads tokenizer.ggml.* metadata. Unknown model or pre-tokenizer → error naming it.
+  static Result<std::unique_ptr<Tokenizer>> from_gguf(const gguf::Model& model);
+
+  virtual Result<std::vector<TokenId>> encode(std::string_view text,
+                                              const EncodeOptions& opts) const = 0;
+  // The raw bytes a token stands for (byte tokens → their byte; BPE byte-level
+  // mapping undone; SentencePiece "▁" → space). Control tokens → their text only when
+  // `special` is true, otherwise empty.
+  virtual std::string token_to_bytes(TokenId id, bool special = false) const = 0;
+  std::string decode(const std::vector<TokenId>& ids, bool special = false) const;
+
+  int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
+  const std::string& token_text(TokenId id) const { return tokens_.at(static_cast<size_t>(id)); }
+  TokenType token_type(TokenId id) const { return types_.at(static_cast<size_t>(id)); }
+  const SpecialIds& special() const { return special_; }
+  bool is_eog(TokenId id) const;
+  const std::string& model_name() const { return model_; }  // "gpt2", "llama"
+  const std::string& pre_name() const { return pre_; }
+  const std::string& chat_template() const { return chat_template_; }  // "" if none
+
+ protected:
+  std::vector<std::string> tokens_;
+  std::vector<float> scores_;
+  std::vector<TokenType> types_;
+  SpecialIds special_;
+  std::string model_;
+  std::string pre_;
+  std::string chat_template_;
+};
+
+// Streaming detokenizer: feed ids, get back only complete UTF-8 sequences; bytes of
+// a sequence split across tokens are held until it completes. `flush` returns the
+// rest (possibly an incomplete sequence) at the end of a stream.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tok, bool special = false)
+      : tok_(tok), special_(special) {}
+  std::string push(TokenId id);
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  bool special_;
+  std::string pending_;
+};
+
+}  // namespace minfer::tokenizer
