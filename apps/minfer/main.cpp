@@ -1,1 +1,51 @@
-int main() { return 0; }
+// Stage 18 (CLI): entry point. Dispatches on the first argument to a subcommand;
+// no engine logic lives here. Errors become "minfer: error: ..." and exit code 1.
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "minfer — run LLMs from GGUF files\n"
+    "\n"
+    "usage:\n"
+    "  minfer info [MODEL] [--json]                      metadata, tensors, totals\n"
+    "  minfer tokenize MODEL [TEXT] [--file PATH] [--ids] [--no-special] [--parse-special]\n"
+    "  minfer --help | --version\n"
+    "\n"
+    "MODEL is a path, or a file name in the model cache ($MINFER_MODEL_DIR,\n"
+    "default ~/.cache/minfer/models); `info` without MODEL uses the default model\n"
+    "(SmolLM2-135M-Instruct Q4_1, fetched by scripts/setup.sh).\n";
+
+}  // namespace
+
+namespace minfer::cli {
+int fail(const std::string& message) {
+  std::fflush(stdout);
+  fmt::print(stderr, "minfer: error: {}\n", message);
+  return 1;
+}
+}  // namespace minfer::cli
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 1 : 0;
+  }
+  if (args[0] == "-V" || args[0] == "--version") {
+    fmt::print("minfer v{}\n", MINFER_VERSION);
+    return 0;
+  }
+  const std::string cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (cmd == "info") return minfer::cli::run_info(rest);
+  if (cmd == "tokenize") return minfer::cli::run_tokenize(rest);
+  std::fputs(kUsage, stderr);
+  return minfer::cli::fail("unknown command '" + cmd + "'");
+}

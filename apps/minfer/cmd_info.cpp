@@ -1,0 +1,138 @@
+// Stage 18 (CLI): `minfer info MODEL [--json]` — architecture, metadata, tensor table,
+// totals. Reads only the GGUF header (no inference); the JSON form is what tests
+// compare with the Python `gguf` package.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "gguf/gguf.h"
+#include "model_path.h"
+
+namespace minfer::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string type_label(const gguf::Value& v) {
+  if (v.type != gguf::ValueType::kArray) return std::string(gguf::value_type_name(v.type));
+  return fmt::format("arr[{},{}]", gguf::value_type_name(v.array_type), v.array.size());
+}
+
+json value_to_json(const gguf::Value& v) {
+  using gguf::ValueType;
+  switch (v.type) {
+    case ValueType::kUint8:
+    case ValueType::kUint16:
+    case ValueType::kUint32:
+    case ValueType::kUint64:
+      return v.u;
+    case ValueType::kInt8:
+    case ValueType::kInt16:
+    case ValueType::kInt32:
+    case ValueType::kInt64:
+      return v.i;
+    case ValueType::kFloat32:
+    case ValueType::kFloat64:
+      return v.f;
+    case ValueType::kBool:
+      return v.u != 0;
+    case ValueType::kString:
+      return v.str;
+    case ValueType::kArray: {
+      json a = json::array();
+      for (const auto& e : v.array) a.push_back(value_to_json(e));
+      return a;
+    }
+  }
+  return nullptr;
+}
+
+std::string shape_str(const std::vector<uint64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+int run_info(const std::vector<std::string>& args) {
+  CLI::App app{"minfer info: print a GGUF model's metadata and tensors", "minfer info"};
+  std::string model_arg;
+  bool as_json = false;
+  app.add_option("model", model_arg, "GGUF file (or a name in the model cache); default model if absent");
+  app.add_option("-m,--model", model_arg, "GGUF file");
+  app.add_flag("--json", as_json, "machine-readable output (full metadata arrays)");
+  try {
+    std::vector<std::string> rev(args.rbegin(), args.rend());
+    app.parse(rev);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  auto path = resolve_model_path(model_arg);
+  if (!path) return fail(path.error().message);
+  auto model = gguf::Model::open(*path);
+  if (!model) return fail(model.error().message);
+
+  const gguf::File& f = model->primary();
+  uint64_t n_params = 0, n_bytes = 0;
+  for (const auto& t : model->tensors()) {
+    n_params += t.n_elements;
+    n_bytes += t.n_bytes;
+  }
+  std::string arch;
+  if (auto a = model->get_string("general.architecture")) arch = *a;
+
+  if (as_json) {
+    json j;
+    j["path"] = *path;
+    j["version"] = f.version();
+    j["alignment"] = f.alignment();
+    j["parts"] = model->files().size();
+    j["architecture"] = arch;
+    json meta = json::object();
+    for (const auto& kv : model->metadata()) {
+      meta[kv.key] = {{"type", type_label(kv.value)}, {"value", value_to_json(kv.value)}};
+    }
+    j["metadata"] = meta;
+    json tensors = json::array();
+    for (const auto& t : model->tensors()) {
+      tensors.push_back({{"name", t.name}, {"type", std::string(dtype_name(t.type))},
+                         {"shape", t.dims}, {"n_elements", t.n_elements},
+                         {"n_bytes", t.n_bytes}, {"offset", t.offset},
+                         {"part", t.split_index}});
+    }
+    j["tensors"] = tensors;
+    j["totals"] = {{"tensors", model->tensors().size()}, {"params", n_params}, {"bytes", n_bytes}};
+    fmt::print("{}\n", j.dump(1, ' ', false, json::error_handler_t::replace));
+    return 0;
+  }
+
+  fmt::print("model:        {}\n", *path);
+  fmt::print("format:       GGUF v{}, alignment {}, {} part(s), {} metadata keys\n", f.version(),
+             f.alignment(), model->files().size(), model->metadata().size());
+  fmt::print("architecture: {}\n", arch.empty() ? "(none)" : arch);
+  if (auto name = model->get_string("general.name")) fmt::print("name:         {}\n", *name);
+  fmt::print("\nmetadata:\n");
+  size_t kw = 0;
+  for (const auto& kv : model->metadata()) kw = std::max(kw, kv.key.size());
+  for (const auto& kv : model->metadata()) {
+    fmt::print("  {:<{}}  {:<16}  {}\n", kv.key, kw, type_label(kv.value), kv.value.to_display());
+  }
+  fmt::print("\ntensors:\n");
+  size_t nw = 4;
+  for (const auto& t : model->tensors()) nw = std::max(nw, t.name.size());
+  fmt::print("  {:<{}}  {:<6}  {:<22}  {:>12}\n", "name", nw, "type", "shape", "bytes");
+  for (const auto& t : model->tensors()) {
+    fmt::print("  {:<{}}  {:<6}  {:<22}  {:>12}\n", t.name, nw, dtype_name(t.type),
+               shape_str(t.dims), t.n_bytes);
+  }
+  const double bpw = n_params ? 8.0 * static_cast<double>(n_bytes) / static_cast<double>(n_params) : 0.0;
+  fmt::print("\ntotals: {} tensors, {} parameters ({:.2f} M), {} bytes ({:.2f} MiB), {:.3f} bits/weight\n",
+             model->tensors().size(), n_params, static_cast<double>(n_params) / 1e6, n_bytes,
+             static_cast<double>(n_bytes) / (1024.0 * 1024.0), bpw);
+  return 0;
+}
+
+}  // namespace minfer::cli

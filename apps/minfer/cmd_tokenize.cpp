@@ -1,0 +1,105 @@
+// Stage 18 (CLI): `minfer tokenize MODEL [TEXT] [--file PATH] [--ids] [--no-special]
+// [--parse-special]`. The text (argument, file bytes or stdin) is used exactly as
+// given; `--ids` prints the ids on one line separated by single spaces.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <iostream>
+#include <iterator>
+
+#include "commands.h"
+#include "core/mapped_file.h"
+#include "gguf/gguf.h"
+#include "model_path.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer::cli {
+namespace {
+
+// Printable form of a token's bytes for the per-token listing: valid UTF-8 is kept,
+// control bytes and invalid sequences are escaped as \xNN.
+std::string escape_piece(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_tokenize(const std::vector<std::string>& args) {
+  CLI::App app{"minfer tokenize: print the token ids of a text", "minfer tokenize"};
+  std::vector<std::string> positionals;
+  std::string model_opt, file;
+  bool ids_only = false, no_special = false, parse_special = false;
+  app.add_option("args", positionals, "MODEL [TEXT] (TEXT may be omitted with --file or stdin)")
+      ->expected(0, 2);
+  app.add_option("-m,--model", model_opt, "GGUF file (then the only positional is TEXT)");
+  app.add_option("-f,--file", file, "read the text from this file (bytes used exactly)");
+  app.add_flag("--ids", ids_only, "print only the ids, on one line, separated by spaces");
+  app.add_flag("--no-special", no_special, "add no BOS/EOS tokens");
+  app.add_flag("--parse-special", parse_special,
+               "parse special-token text (e.g. <|im_start|>) as those tokens");
+  try {
+    std::vector<std::string> rev(args.rbegin(), args.rend());
+    app.parse(rev);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  std::string model_arg = model_opt;
+  std::optional<std::string> text;
+  size_t next = 0;
+  if (model_arg.empty()) {
+    if (positionals.empty()) return fail("tokenize: no model given (minfer tokenize MODEL TEXT)");
+    model_arg = positionals[next++];
+  }
+  if (next < positionals.size()) text = positionals[next++];
+  if (next < positionals.size()) return fail("tokenize: too many arguments");
+  if (text && !file.empty()) return fail("tokenize: give TEXT or --file, not both");
+  if (!file.empty()) {
+    auto content = read_file(file);
+    if (!content) return fail(content.error().message);
+    text = std::move(*content);
+  }
+  if (!text) {
+    text = std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+
+  auto path = resolve_model_path(model_arg);
+  if (!path) return fail(path.error().message);
+  auto model = gguf::Model::open(*path);
+  if (!model) return fail(model.error().message);
+  auto tok = tokenizer::Tokenizer::from_gguf(*model);
+  if (!tok) return fail(tok.error().message);
+  auto ids = (*tok)->encode(*text, {.add_special = !no_special, .parse_special = parse_special});
+  if (!ids) return fail(ids.error().message);
+
+  std::string out;
+  if (ids_only) {
+    for (size_t i = 0; i < ids->size(); ++i) {
+      if (i) out += ' ';
+      out += std::to_string((*ids)[i]);
+    }
+    out += '\n';
+  } else {
+    for (auto id : *ids) {
+      out += fmt::format("{:>7} -> '{}'\n", id, escape_piece((*tok)->token_to_bytes(id, true)));
+    }
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace minfer::cli

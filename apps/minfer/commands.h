@@ -1,0 +1,16 @@
+// Stage 18 (CLI): one function per subcommand. Each takes the arguments after the
+// subcommand name and returns the process exit code; errors go to stderr.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace minfer::cli {
+
+int run_info(const std::vector<std::string>& args);
+int run_tokenize(const std::vector<std::string>& args);
+
+// Shared error path: "minfer: error: <message>" on stderr, exit code 1.
+int fail(const std::string& message);
+
+}  // namespace minfer::cli
