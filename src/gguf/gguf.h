@@ -24,6 +24,21 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 
+// Acceptance limits, the same as llama.cpp's ggml/src/gguf.cpp so that a file one
+// of us accepts the other accepts too.
+constexpr uint64_t kMaxStringLength = 1ull << 30;   // bytes in one string
+constexpr uint64_t kMaxArrayElements = 1ull << 30;  // elements in one array
+constexpr size_t kMaxTensorNameLength = 63;         // GGML_MAX_NAME - 1 (NUL)
+// Nested arrays (allowed by the spec, refused by llama.cpp) are read recursively;
+// this bounds the stack a hostile file can make us use.
+constexpr uint32_t kMaxArrayDepth = 64;
+
+// Well-known keys.
+constexpr std::string_view kKeyAlignment = "general.alignment";
+constexpr std::string_view kKeySplitNo = "split.no";                  // 0-based, u16
+constexpr std::string_view kKeySplitCount = "split.count";            // u16
+constexpr std::string_view kKeySplitTensorsCount = "split.tensors.count";  // i32, total
+
 enum class ValueType : uint32_t {
   kUint8 = 0,
   kInt8 = 1,
@@ -72,6 +87,7 @@ struct Value {
 
   bool is_integer() const;   // any of the 8 integer types
   bool is_float() const;     // f32 / f64
+  bool operator==(const Value&) const = default;  // exact (NaN != NaN)
   // Render for `minfer info`: scalars exactly, strings quoted/escaped, arrays
   // truncated to `max_elems` with a count.
   std::string to_display(size_t max_elems = 8) const;
@@ -89,7 +105,7 @@ struct TensorInfo {
   uint64_t offset = 0;          // relative to the data section of its file
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
-  const uint8_t* data = nullptr;  // points into the mapping (nullptr for parse-only)
+  const uint8_t* data = nullptr;  // points into the mapping (or the bytes given to parse)
   uint32_t split_index = 0;       // which file of a split model holds it
 };
 
@@ -98,7 +114,8 @@ class File {
  public:
   // mmap and parse.
   static Result<std::unique_ptr<File>> open(const std::string& path);
-  // Parse bytes the caller keeps alive (fuzzing, tests). `name` appears in errors.
+  // Parse bytes the caller keeps alive (fuzzing, tests); tensor `data` points into
+  // them. `name` appears in errors.
   static Result<std::unique_ptr<File>> parse(std::span<const uint8_t> bytes, std::string name);
 
   uint32_t version() const { return version_; }
@@ -130,6 +147,11 @@ class File {
 // A model: one GGUF file, or every part of a split model (`name-00001-of-0000N.gguf`
 // with `split.no` / `split.count` / `split.tensors.count`) opened as one.
 // Metadata comes from the first part; tensors from all parts, in part order.
+// Opening any part opens the whole model: a part other than the first is
+// recognised by its `split.no` and file name, and the first part is found by name.
+// Checks: every part's `split.no` equals its index and `split.count` agrees;
+// `split.tensors.count`, where present, equals the total tensor count; a tensor
+// name appears in one part only.
 class Model {
  public:
   static Result<Model> open(const std::string& path);
@@ -170,6 +192,11 @@ class Writer {
                     std::span<const uint8_t> data);
   Result<std::vector<uint8_t>> to_bytes() const;
   Status write(const std::string& path) const;
+  // Writes `n_parts` files `split_path(prefix, i, n_parts)`: tensors in order, split
+  // as evenly as possible; the first part carries all metadata; every part carries
+  // split.no / split.count / split.tensors.count (as llama.cpp's gguf-split does).
+  Status write_split(const std::string& prefix, uint32_t n_parts) const;
+  size_t n_tensors() const { return tensors_.size(); }
 
  private:
   struct PendingTensor {
@@ -178,10 +205,20 @@ class Writer {
     std::vector<uint64_t> dims;
     std::vector<uint8_t> data;
   };
+  // Serialises the header (everything before the data section, padding included)
+  // for `tensors` of this writer plus `kvs`; tensor data follows, each padded.
+  Result<std::vector<uint8_t>> header_bytes(const std::vector<KeyValue>& kvs,
+                                            std::span<const PendingTensor* const> tensors) const;
+  Status write_file(const std::string& path, const std::vector<KeyValue>& kvs,
+                    std::span<const PendingTensor* const> tensors) const;
   std::vector<KeyValue> kvs_;
   std::vector<PendingTensor> tensors_;
   uint64_t alignment_ = kDefaultAlignment;
 };
+
+// `<prefix>-%05d-of-%05d.gguf` with a 1-based part number (split_no is 0-based,
+// as in the `split.no` key).
+std::string split_path(std::string_view prefix, uint32_t split_no, uint32_t split_count);
 
 // Byte size of a tensor of `type` with `dims`; error if ne[0] is not a multiple of
 // the block size or the size overflows.
