@@ -1,0 +1,109 @@
+// Stage 7 (graph IR): GraphBuilder — the only way model code creates nodes.
+// Invariants: every op checks its source shapes/dtypes (a mismatch is a builder bug,
+// MINFER_CHECK with the shapes); nodes are appended in call order, so build order is
+// topological by construction; a builder called with equal params builds equal graphs.
+//
+// Usage (a model builder, ggml style — every tensor line says type and shape):
+//   GraphBuilder b;
+//   NodeId ids = b.input(kInputTokenIds, DType::kI32, {n_tokens});  // I32 [n_tokens]
+//   NodeId cur = b.get_rows(tok_embd, ids);                         // F32 [n_embd, n_tokens]
+//   cur = b.mul(b.rms_norm(cur, eps), attn_norm_w);                 // F32 [n_embd, n_tokens]
+//   b.name(cur, "attn_norm", il);                                   // "attn_norm-0"
+//   ...
+//   b.mark_output(logits);
+//   ComputeGraph g = b.finish();
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "graph/graph.h"
+
+namespace minfer::graph {
+
+struct BuilderOptions {
+  BackendId backend = kBackendCpu;  // initial placement of every node
+};
+
+struct RopeParams {
+  RopeMode mode = RopeMode::kNormal;
+  int32_t n_rot = 0;          // rotated dims per head; 0 = the whole head
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+};
+
+struct AttentionParams {
+  int32_t n_head = 0;
+  int32_t n_head_kv = 0;
+  float scale = 0.0f;  // usually 1/sqrt(head_dim)
+  bool causal = true;
+  int32_t layer = -1;  // whose KV region the k/v sources store into
+};
+
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(BuilderOptions options = {});
+
+  // ---- leaves --------------------------------------------------------------------
+  // Per-step data. Names must be unique among inputs (fills address them by name).
+  NodeId input(std::string_view name, DType dtype, Shape shape);
+  // A model tensor bound by name at execution (GGUF name, e.g. "blk.0.attn_q.weight").
+  NodeId weight(std::string_view name, DType dtype, Shape shape);
+  // Layer `layer`'s persistent K or V region: shape [n_embd_kv, n_ctx]. The allocator
+  // creates it once and keeps it across rebuilds; named "cache_k-<layer>"/"cache_v-…".
+  NodeId kv_region(int32_t layer, KvKind kind, DType dtype, Shape shape);
+
+  // ---- compute -------------------------------------------------------------------
+  // table [n_embd, n_rows] (any dtype), ids I32 [n] → F32 [n_embd, n]
+  NodeId get_rows(NodeId table, NodeId ids);
+  // F32 x → same shape; normalises over ne0
+  NodeId rms_norm(NodeId x, float eps);
+  // F32 a, b broadcastable to a → shape of a
+  NodeId mul(NodeId a, NodeId b);
+  NodeId add(NodeId a, NodeId b);
+  // w [K, N] (any dtype), x F32 [K, M, ...] → F32 [N, M, ...]
+  NodeId mul_mat(NodeId w, NodeId x);
+  // x F32 [head_dim, n_head, n_tokens], positions I32 [n_tokens] → same shape as x
+  NodeId rope(NodeId x, NodeId positions, const RopeParams& p);
+  // region [n_embd_kv, n_ctx], rows F32 [n_embd_kv, n_tokens] (any shape with that
+  // many elements), cells I32 [n_tokens] → aliases the region (consumers of the
+  // result are ordered after the write)
+  NodeId kv_store(NodeId region, NodeId rows, NodeId cells);
+  // q F32 [head_dim, n_head, n_tokens]; k, v: kv_store results of one layer
+  // ([head_dim * n_head_kv, n_ctx]); window I32 [2 * n_runs, n_tokens]
+  // → F32 [head_dim_v * n_head, n_tokens]
+  NodeId attention(NodeId q, NodeId k, NodeId v, NodeId window, const AttentionParams& p);
+  NodeId silu(NodeId x);                    // F32 → same shape
+  NodeId swiglu(NodeId gate, NodeId up);    // F32, equal shapes → same shape
+  NodeId softmax(NodeId x, float scale = 1.0f);  // over ne0
+  NodeId scale(NodeId x, float s);
+  NodeId cont(NodeId x);                    // contiguous copy (cpy/cont)
+  NodeId reshape(NodeId x, Shape shape);    // same element count; aliases x
+  // contiguous window of n_elements(shape) starting at element `offset`; aliases x
+  NodeId view(NodeId x, Shape shape, int64_t offset);
+
+  // ---- naming and bookkeeping ----------------------------------------------------
+  // Names an intermediate, llama.cpp `cb(cur, "attn_norm", il)` style: "attn_norm-3"
+  // for il >= 0, "result_norm" otherwise. Also tags the node with layer il.
+  void name(NodeId id, std::string_view base, int32_t il = -1);
+  // Tags every node created from now on with this block index (-1: none).
+  void set_layer(int32_t il) { layer_ = il; }
+  void mark_output(NodeId id);
+
+  const Node& node(NodeId id) const { return graph_.node(id); }
+  // Moves the finished graph out (MINFER_CHECK: at least one output, well formed).
+  ComputeGraph finish();
+
+ private:
+  NodeId push(Node n);
+  Node make(Op op, std::initializer_list<NodeId> srcs, Shape shape, DType dtype) const;
+  const Node& src(NodeId id) const;
+  void check_f32(NodeId id, const char* op) const;
+
+  BuilderOptions options_;
+  ComputeGraph graph_;
+  int32_t layer_ = -1;
+  bool finished_ = false;
+};
+
+}  // namespace minfer::graph

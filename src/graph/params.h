@@ -1,0 +1,73 @@
+// Stage 8 (graph reuse): GraphParams / CParams — the ONLY inputs to graph topology.
+// Invariants: a builder is a pure function of GraphParams (equal params ⇒ structurally
+// identical graphs); token ids, positions, cells, windows and n_past are input DATA
+// and never appear here; every field here can change the node list (else it is data).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+
+namespace minfer::graph {
+
+// Prefill (many tokens, tail-row reduction to n_out) vs decode (one token per
+// sequence). Redundant with n_tokens == 1 today, but it names the intent, as
+// llama.cpp's llm_graph_params does, and lets a batch of decodes be a Decode graph.
+enum class GraphType : uint8_t { kPrefill, kDecode };
+
+// Element format of the KV regions: it sizes every cell, so a graph built for one
+// format never serves another. Only kF32 is implemented; kF16 / kQ8_0 are reserved.
+enum class KvFormat : uint8_t { kF32, kF16, kQ8_0 };
+
+// Fusion-pass switches. They change which ops the graph contains, so they are part of
+// the reuse identity: flipping one (an A/B env toggle) must force a rebuild.
+struct FusionFlags {
+  bool rms_norm_mul = true;  // rms_norm(x) * w → rms_norm_mul(x, w)
+
+  bool operator==(const FusionFlags&) const = default;
+};
+
+// Shape of the attention window input (graph/input_names.h, kInputKvWindow): each
+// query row holds n_runs (first_cell, n_cells) pairs. It is topology (the input's
+// shape) and is chosen from the KV reservations, never from n_past: a single
+// contiguous sequence needs 1 run; shared prefixes or fragmented cells need more.
+struct WindowLayout {
+  int32_t n_runs = 1;
+
+  bool operator==(const WindowLayout&) const = default;
+};
+
+// Runtime knobs that reach into topology.
+struct CParams {
+  uint32_t n_ctx = 0;          // KV cells per region; sizes the persistent regions
+  bool flash_attn = false;     // selects the attention kernel family
+  WindowLayout window;         // attention window input layout
+  bool gpu = false;            // a GPU backend participates (placement is topology)
+  int32_t gpu_layers = 0;      // blocks [0, gpu_layers) offloaded
+  FusionFlags fusion;          // fusion-pass switches
+  KvFormat kv_format = KvFormat::kF32;
+
+  bool operator==(const CParams&) const = default;
+};
+
+struct GraphParams {
+  uint32_t n_tokens = 0;       // rows in this forward (all sequences together)
+  uint32_t n_out = 0;          // rows whose logits are produced (1..n_tokens)
+  GraphType gtype = GraphType::kPrefill;
+  CParams cparams;
+  uint64_t weights_version = 0;  // bumped when weights change (reload, LoRA switch)
+
+  bool operator==(const GraphParams&) const = default;
+};
+
+// Rejects params no builder can honour (zero tokens, n_out > n_tokens, n_ctx == 0,
+// n_tokens > n_ctx, n_runs < 1) — an Error, since params come from user input.
+Status validate(const GraphParams& params);
+
+std::string_view graph_type_name(GraphType t);
+std::string_view kv_format_name(KvFormat f);
+std::string to_string(const GraphParams& params);  // one line, for rebuild traces
+
+}  // namespace minfer::graph
