@@ -1,0 +1,156 @@
+// Stage 4 (text → ids): UTF-8 and GPT-2 byte-level helpers.
+// Invariants: decode_utf8 never fails and yields exactly one code point per
+// well-formed sequence or invalid byte; byte_to_cp / cp_to_byte are inverse.
+#include "tokenizer/unicode.h"
+
+#include <array>
+
+namespace minfer::tokenizer::unicode {
+
+size_t utf8_seq_len(uint8_t lead) {
+  // Indexed by the high nibble: 0x0..0xB → 1 (ASCII and stray continuation bytes),
+  // 0xC..0xD → 2, 0xE → 3, 0xF → 4.
+  static constexpr std::array<uint8_t, 16> kLen = {1, 1, 1, 1, 1, 1, 1, 1,
+                                                   1, 1, 1, 1, 2, 2, 3, 4};
+  return kLen[lead >> 4];
+}
+
+namespace {
+bool is_cont(uint8_t b) { return (b & 0xC0) == 0x80; }
+}  // namespace
+
+std::vector<uint32_t> decode_utf8(std::string_view text) {
+  std::vector<uint32_t> out;
+  out.reserve(text.size());
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const uint8_t b0 = s[i];
+    if ((b0 & 0x80) == 0) {
+      out.push_back(b0);
+      i += 1;
+    } else if ((b0 & 0x40) == 0) {  // continuation byte where a lead was expected
+      out.push_back(kReplacementChar);
+      i += 1;
+    } else if ((b0 & 0x20) == 0) {
+      if (i + 1 < n && is_cont(s[i + 1])) {
+        out.push_back((uint32_t(b0 & 0x1F) << 6) | (s[i + 1] & 0x3F));
+        i += 2;
+      } else {
+        out.push_back(kReplacementChar);
+        i += 1;
+      }
+    } else if ((b0 & 0x10) == 0) {
+      if (i + 2 < n && is_cont(s[i + 1]) && is_cont(s[i + 2])) {
+        out.push_back((uint32_t(b0 & 0x0F) << 12) | (uint32_t(s[i + 1] & 0x3F) << 6) |
+                      (s[i + 2] & 0x3F));
+        i += 3;
+      } else {
+        out.push_back(kReplacementChar);
+        i += 1;
+      }
+    } else if ((b0 & 0x08) == 0) {
+      if (i + 3 < n && is_cont(s[i + 1]) && is_cont(s[i + 2]) && is_cont(s[i + 3])) {
+        out.push_back((uint32_t(b0 & 0x07) << 18) | (uint32_t(s[i + 1] & 0x3F) << 12) |
+                      (uint32_t(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F));
+        i += 4;
+      } else {
+        out.push_back(kReplacementChar);
+        i += 1;
+      }
+    } else {  // 0xF8..0xFF never start a sequence
+      out.push_back(kReplacementChar);
+      i += 1;
+    }
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp <= 0x7F) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp <= 0x7FF) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp <= 0xFFFF) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | ((cp >> 18) & 0x07)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+std::string to_utf8(uint32_t cp) {
+  std::string s;
+  append_utf8(s, cp);
+  return s;
+}
+
+bool is_whitespace(uint32_t cp) {
+  if (cp < 0x80) return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20;
+  switch (cp) {
+    case 0x0085: case 0x00A0: case 0x1680: case 0x2028: case 0x2029:
+    case 0x202F: case 0x205F: case 0x3000:
+      return true;
+    default:
+      return cp >= 0x2000 && cp <= 0x200A;
+  }
+}
+
+namespace {
+// Built once: byte → code point and code point (< 0x144) → byte.
+struct ByteTable {
+  std::array<uint32_t, 256> to_cp{};
+  std::array<int16_t, 0x144> to_byte{};
+  ByteTable() {
+    to_byte.fill(-1);
+    auto kept = [](int b) {
+      return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      to_cp[b] = kept(b) ? static_cast<uint32_t>(b) : next++;
+      to_byte[to_cp[b]] = static_cast<int16_t>(b);
+    }
+  }
+};
+const ByteTable& byte_table() {
+  static const ByteTable t;
+  return t;
+}
+}  // namespace
+
+uint32_t byte_to_cp(uint8_t byte) { return byte_table().to_cp[byte]; }
+
+std::optional<uint8_t> cp_to_byte(uint32_t cp) {
+  const auto& t = byte_table();
+  if (cp >= t.to_byte.size() || t.to_byte[cp] < 0) return std::nullopt;
+  return static_cast<uint8_t>(t.to_byte[cp]);
+}
+
+void append_byte_encoded(std::string& out, std::string_view bytes) {
+  for (char c : bytes) append_utf8(out, byte_to_cp(static_cast<uint8_t>(c)));
+}
+
+size_t incomplete_utf8_tail(std::string_view bytes) {
+  const size_t n = bytes.size();
+  const size_t lowest = n >= 4 ? n - 4 : 0;
+  for (size_t i = n; i > lowest; --i) {
+    const auto b = static_cast<uint8_t>(bytes[i - 1]);
+    if (is_cont(b)) continue;
+    size_t need = 1;
+    if ((b & 0xE0) == 0xC0) need = 2;
+    else if ((b & 0xF0) == 0xE0) need = 3;
+    else if ((b & 0xF8) == 0xF0) need = 4;
+    const size_t have = n - (i - 1);
+    return have < need ? have : 0;
+  }
+  return 0;  // only continuation bytes: nothing can complete them
+}
+
+}  // namespace minfer::tokenizer::unicode

@@ -1,0 +1,81 @@
+// Stage 4 tests: UTF-8 decoding (llama.cpp's lenient rules), the GPT-2 byte table,
+// incomplete-tail detection and the whitespace set.
+// Invariants checked: decode_utf8 matches llama.cpp on invalid input; the byte table
+// is a bijection; is_whitespace equals PCRE2's \p{White_Space} on every code point.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <gtest/gtest.h>
+#include <pcre2.h>
+
+#include <set>
+
+#include "tokenizer/unicode.h"
+
+namespace minfer::tokenizer::unicode {
+namespace {
+
+TEST(Utf8, decode_valid_and_invalid_like_llama_cpp) {
+  EXPECT_EQ(decode_utf8("a\xC3\xA9\xE4\xB8\x96\xF0\x9F\x99\x82"),
+            (std::vector<uint32_t>{'a', 0xE9, 0x4E16, 0x1F642}));
+  // A stray continuation byte, a truncated sequence and 0xFF each become one U+FFFD;
+  // decoding resumes at the next byte.
+  EXPECT_EQ(decode_utf8("\x80" "a"), (std::vector<uint32_t>{kReplacementChar, 'a'}));
+  EXPECT_EQ(decode_utf8("\xE4\xB8"),
+            (std::vector<uint32_t>{kReplacementChar, kReplacementChar}));
+  EXPECT_EQ(decode_utf8("\xFF"), (std::vector<uint32_t>{kReplacementChar}));
+  // Overlong forms are accepted, as llama.cpp does.
+  EXPECT_EQ(decode_utf8("\xC0\x80"), (std::vector<uint32_t>{0}));
+}
+
+TEST(Utf8, encode_decode_roundtrip_every_scalar_value) {
+  for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    const auto back = decode_utf8(to_utf8(cp));
+    ASSERT_EQ(back.size(), 1u) << cp;
+    ASSERT_EQ(back[0], cp);
+  }
+}
+
+TEST(Utf8, incomplete_tail_bytes) {
+  EXPECT_EQ(incomplete_utf8_tail(""), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("abc"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("a\xF0\x9F\x99"), 3u);
+  EXPECT_EQ(incomplete_utf8_tail("a\xF0\x9F\x99\x82"), 0u);
+  EXPECT_EQ(incomplete_utf8_tail("a\xC3"), 1u);
+  EXPECT_EQ(incomplete_utf8_tail("\x80\x80\x80\x80"), 0u);  // can never complete
+}
+
+TEST(ByteTable, gpt2_table_is_a_bijection) {
+  std::set<uint32_t> seen;
+  for (int b = 0; b < 256; ++b) {
+    const uint32_t cp = byte_to_cp(static_cast<uint8_t>(b));
+    EXPECT_TRUE(seen.insert(cp).second);
+    ASSERT_TRUE(cp_to_byte(cp).has_value());
+    EXPECT_EQ(*cp_to_byte(cp), b);
+  }
+  EXPECT_EQ(byte_to_cp(' '), 0x120u);   // 'Ġ'
+  EXPECT_EQ(byte_to_cp('\n'), 0x10Au);  // 'Ċ'
+  EXPECT_EQ(byte_to_cp('A'), uint32_t{'A'});
+  EXPECT_FALSE(cp_to_byte(0x144).has_value());
+}
+
+TEST(Whitespace, equals_pcre2_white_space_property_everywhere) {
+  int err = 0;
+  PCRE2_SIZE off = 0;
+  const char* pat = "^\\p{White_Space}$";
+  pcre2_code* re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat), PCRE2_ZERO_TERMINATED,
+                                 PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
+  ASSERT_NE(re, nullptr);
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
+  for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    const std::string s = to_utf8(cp);
+    const bool pcre = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md,
+                                  nullptr) >= 0;
+    ASSERT_EQ(is_whitespace(cp), pcre) << std::hex << cp;
+  }
+  pcre2_match_data_free(md);
+  pcre2_code_free(re);
+}
+
+}  // namespace
+}  // namespace minfer::tokenizer::unicode
