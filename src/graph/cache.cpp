@@ -35,10 +35,10 @@ Result<bool> GraphCache::try_reuse(const GraphParams& params) {
     entries_.insert(entries_.begin(), std::move(hit));
   }
   if (memory_) {
-    Status st = memory_->map_graph(entries_.front().graph);
+    Status st = memory_->map_graph(*entries_.front().graph);
     if (!st.ok()) {
       return st.error().context(fmt::format("re-map onto cached graph uid {}",
-                                            entries_.front().graph.uid()));
+                                            entries_.front().graph->uid()));
     }
   }
   stats_.reuses++;
@@ -57,32 +57,33 @@ Result<const ComputeGraph*> GraphCache::replace_graph(ComputeGraph graph,
   }
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].params == params) {
-      if (memory_) memory_->release_graph(entries_[i].graph.uid());
+      if (memory_) memory_->release_graph(entries_[i].graph->uid());
       entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
   }
-  entries_.insert(entries_.begin(), Entry{params, std::move(graph)});
+  entries_.insert(entries_.begin(),
+                  Entry{params, std::make_unique<ComputeGraph>(std::move(graph))});
   while (entries_.size() > kMaxCachedGraphs) {
-    if (memory_) memory_->release_graph(entries_.back().graph.uid());
+    if (memory_) memory_->release_graph(entries_.back().graph->uid());
     entries_.pop_back();
     stats_.evictions++;
   }
   stats_.rebuilds++;
-  return &entries_.front().graph;
+  return entries_.front().graph.get();
 }
 
 Result<const ComputeGraph*> GraphCache::get_or_build(
     const GraphParams& params, const std::function<ComputeGraph(const GraphParams&)>& build) {
   MINFER_TRY(bool hit, try_reuse(params));
-  if (hit) return &entries_.front().graph;
+  if (hit) return entries_.front().graph.get();
   MINFER_TRY_STATUS(validate(params));
   return replace_graph(build(params), params);
 }
 
 const ComputeGraph& GraphCache::current() const {
   MINFER_CHECK(!entries_.empty(), "GraphCache::current() on an empty cache");
-  return entries_.front().graph;
+  return *entries_.front().graph;
 }
 
 const GraphParams& GraphCache::current_params() const {

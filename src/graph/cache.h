@@ -53,7 +53,8 @@ class GraphCache {
 
   // Caches a freshly built (and fused, backend-assigned) graph for `params` at the
   // front: stamps a fresh uid, maps memory, evicts the least recently used entry past
-  // kMaxCachedGraphs. An entry with equal params is replaced. Returns the cached graph.
+  // kMaxCachedGraphs. An entry with equal params is replaced. Returns the cached graph
+  // (address stable until that entry is evicted or replaced).
   Result<const ComputeGraph*> replace_graph(ComputeGraph graph, const GraphParams& params);
 
   // try_reuse, else build(params) + replace_graph. `build` returns the finished graph
@@ -87,9 +88,11 @@ class GraphCache {
   static Status verify_structural(const ComputeGraph& a, const ComputeGraph& b);
 
  private:
+  // Graphs are boxed so their addresses stay stable while entries move in the MRU
+  // order: a pointer from replace_graph/get_or_build stays valid until eviction.
   struct Entry {
     GraphParams params;
-    ComputeGraph graph;
+    std::unique_ptr<ComputeGraph> graph;
   };
 
   std::unique_ptr<GraphMemory> memory_;

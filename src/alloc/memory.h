@@ -1,0 +1,63 @@
+// Stage 9 (memory): where bytes come from — one MemoryResource per backend, and the
+// RAII Buffer that owns one allocation from it.
+// Invariants: every buffer is aligned to at least kTensorAlignment (64 bytes: one
+// cache line, and the widest SIMD load AVX-512 kernels issue); a Buffer frees exactly
+// once, through the resource that allocated it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/result.h"
+
+namespace minfer::alloc {
+
+inline constexpr uint64_t kTensorAlignment = 64;
+
+// A backend's memory. CPU uses HostMemory; a GPU backend supplies its own (device
+// memory is not host accessible, so host fills of its inputs are refused).
+class MemoryResource {
+ public:
+  virtual ~MemoryResource() = default;
+  virtual std::string_view name() const = 0;
+  virtual bool host_accessible() const = 0;
+  // Expected failure (out of memory) is an Error naming the size, never a null pointer.
+  virtual Result<void*> allocate(uint64_t bytes, uint64_t alignment) = 0;
+  virtual void deallocate(void* ptr, uint64_t bytes) noexcept = 0;
+};
+
+// Aligned host memory (std::aligned_alloc); sizes are rounded up to the alignment.
+class HostMemory final : public MemoryResource {
+ public:
+  std::string_view name() const override { return "host"; }
+  bool host_accessible() const override { return true; }
+  Result<void*> allocate(uint64_t bytes, uint64_t alignment) override;
+  void deallocate(void* ptr, uint64_t bytes) noexcept override;
+};
+
+// Move-only owner of one allocation. The resource must outlive the buffer (the
+// Allocator keeps resources alive for as long as it holds buffers from them).
+class Buffer {
+ public:
+  Buffer() = default;
+  static Result<Buffer> allocate(MemoryResource& mr, uint64_t bytes,
+                                 uint64_t alignment = kTensorAlignment);
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  std::byte* data() const { return data_; }
+  uint64_t size() const { return bytes_; }
+  explicit operator bool() const { return data_ != nullptr; }
+  void reset() noexcept;
+
+ private:
+  MemoryResource* mr_ = nullptr;
+  std::byte* data_ = nullptr;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace minfer::alloc
