@@ -1,0 +1,129 @@
+// Stage 14 (logits → token): the sampler chain (order and contract in sampler.h).
+// Invariants: every buffer is sized in the constructor; sample() and accept() only
+// index into them; the candidate array is id-ordered until the first truncation stage.
+#include "sample/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "sample/dry.h"
+
+namespace minfer::sample {
+
+Result<Sampler> Sampler::create(const SamplerConfig& config, int32_t n_vocab) {
+  MINFER_TRY_STATUS(config.validate_for_vocab(n_vocab));
+  return Sampler(config, n_vocab);
+}
+
+Sampler::Sampler(const SamplerConfig& config, int32_t n_vocab)
+    : config_(config), n_vocab_(n_vocab), rng_(config.seed), mu_(2.0f * config.mirostat_tau) {
+  const size_t dry_n = config.dry_multiplier > 0.0f ? static_cast<size_t>(config.dry_penalty_last_n) : 0;
+  const size_t cap = std::max(static_cast<size_t>(config.repeat_last_n), dry_n);
+  history_.assign(cap, 0);
+  candidates_.resize(static_cast<size_t>(n_vocab));
+  counts_.assign(static_cast<size_t>(n_vocab), 0);
+  window_.resize(cap);
+  distinct_.resize(cap);
+  dry_repeat_.resize(dry_n);
+  dry_touched_.resize(dry_n);
+}
+
+void Sampler::reset(std::span<const TokenId> prompt) {
+  history_head_ = 0;
+  history_size_ = 0;
+  rng_.reseed(config_.seed);
+  mu_ = 2.0f * config_.mirostat_tau;  // Basu et al.: start at twice the target surprise
+  // Only the tail can stay in the ring; skip the rest without touching it.
+  const size_t skip = prompt.size() > history_.size() ? prompt.size() - history_.size() : 0;
+  for (TokenId t : prompt.subspan(skip)) accept(t);
+}
+
+void Sampler::accept(TokenId token) {
+  MINFER_CHECK(token >= 0 && token < n_vocab_, "accept(%d) outside the vocabulary of %d", token,
+               n_vocab_);
+  if (history_.empty()) return;
+  history_[history_head_] = token;
+  history_head_ = (history_head_ + 1) % history_.size();
+  history_size_ = std::min(history_size_ + 1, history_.size());
+}
+
+std::span<const TokenId> Sampler::recent(size_t n) {
+  n = std::min(n, history_size_);
+  const size_t cap = history_.size();
+  // Oldest of the last n sits n slots behind the write head.
+  size_t pos = (history_head_ + cap - n) % (cap == 0 ? 1 : cap);
+  for (size_t i = 0; i < n; ++i) {
+    window_[i] = history_[pos];
+    pos = pos + 1 == cap ? 0 : pos + 1;
+  }
+  return {window_.data(), n};
+}
+
+Result<TokenId> Sampler::sample(std::span<const float> logits) {
+  MINFER_CHECK(logits.size() == static_cast<size_t>(n_vocab_),
+               "sample() got %zu logits for a vocabulary of %d", logits.size(), n_vocab_);
+  last_size_ = 0;
+  bool any_finite = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = logits[i];
+    // -inf is a legitimate mask; NaN and +inf mean the forward pass went wrong.
+    if (std::isnan(l) || l == HUGE_VALF) {
+      return make_error(fmt::format("sampler: logit of token {} is {}", i, l));
+    }
+    any_finite |= std::isfinite(l);
+    candidates_[i] = Candidate{static_cast<TokenId>(i), l, 0.0f, 0.0f};
+  }
+  if (!any_finite) return make_error("sampler: every logit is -inf");
+
+  Candidates c{candidates_.data(), candidates_.size(), false};
+
+  // 1. Logit-space stages on the id-ordered array.
+  apply_logit_bias(c, config_.logit_bias);
+  apply_penalties(c, recent(static_cast<size_t>(config_.repeat_last_n)),
+                  PenaltyParams{.repeat = config_.repeat_penalty,
+                                .frequency = config_.frequency_penalty,
+                                .presence = config_.presence_penalty},
+                  counts_, distinct_);
+  if (config_.dry_multiplier > 0.0f) {
+    apply_dry(c, recent(static_cast<size_t>(config_.dry_penalty_last_n)),
+              DryParams{.multiplier = config_.dry_multiplier,
+                        .base = config_.dry_base,
+                        .allowed_length = config_.dry_allowed_length,
+                        .breakers = config_.dry_sequence_breakers},
+              dry_repeat_, counts_, dry_touched_);
+  }
+  // A bias or penalty can push the only finite logits to -inf only through overflow,
+  // which the bounded bias and finite penalties cannot reach from finite input.
+
+  // 2. Greedy: argmax of the adjusted logits, before any stage that could drop it.
+  if (config_.greedy()) {
+    const size_t best = argmax(c);
+    std::swap(c[0], c[best]);
+    c[0].p = 1.0f;
+    last_size_ = 1;
+    return c[0].id;
+  }
+
+  size_t idx = 0;
+  if (config_.mirostat == Mirostat::kV1) {
+    idx = mirostat_v1(c, config_.mirostat_tau, config_.mirostat_eta, config_.mirostat_m, n_vocab_,
+                      mu_, rng_);
+  } else if (config_.mirostat == Mirostat::kV2) {
+    idx = mirostat_v2(c, config_.mirostat_tau, config_.mirostat_eta, mu_, rng_);
+  } else {
+    apply_top_k(c, config_.top_k);
+    apply_typical(c, config_.typical_p);
+    apply_top_p(c, config_.top_p);
+    apply_min_p(c, config_.min_p);
+    apply_xtc(c, config_.xtc_probability, config_.xtc_threshold, rng_);
+    apply_temperature(c, config_.temp);
+    idx = draw(c, rng_);
+  }
+  last_size_ = c.size;
+  return c[idx].id;
+}
+
+}  // namespace minfer::sample

@@ -1,0 +1,172 @@
+// Stage 14 tests: the whole chain — order, greedy, penalty window, determinism.
+// Invariants pinned: greedy = argmax of bias/penalty-adjusted logits (lowest id on
+// ties, no RNG draw); the window is the prompt tail; same seed → same tokens.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "sample/sampler.h"
+#include "test_util.h"
+
+namespace minfer::sample {
+namespace {
+
+using testing::kProbTol;
+using testing::logits_for;
+using Ids = std::vector<TokenId>;
+
+Sampler make(const SamplerConfig& config, int32_t n_vocab) {
+  auto s = Sampler::create(config, n_vocab);
+  EXPECT_TRUE(s.ok()) << s.error().message;
+  return std::move(s).value();
+}
+
+Ids survivor_ids(const Sampler& s) {
+  Ids out;
+  for (const Candidate& c : s.last_candidates()) out.push_back(c.id);
+  return out;
+}
+
+TEST(Greedy, ArgmaxWithLowestIdOnTies) {
+  Sampler s = make({.temp = 0.0f, .repeat_penalty = 1.0f}, 4);
+  EXPECT_EQ(s.sample(std::vector<float>{1.0f, 5.0f, 5.0f, 3.0f}).value(), 1);
+  EXPECT_EQ(s.sample(std::vector<float>{7.0f, 7.0f, 7.0f, 7.0f}).value(), 0);
+}
+
+TEST(Greedy, UsesBiasAdjustedLogits) {
+  // Bias lifts id 1 to a tie with id 0 (5 + 1 = 6 = 6): lowest id wins; +1.5 wins outright.
+  Sampler tie = make({.temp = 0.0f, .logit_bias = {{.id = 1, .bias = 1.0f}}}, 2);
+  EXPECT_EQ(tie.sample(std::vector<float>{6.0f, 5.0f}).value(), 0);
+  Sampler lift = make({.temp = 0.0f, .logit_bias = {{.id = 1, .bias = 1.5f}}}, 2);
+  EXPECT_EQ(lift.sample(std::vector<float>{6.0f, 5.0f}).value(), 1);
+}
+
+TEST(Greedy, UsesPenaltyAdjustedLogitsAndIgnoresTruncation) {
+  // 3.0 / 1.1 = 2.727 < 2.9 once id 0 is in the window. Typical and XTC would drop the
+  // argmax here if they ran; greedy comes before them.
+  Sampler s = make({.temp = 0.0f, .typical_p = 0.0f, .xtc_probability = 1.0f, .xtc_threshold = 0.0f}, 2);
+  const std::vector<float> logits = {3.0f, 2.9f};
+  EXPECT_EQ(s.sample(logits).value(), 0);
+  s.accept(0);
+  EXPECT_EQ(s.sample(logits).value(), 1);
+}
+
+TEST(Greedy, ConsumesNoRandomness) {
+  Sampler greedy = make({.temp = 0.0f}, 4);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(greedy.sample(std::vector<float>{1, 2, 3, 4}).value(), 3);
+  EXPECT_EQ(greedy.rng_draws(), 0u);
+  Sampler seeded = make({}, 4);
+  (void)seeded.sample(std::vector<float>{1, 2, 3, 4}).value();
+  EXPECT_EQ(seeded.rng_draws(), 1u) << "one uniform per seeded token";
+}
+
+TEST(Penalties, WindowIsThePromptTail) {
+  // 65-token prompt: id 0 then 64 × id 1. With the default 64-token window id 0 has
+  // fallen out: id 1 is penalised 2.1 → 1.05 by repeat 2 and id 0 (2.0) wins. With a
+  // 65-token window id 0 is penalised too (→ 1.0) and id 1 wins.
+  std::vector<TokenId> prompt(65, 1);
+  prompt[0] = 0;
+  const std::vector<float> logits = {2.0f, 2.1f, 0.0f};
+  Sampler tail = make({.temp = 0.0f, .repeat_penalty = 2.0f}, 3);
+  tail.reset(prompt);
+  EXPECT_EQ(tail.history_size(), 64u);
+  EXPECT_EQ(tail.sample(logits).value(), 0);
+  Sampler wide = make({.temp = 0.0f, .repeat_penalty = 2.0f, .repeat_last_n = 65}, 3);
+  wide.reset(prompt);
+  EXPECT_EQ(wide.sample(logits).value(), 1);
+}
+
+TEST(Penalties, ZeroWindowDisables) {
+  Sampler s = make({.temp = 0.0f, .repeat_penalty = 2.0f, .repeat_last_n = 0}, 2);
+  s.accept(0);
+  EXPECT_EQ(s.sample(std::vector<float>{2.0f, 1.5f}).value(), 0);
+}
+
+TEST(Chain, OrderTopKThenTopPThenTemperature) {
+  // p = {0.5, 0.3, 0.15, 0.05}. top-k 3 keeps 0.5, 0.3, 0.15; top-p renormalises over
+  // those (0.526, 0.316, 0.158) and 0.7 keeps two; temperature 2 turns weights 0.5, 0.3
+  // into sqrt: 0.7071, 0.5477 → 0.563508, 0.436492.
+  Sampler s = make({.temp = 2.0f, .top_k = 3, .top_p = 0.7f, .repeat_penalty = 1.0f}, 4);
+  (void)s.sample(logits_for({0.5, 0.3, 0.15, 0.05})).value();
+  ASSERT_EQ(survivor_ids(s), (Ids{0, 1}));
+  EXPECT_NEAR(s.last_candidates()[0].p, 0.563508f, kProbTol);
+  EXPECT_NEAR(s.last_candidates()[1].p, 0.436492f, kProbTol);
+}
+
+TEST(Chain, MinPRunsOnTopPSurvivors) {
+  // top-p 0.9 keeps 0.5, 0.3, 0.15 (mass 0.95); min-p 0.4 then needs p >= 0.2: 0.5, 0.3.
+  Sampler s = make({.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.4f, .repeat_penalty = 1.0f}, 4);
+  (void)s.sample(logits_for({0.5, 0.3, 0.15, 0.05})).value();
+  ASSERT_EQ(survivor_ids(s), (Ids{0, 1}));
+  EXPECT_NEAR(s.last_candidates()[0].p, 0.625f, kProbTol);
+}
+
+TEST(Chain, MirostatReplacesTheTruncationStages) {
+  // With mirostat v2 on, top-k 1 must not apply: tau 1 keeps two tokens (see stages test).
+  Sampler s = make({.top_k = 1, .repeat_penalty = 1.0f, .mirostat = Mirostat::kV2, .mirostat_tau = 1.0f}, 4);
+  EXPECT_FLOAT_EQ(s.mirostat_mu(), 2.0f);
+  EXPECT_EQ(s.sample(logits_for({0.15, 0.5, 0.05, 0.3})).value(), 1);
+  EXPECT_EQ(survivor_ids(s), (Ids{1, 3}));
+  EXPECT_NEAR(s.mirostat_mu(), 2.0321928f, 1e-5f);
+  s.reset({});
+  EXPECT_FLOAT_EQ(s.mirostat_mu(), 2.0f);
+}
+
+// A fixed, irregular logit vector over a realistic vocabulary.
+std::vector<float> pseudo_logits(int32_t n_vocab, uint32_t salt) {
+  std::vector<float> out(static_cast<size_t>(n_vocab));
+  uint32_t x = 2463534242u ^ salt;
+  for (float& l : out) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    l = static_cast<float>(x % 20000) * 1e-3f - 10.0f;
+  }
+  return out;
+}
+
+Ids generate(Sampler& s, int steps) {
+  Ids out;
+  for (int i = 0; i < steps; ++i) {
+    const TokenId t = s.sample(pseudo_logits(s.n_vocab(), static_cast<uint32_t>(i % 7))).value();
+    s.accept(t);
+    out.push_back(t);
+  }
+  return out;
+}
+
+TEST(Determinism, SameSeedSameTokens_bitwise) {
+  const SamplerConfig cfg{.seed = 1234, .temp = 1.5f, .top_k = 0, .top_p = 0.99f};
+  Sampler a = make(cfg, 32000);
+  Sampler b = make(cfg, 32000);
+  const Ids first = generate(a, 50);
+  EXPECT_EQ(first, generate(b, 50));
+  a.reset({});
+  EXPECT_EQ(first, generate(a, 50)) << "reset() must restart the seeded stream";
+  Sampler other = make(SamplerConfig{.seed = 1235, .temp = 1.5f, .top_k = 0, .top_p = 0.99f}, 32000);
+  EXPECT_NE(first, generate(other, 50));
+}
+
+TEST(Determinism, DefaultChainPinnedSequence_bitwise) {
+  // Pins the default chain end to end (seed 42, CLI defaults) — a regression pin taken
+  // from this implementation, the hand-checked parts being the stage tests. A change
+  // here changes every seeded generation: update only on purpose, and say why.
+  Sampler s = make(SamplerConfig{}, 1000);
+  const Ids got = generate(s, 12);
+  const Ids pinned = {661, 193, 942, 565, 37, 183, 469, 705, 736, 655, 735, 192};
+  EXPECT_EQ(got, pinned);
+}
+
+TEST(Errors, NanOrPositiveInfinityLogitIsAnError) {
+  Sampler s = make({}, 3);
+  const auto nan = s.sample(std::vector<float>{0.0f, NAN, 1.0f});
+  ASSERT_FALSE(nan.ok());
+  EXPECT_NE(nan.error().message.find("token 1"), std::string::npos) << nan.error().message;
+  EXPECT_FALSE(s.sample(std::vector<float>{0.0f, INFINITY, 1.0f}).ok());
+  EXPECT_FALSE(s.sample(std::vector<float>{-INFINITY, -INFINITY, -INFINITY}).ok());
+  EXPECT_EQ(s.sample(std::vector<float>{-INFINITY, 0.0f, -INFINITY}).value(), 1);
+}
+
+}  // namespace
+}  // namespace minfer::sample
