@@ -243,13 +243,16 @@ Status VocabTokenizer::load(VocabData& d) {
   }
 
   // Unset ids found by their text; such tokens become control. llama.cpp walks a hash
-  // map here, so with several candidates its pick is unspecified; we take the lowest id.
+  // map here, so with several candidates its pick is unspecified; we take the first
+  // text of the list that exists (<|eot_id|> before <|end_of_text|>, <|im_end|> before
+  // <|endoftext|>), which is what llama.cpp reports for Llama 3 and Qwen2 models.
   auto detect = [&](TokenId& slot, const std::initializer_list<std::string_view>& texts) {
     if (slot != kNoToken) return;
-    for (size_t i = 0; i < n_tokens; ++i) {
-      if (is_one_of(tokens_[i], texts)) {
-        slot = static_cast<TokenId>(i);
-        attrs_[i] |= kAttrControl;
+    for (const std::string_view text : texts) {
+      const TokenId id = find_token(text);
+      if (id != kNoToken) {
+        slot = id;
+        attrs_[static_cast<size_t>(id)] |= kAttrControl;
         return;
       }
     }
