@@ -165,10 +165,14 @@ Status Allocator::map_graph(const ComputeGraph& g) {
       }
     }
   }
+  // Growing an arena moves it, so the previously mapped graph's pointers die here;
+  // if a later step fails, no graph is mapped (fills and data() refuse) until the
+  // next successful map.
+  current_ = nullptr;
+  current_uid_ = 0;
   for (const auto& [backend, bytes] : m.plan.arena_bytes) {
     MINFER_TRY_STATUS(ensure_arena(backend, bytes));
   }
-  current_ = nullptr;  // a failed map above leaves no graph mapped
   auto [it, inserted] = plans_.emplace(g.uid(), std::move(m));
   MINFER_CHECK(inserted, "map_graph: uid %llu planned twice",
                static_cast<unsigned long long>(g.uid()));
