@@ -13,7 +13,7 @@
 namespace minfer::cli {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::string type_label(const gguf::Value& v) {
   if (v.type != gguf::ValueType::kArray) return std::string(gguf::value_type_name(v.type));

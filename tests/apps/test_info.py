@@ -20,7 +20,7 @@ SCALAR_NAMES = {
     gguf.GGUFValueType.UINT16: "u16", gguf.GGUFValueType.INT16: "i16",
     gguf.GGUFValueType.UINT32: "u32", gguf.GGUFValueType.INT32: "i32",
     gguf.GGUFValueType.FLOAT32: "f32", gguf.GGUFValueType.BOOL: "bool",
-    gguf.GGUFValueType.STRING: "str", gguf.GGUFValueType.UINT64: "u64",
+    gguf.GGUFValueType.STRING: "string", gguf.GGUFValueType.UINT64: "u64",
     gguf.GGUFValueType.INT64: "i64", gguf.GGUFValueType.FLOAT64: "f64",
 }
 
