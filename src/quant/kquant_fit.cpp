@@ -26,7 +26,9 @@ void signed_absmax(int n, const float* x, float* max, float* amax) {
   }
 }
 
-int clamp_code(int l, int lo, int hi) { return std::max(lo, std::min(hi, l)); }
+int clamp_code(int l, int lo, int hi) {
+  return std::max(lo, std::min(hi, l));
+}
 
 }  // namespace
 
@@ -120,8 +122,8 @@ float fit_symmetric_q3(int n, int nmax, const float* x, int8_t* L) {
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
-float fit_affine(int n, int nmax, const float* x, const float* weights, uint8_t* L,
-                 float* neg_min, uint8_t* scratch, AffineSearch search) {
+float fit_affine(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* neg_min,
+                 uint8_t* scratch, AffineSearch search) {
   float min = x[0];
   float max = x[0];
   float sum_w = weights[0];

@@ -38,7 +38,7 @@ struct AffineSearch {
   int nstep;
   bool use_mad;
 };
-float fit_affine(int n, int nmax, const float* x, const float* weights, uint8_t* L,
-                 float* neg_min, uint8_t* scratch, AffineSearch search);
+float fit_affine(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* neg_min,
+                 uint8_t* scratch, AffineSearch search);
 
 }  // namespace minfer::quant::detail

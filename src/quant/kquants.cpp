@@ -21,8 +21,8 @@ namespace {
 void pack_2bit(const uint8_t* L, uint8_t* qs) {
   for (int j = 0; j < kQKK; j += 128) {
     for (int l = 0; l < 32; ++l) {
-      qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) |
-                                           (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+      qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
+                                           (L[j + l + 96] << 6));
     }
   }
 }

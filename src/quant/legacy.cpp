@@ -88,10 +88,9 @@ void quantize_q4_1(const float* src, void* dst, int64_t n) {
     y[b].d = fp32_to_fp16(d);
     y[b].m = fp32_to_fp16(min);
     for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 =
-          std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
-      const int q1 = std::min(
-          15, static_cast<int>(static_cast<int8_t>((x[j + kQK / 2] - min) * id + 0.5f)));
+      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
+      const int q1 =
+          std::min(15, static_cast<int>(static_cast<int8_t>((x[j + kQK / 2] - min) * id + 0.5f)));
       y[b].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }

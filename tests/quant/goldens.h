@@ -14,7 +14,9 @@
 
 namespace minfer::quant::test {
 
-inline std::string golden_dir() { return std::string(MINFER_SOURCE_DIR) + "/tests/data/quant"; }
+inline std::string golden_dir() {
+  return std::string(MINFER_SOURCE_DIR) + "/tests/data/quant";
+}
 
 struct GoldenInput {
   std::string name;

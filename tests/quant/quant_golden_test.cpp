@@ -16,7 +16,9 @@
 
 namespace minfer {
 // Readable parameters in gtest output.
-void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
+void PrintTo(DType t, std::ostream* os) {
+  *os << dtype_name(t);
+}
 namespace quant {
 namespace {
 
@@ -65,8 +67,8 @@ TEST_P(QuantGolden, QuantizeMatchesGgml_bitwise) {
     ASSERT_TRUE(quantize(GetParam(), in.x, got).ok());
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ(got[i], want[i]) << "case " << in.name << ": first differing byte " << i
-                                 << " (block " << i / t->type_size << ", byte "
-                                 << i % t->type_size << " of " << t->type_size << ")";
+                                 << " (block " << i / t->type_size << ", byte " << i % t->type_size
+                                 << " of " << t->type_size << ")";
     }
     checked_bytes += want.size();
   }
@@ -92,8 +94,7 @@ std::string type_param_name(const ::testing::TestParamInfo<DType>& info) {
   return std::string(dtype_name(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, QuantGolden, ::testing::ValuesIn(kGoldenTypes),
-                         type_param_name);
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantGolden, ::testing::ValuesIn(kGoldenTypes), type_param_name);
 
 TEST(QuantGoldenFiles, CoverEveryTypeWithTraits) {
   // Every type in the traits table has goldens, and the inputs include real weights.

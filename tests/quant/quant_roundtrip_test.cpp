@@ -26,11 +26,10 @@ struct Bound {
 // worst cases are the real attn_norm weights (all near one positive value: hard for
 // symmetric types) and "outliers" (one 50-200 sigma value sets a whole block's scale).
 constexpr Bound kBounds[] = {
-    {DType::kF32, 0.0},        {DType::kF16, 3.0e-4},  {DType::kBF16, 2.2e-3},
-    {DType::kQ4_0, 0.165},     {DType::kQ4_1, 0.14},   {DType::kQ5_0, 0.08},
-    {DType::kQ5_1, 0.066},     {DType::kQ8_0, 0.015},  {DType::kQ2_K, 0.45},
-    {DType::kQ3_K, 0.245},     {DType::kQ4_K, 0.115},  {DType::kQ5_K, 0.058},
-    {DType::kQ6_K, 0.035},     {DType::kQ8_K, 0.029},
+    {DType::kF32, 0.0},    {DType::kF16, 3.0e-4}, {DType::kBF16, 2.2e-3}, {DType::kQ4_0, 0.165},
+    {DType::kQ4_1, 0.14},  {DType::kQ5_0, 0.08},  {DType::kQ5_1, 0.066},  {DType::kQ8_0, 0.015},
+    {DType::kQ2_K, 0.45},  {DType::kQ3_K, 0.245}, {DType::kQ4_K, 0.115},  {DType::kQ5_K, 0.058},
+    {DType::kQ6_K, 0.035}, {DType::kQ8_K, 0.029},
 };
 
 bool is_error_case(const std::string& name) {
@@ -38,7 +37,9 @@ bool is_error_case(const std::string& name) {
          name.rfind("real:", 0) == 0;
 }
 
-void PrintTo(const Bound& b, std::ostream* os) { *os << dtype_name(b.type); }
+void PrintTo(const Bound& b, std::ostream* os) {
+  *os << dtype_name(b.type);
+}
 
 class QuantRoundTrip : public ::testing::TestWithParam<Bound> {};
 
@@ -72,8 +73,7 @@ TEST_P(QuantRoundTrip, RelativeRmseWithinNamedBound) {
     EXPECT_LE(rel, b.max_rel_rmse) << dtype_name(b.type) << " on " << in.name;
   }
   std::printf("%s: worst relative RMSE %.3g (%s), bound %.3g\n",
-              std::string(dtype_name(b.type)).c_str(), worst, worst_case.c_str(),
-              b.max_rel_rmse);
+              std::string(dtype_name(b.type)).c_str(), worst, worst_case.c_str(), b.max_rel_rmse);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantRoundTrip, ::testing::ValuesIn(kBounds),

@@ -113,7 +113,8 @@ std::vector<Case> synthetic_cases() {
     Case c{"long_row", std::vector<float>(4096)};
     for (size_t b = 0; b < 16; ++b) {
       const double scale = std::pow(10.0, rng.uniform(-3.0, 1.0));
-      for (size_t i = 0; i < 256; ++i) c.x[256 * b + i] = static_cast<float>(scale * rng.gaussian());
+      for (size_t i = 0; i < 256; ++i)
+        c.x[256 * b + i] = static_cast<float>(scale * rng.gaussian());
     }
     cases.push_back(std::move(c));
   }
@@ -146,7 +147,9 @@ struct Writer {
     if (n && std::fwrite(p, 1, n, f) != n) die("short write");
   }
   template <typename T>
-  void pod(T v) { bytes(&v, sizeof v); }
+  void pod(T v) {
+    bytes(&v, sizeof v);
+  }
   void name(const std::string& s) {
     pod<uint16_t>(static_cast<uint16_t>(s.size()));
     bytes(s.data(), s.size());
@@ -212,7 +215,8 @@ int main(int argc, char** argv) {
     FILE* f = std::fopen((out + "/smollm2_dequant.txt").c_str(), "w");
     if (!f) die("cannot write smollm2_dequant.txt");
     const char* base = std::strrchr(model_path.c_str(), '/');
-    std::fprintf(f, "# ggml dequantization of %s (%llu bytes): name type n offset n_bytes fnv1a64\n",
+    std::fprintf(f,
+                 "# ggml dequantization of %s (%llu bytes): name type n offset n_bytes fnv1a64\n",
                  base ? base + 1 : model_path.c_str(), static_cast<unsigned long long>(file_size));
     for (const auto& m : model) {
       std::fprintf(f, "%s %d %lld %llu %zu %016llx\n", m.name.c_str(), static_cast<int>(m.type),
@@ -231,9 +235,9 @@ int main(int argc, char** argv) {
     size_t n;
   };
   const Slice slices[] = {
-      {"token_embd.weight", 576 * 1000, 1024},  {"blk.0.attn_q.weight", 0, 1024},
-      {"blk.0.attn_k.weight", 576 * 7, 1024},   {"blk.12.ffn_down.weight", 1536 * 3, 1024},
-      {"blk.29.ffn_gate.weight", 0, 1024},      {"blk.0.attn_norm.weight", 0, 512},
+      {"token_embd.weight", 576 * 1000, 1024}, {"blk.0.attn_q.weight", 0, 1024},
+      {"blk.0.attn_k.weight", 576 * 7, 1024},  {"blk.12.ffn_down.weight", 1536 * 3, 1024},
+      {"blk.29.ffn_gate.weight", 0, 1024},     {"blk.0.attn_norm.weight", 0, 512},
       {"output_norm.weight", 64, 512},
   };
   for (const Slice& s : slices) {
