@@ -9,6 +9,8 @@
 #include <map>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "gguf/gguf.h"
 #include "hf_vocab.h"
 #include "tokenizer/tokenizer.h"
@@ -49,8 +51,12 @@ const std::string& vocab_gguf(const std::string& name, const hf_vocab::Options& 
   EXPECT_TRUE(vocab.ok()) << (vocab.ok() ? "" : vocab.error().message);
   fs::create_directories(kOutDir);
   const fs::path out = kOutDir / ("hf-" + name + ".gguf");
-  auto st = hf_vocab::to_writer(*vocab, opts).write(out.string());
+  // CTest runs each case in its own process, possibly in parallel: write a private file
+  // and rename it into place (atomic), so no reader ever maps a half-written file.
+  const fs::path tmp = out.string() + ".tmp." + std::to_string(::getpid());
+  auto st = hf_vocab::to_writer(*vocab, opts).write(tmp.string());
   EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+  fs::rename(tmp, out);
   return built.emplace(name, out.string()).first->second;
 }
 
