@@ -136,6 +136,16 @@ std::optional<CellRange> KvCells::reservation(SeqId seq) const {
 }
 
 Result<std::vector<int32_t>> KvCells::place(std::span<const KvToken> batch) {
+  std::vector<int32_t> cells(batch.size(), -1);
+  MINFER_TRY_STATUS(place_into(batch, cells));
+  return cells;
+}
+
+Status KvCells::place_into(std::span<const KvToken> batch, std::span<int32_t> cells) {
+  if (cells.size() != batch.size()) {
+    return make_error(fmt::format("KV: place_into given {} cell slots for {} batch rows",
+                                  cells.size(), batch.size()));
+  }
   // Phase 1: validate and choose cells without changing any state.
   for (size_t i = 0; i < batch.size(); ++i) {
     const KvToken& t = batch[i];
@@ -151,7 +161,7 @@ Result<std::vector<int32_t>> KvCells::place(std::span<const KvToken> batch) {
       }
     }
   }
-  std::vector<int32_t> cells(batch.size(), -1);
+  std::fill(cells.begin(), cells.end(), -1);
   std::fill(scratch_.begin(), scratch_.end(), uint8_t{0});
   Status failure = Ok{};
   for (size_t i = 0; i < batch.size() && failure.ok(); ++i) {
@@ -196,19 +206,35 @@ Result<std::vector<int32_t>> KvCells::place(std::span<const KvToken> batch) {
     shift_[c] = 0;
     set_index(t.seq, t.pos, c);
   }
-  return cells;
+  return Ok{};
 }
 
 Result<std::vector<int32_t>> KvCells::window(std::span<const KvToken> queries,
                                              const WindowOptions& o) const {
   if (o.n_runs < 1) return make_error(fmt::format("KV window: n_runs {} < 1", o.n_runs));
+  std::vector<int32_t> out(2 * static_cast<size_t>(o.n_runs) * queries.size(), 0);
+  MINFER_TRY_STATUS(window_into(queries, o, out));
+  return out;
+}
+
+Status KvCells::window_into(std::span<const KvToken> queries, const WindowOptions& o,
+                            std::span<int32_t> out) const {
+  if (o.n_runs < 1) return make_error(fmt::format("KV window: n_runs {} < 1", o.n_runs));
   const size_t stride = 2 * static_cast<size_t>(o.n_runs);
-  std::vector<int32_t> out(stride * queries.size(), 0);
-  // Consecutive queries of one sequence with rising positions (a prefill) extend the
-  // previous query's runs instead of rescanning from position 0.
-  std::vector<CellRange> runs;
+  if (out.size() != stride * queries.size()) {
+    return make_error(fmt::format("KV window: window_into given {} slots for {} queries × {}",
+                                  out.size(), queries.size(), stride));
+  }
+  std::fill(out.begin(), out.end(), 0);
+  // Runs are written straight into the query's row (no scratch, so the decode loop
+  // allocates nothing). Consecutive queries of one sequence with rising positions (a
+  // prefill) copy the previous row's runs and extend them instead of rescanning from
+  // position 0. `n_needed` keeps counting past the layout so the error can say how
+  // many runs the query would need.
+  size_t n_needed = 0;
+  int32_t last_end = -1;  // one past the last cell of the last run
   SeqId run_seq = -1;
-  Pos scanned = -1;  // positions [0, scanned] of run_seq are in `runs`
+  Pos scanned = -1;  // positions [0, scanned] of run_seq are counted in the runs
   for (size_t q = 0; q < queries.size(); ++q) {
     const KvToken& t = queries[q];
     MINFER_TRY_STATUS(check_seq(t.seq));
@@ -217,37 +243,42 @@ Result<std::vector<int32_t>> KvCells::window(std::span<const KvToken> queries,
                                     t.pos, n_ctx_));
     }
     const Pos limit = o.causal ? t.pos : seq_pos_max(t.seq);
+    int32_t* row = out.data() + q * stride;
     if (t.seq != run_seq || limit < scanned) {
-      runs.clear();
+      n_needed = 0;
+      last_end = -1;
       run_seq = t.seq;
       scanned = -1;
+    } else if (q > 0) {
+      std::copy(row - stride, row, row);
     }
     for (Pos p = scanned + 1; p <= limit; ++p) {
       auto cell = find(t.seq, p);
       if (!cell) continue;
-      if (!runs.empty() && runs.back().first + runs.back().n == *cell) {
-        runs.back().n++;
+      if (n_needed > 0 && last_end == *cell) {
+        if (n_needed <= static_cast<size_t>(o.n_runs)) row[2 * (n_needed - 1) + 1]++;
       } else {
-        runs.push_back(CellRange{*cell, 1});
+        if (n_needed < static_cast<size_t>(o.n_runs)) {
+          row[2 * n_needed] = *cell;
+          row[2 * n_needed + 1] = 1;
+        }
+        n_needed++;
       }
+      last_end = *cell + 1;
     }
     scanned = std::max(scanned, limit);
-    if (runs.empty()) {
+    if (n_needed == 0) {
       return make_error(fmt::format("KV window: query (sequence {}, position {}) sees no cell "
                                     "(place the batch first)", t.seq, t.pos));
     }
-    if (runs.size() > static_cast<size_t>(o.n_runs)) {
+    if (n_needed > static_cast<size_t>(o.n_runs)) {
       return make_error(fmt::format(
           "KV window: query (sequence {}, position {}) needs {} runs; the window layout has {} "
           "(raise CParams::window.n_runs or reserve contiguous cells)",
-          t.seq, t.pos, runs.size(), o.n_runs));
-    }
-    for (size_t r = 0; r < runs.size(); ++r) {
-      out[q * stride + 2 * r] = runs[r].first;
-      out[q * stride + 2 * r + 1] = runs[r].n;
+          t.seq, t.pos, n_needed, o.n_runs));
     }
   }
-  return out;
+  return Ok{};
 }
 
 uint32_t KvCells::seq_rm(SeqId seq, Pos p0, Pos p1) {

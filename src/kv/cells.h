@@ -82,6 +82,9 @@ class KvCells {
   // filled from 0, cell == position. All or nothing; Error when a position is < 0
   // or >= n_ctx, a seq is out of range, a (seq, pos) repeats, or no cell is free.
   Result<std::vector<int32_t>> place(std::span<const KvToken> batch);
+  // place() into caller storage of exactly batch.size() cells: the allocation-free
+  // form the decode loop uses (ARCHITECTURE §2: the steady-state step never allocates).
+  Status place_into(std::span<const KvToken> batch, std::span<int32_t> cells);
 
   // The kv_window input, I32 [2 * n_runs, n_queries]: row t holds (first_cell, n_cells)
   // runs over the cells query t may read, in ascending position order, padded with
@@ -89,6 +92,10 @@ class KvCells {
   // needs more runs than the layout has, or sees no cell at all.
   Result<std::vector<int32_t>> window(std::span<const KvToken> queries,
                                       const WindowOptions& options) const;
+  // window() into caller storage of exactly 2 * n_runs * queries.size() elements
+  // (allocation-free; same contents and errors).
+  Status window_into(std::span<const KvToken> queries, const WindowOptions& options,
+                     std::span<int32_t> out) const;
 
   // Removes `seq` (seq < 0: every sequence) from cells with p0 <= pos < p1 (p1 < 0:
   // no upper bound); cells left with no sequence become free. Returns cells freed.
