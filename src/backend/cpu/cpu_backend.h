@@ -1,0 +1,53 @@
+// Stage 12 (kernels): the CPU backend — an (op, dtype) → kernel table over a persistent
+// worker pool, with a scalar reference for every kernel and AVX2 variants chosen once.
+// Invariants (ARCHITECTURE §2.8): each output element has one reduction order whatever
+// the thread count or batch size — threads split output rows / heads, never a dot
+// product; activations are quantized per row; attention walks KV in chunks fixed by
+// absolute cell position. The ISA is fixed at construction, so one backend never mixes
+// scalar and SIMD results.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "backend/backend.h"
+#include "core/result.h"
+
+namespace minfer::backend::cpu {
+
+// Kernel family. kAuto: the best the CPU supports (cpuid, once); an explicit ISA the
+// CPU lacks is an Error at creation (never a silent downgrade).
+enum class CpuIsa : uint8_t { kAuto, kScalar, kAvx2 };
+std::string_view isa_name(CpuIsa isa);
+// The best ISA this CPU runs (kScalar or kAvx2; AVX2 requires FMA and F16C too).
+CpuIsa detect_isa();
+
+struct CpuBackendOptions {
+  int32_t n_threads = 0;  // workers including the caller; 0: hardware concurrency
+  CpuIsa isa = CpuIsa::kAuto;
+  graph::BackendId id = graph::kBackendCpu;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<CpuBackend>> create(const CpuBackendOptions& options = {});
+  ~CpuBackend() override;
+
+  std::string_view name() const override { return "cpu"; }
+  graph::BackendId id() const override;
+  bool supports_op(const graph::Node& node, std::span<const DType> src_dtypes) const override;
+  Status execute(const graph::ComputeGraph& graph, std::span<const graph::NodeId> nodes,
+                 const NodeData& data) override;
+
+  CpuIsa isa() const;        // resolved (never kAuto)
+  int32_t n_threads() const;
+
+ private:
+  struct Impl;
+  explicit CpuBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace minfer::backend::cpu

@@ -1,0 +1,116 @@
+// Stage 11 (execution): the Scheduler — places every node on a backend by supports_op,
+// splits the graph into same-backend runs and executes them over the allocator's memory.
+// Invariants: placement happens once, before fusion and allocation (assign_backends);
+// execute never re-routes a node: a node its assigned backend cannot run, or a node no
+// registered backend supports, is an Error naming node, op and dtypes (no silent
+// fallback); splits are contiguous runs in build order, cached per graph uid, so a
+// reused graph plans nothing; the steady-state execute allocates nothing.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "alloc/allocator.h"
+#include "backend/backend.h"
+#include "core/result.h"
+#include "graph/fusion.h"
+#include "graph/graph.h"
+
+namespace minfer::sched {
+
+// A maximal run of compute nodes (build order) on one backend. Leaves are not part of
+// any split. `foreign_srcs` are computed sources produced by another backend (cross-
+// backend copies; empty while CPU is the only backend).
+struct Split {
+  graph::BackendId backend = graph::kBackendCpu;
+  graph::NodeId first = graph::kNoNode;  // first node id of the run
+  graph::NodeId last = graph::kNoNode;   // last node id of the run (inclusive)
+  std::vector<graph::NodeId> nodes;      // compute nodes of the run, ascending
+  std::vector<graph::NodeId> foreign_srcs;
+};
+
+// Split layout and op census of one graph, computed once per uid.
+struct SplitPlan {
+  uint64_t uid = 0;
+  std::vector<Split> splits;
+  std::array<int32_t, static_cast<size_t>(graph::Op::kCount)> op_census{};  // every node
+  int32_t n_compute = 0;  // non-leaf nodes
+};
+
+// What the per-execute trace hook sees (MINFER_GRAPH_TRACE): the plan and whether it
+// was planned by this call or reused from an earlier one.
+struct ExecTrace {
+  const SplitPlan* plan = nullptr;
+  bool planned_now = false;
+  uint64_t execute_index = 0;  // executes so far on this scheduler, from 0
+};
+using TraceHook = std::function<void(const ExecTrace&)>;
+// Multi-line human-readable rendering: "uid 7: 3 splits, 412 nodes\n  cpu [3..411] ...".
+std::string format_trace(const ExecTrace& trace, const graph::ComputeGraph& graph,
+                         const std::function<std::string_view(graph::BackendId)>& backend_name);
+
+struct AssignStats {
+  int32_t n_kept = 0;        // compute nodes left on the builder's placement
+  int32_t n_reassigned = 0;  // moved to a higher-priority-order backend that supports them
+};
+
+struct SchedStats {
+  uint64_t executes = 0;
+  uint64_t plans_built = 0;
+  uint64_t plans_reused = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler() = default;
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Registers a backend; registration order is priority order (first = preferred).
+  // A second backend with the same id is a broken invariant (MINFER_CHECK).
+  void add_backend(std::unique_ptr<backend::Backend> backend);
+  backend::Backend* backend(graph::BackendId id) const;  // nullptr when not registered
+  size_t n_backends() const { return backends_.size(); }
+
+  // Placement (before fusion, caching and allocation): each compute node keeps the
+  // builder's placement when that backend is registered and supports it, else goes to
+  // the first backend in priority order that does. Error when none does — naming the
+  // node, its op, its dtype and its sources' dtypes. Leaves keep their placement.
+  Result<AssignStats> assign_backends(graph::ComputeGraph& graph) const;
+
+  // For the fusion pass: whether a node's backend can run the fused op (sources F32).
+  graph::FusionSupport fusion_support() const;
+
+  // The split plan of `graph` (validated: every compute node's backend registered and
+  // supporting it, else Error). Cached by uid; a graph with uid 0 is planned afresh on
+  // every call (tests) and not cached.
+  Result<const SplitPlan*> plan(const graph::ComputeGraph& graph);
+
+  // Runs the graph currently mapped by `allocator` (map_graph + input fills done):
+  // plan (or reuse the plan), resolve node memory, execute split by split, synchronize.
+  Status execute(const graph::ComputeGraph& graph, alloc::Allocator& allocator);
+
+  // Called once per execute, after planning and before running (nullptr: off).
+  void set_trace_hook(TraceHook hook) { trace_ = std::move(hook); }
+  // Plans of graphs no longer cached may be dropped (GraphCache eviction).
+  void forget(uint64_t uid) { plans_.erase(uid); }
+  const SchedStats& stats() const { return stats_; }
+
+ private:
+  Result<SplitPlan> build_plan(const graph::ComputeGraph& graph) const;
+
+  std::vector<std::unique_ptr<backend::Backend>> backends_;
+  std::unordered_map<uint64_t, SplitPlan> plans_;
+  SplitPlan scratch_plan_;              // uid-0 graphs
+  std::vector<std::byte*> node_data_;   // resolved node memory, reused across steps
+  std::vector<DType> src_dtypes_;
+  TraceHook trace_;
+  SchedStats stats_;
+};
+
+}  // namespace minfer::sched
