@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/mapped_file.h"
@@ -105,6 +106,29 @@ inline Result<GoldenType> read_type(const std::string& file_name) {
   out.cases.resize(n_cases);
   for (auto& gc : out.cases) {
     MINFER_TRY(gc.name, c.name());
+    MINFER_TRY(gc.n, c.pod<uint64_t>());
+    MINFER_TRY(uint64_t n_bytes, c.pod<uint64_t>());
+    if (gc.n > (1u << 24) || n_bytes > (1u << 26)) return make_error(path + ": case too large");
+    gc.bytes.resize(n_bytes);
+    MINFER_TRY_STATUS(c.take(gc.bytes.data(), n_bytes));
+    gc.deq.resize(gc.n);
+    MINFER_TRY_STATUS(c.take(gc.deq.data(), gc.n * 4));
+  }
+  if (!c.at_end()) return make_error(path + ": trailing bytes");
+  return out;
+}
+
+// dequant_random.bin: arbitrary bytes per type and ggml's dequantization of them.
+inline Result<std::vector<std::pair<uint32_t, GoldenCase>>> read_random() {
+  const std::string path = golden_dir() + "/dequant_random.bin";
+  MINFER_TRY(std::string data, read_file(path));
+  Cursor c(std::move(data), path);
+  MINFER_TRY_STATUS(c.magic("MQDR"));
+  MINFER_TRY(uint32_t n_types, c.pod<uint32_t>());
+  std::vector<std::pair<uint32_t, GoldenCase>> out(n_types);
+  for (auto& [type_id, gc] : out) {
+    MINFER_TRY(type_id, c.pod<uint32_t>());
+    gc.name = "random_bytes";
     MINFER_TRY(gc.n, c.pod<uint64_t>());
     MINFER_TRY(uint64_t n_bytes, c.pod<uint64_t>());
     if (gc.n > (1u << 24) || n_bytes > (1u << 26)) return make_error(path + ": case too large");

@@ -90,6 +90,26 @@ TEST_P(QuantGolden, DequantizeMatchesGgml_bitwise) {
   }
 }
 
+// Arbitrary bytes (random scales, signs, high bits; NaN/Inf scales included) decode to
+// ggml's floats too — the layouts, not only the quantizers' outputs, are right.
+TEST_P(QuantGolden, DequantizeRandomBytesMatchesGgml_bitwise) {
+  auto r = test::read_random();
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const test::GoldenCase* gc = nullptr;
+  for (const auto& [id, c] : *r) {
+    if (id == static_cast<uint32_t>(GetParam())) gc = &c;
+  }
+  ASSERT_NE(gc, nullptr) << "no random-bytes golden for " << dtype_name(GetParam());
+  std::vector<float> got(gc->n);
+  ASSERT_TRUE(dequantize(GetParam(), gc->bytes, got).ok());
+  const uint32_t block_size = traits(GetParam())->block_size;
+  for (size_t i = 0; i < gc->n; ++i) {
+    ASSERT_EQ(fp32_to_bits(got[i]), fp32_to_bits(gc->deq[i]))
+        << "first differing element " << i << " (block " << i / block_size << "): ours " << got[i]
+        << ", ggml " << gc->deq[i];
+  }
+}
+
 std::string type_param_name(const ::testing::TestParamInfo<DType>& info) {
   return std::string(dtype_name(info.param));
 }

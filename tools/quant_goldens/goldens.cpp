@@ -13,6 +13,9 @@
 //                order as inputs.bin): u16 name_len, name, u64 n, u64 n_bytes,
 //                u8[n_bytes] quantized by ggml's from_float_ref (quantize_row_*_ref)
 //                into a zeroed buffer, f32[n] = ggml's to_float of those bytes
+//   dequant_random.bin  "MQDR" u32 version, u32 n_types, then per type: u32 ggml type
+//                id, u64 n, u64 n_bytes, u8[n_bytes] uniformly random (any scale bits,
+//                NaN/Inf included), f32[n] = ggml's to_float of them
 //   smollm2_dequant.txt  one line per tensor: name, ggml type id, n_elements, absolute
 //                byte offset in the file, n_bytes, FNV-1a 64 (hex) of ggml's dequantized
 //                floats taken as 32-bit words (h ^= bits; h *= 0x100000001b3)
@@ -317,6 +320,35 @@ int main(int argc, char** argv) {
       w.bytes(deq.data(), deq.size() * 4);
     }
   }
+  // Dequantization of arbitrary bytes: every scale/sign/high-bit pattern, not only the
+  // ones a quantizer emits.
+  {
+    Writer w(out + "/dequant_random.bin");
+    w.bytes("MQDR", 4);
+    w.pod<uint32_t>(kVersion);
+    w.pod<uint32_t>(static_cast<uint32_t>(sizeof(types) / sizeof(types[0])));
+    Rng rng{0x72616e646f6dull};  // "random"
+    constexpr int64_t kRandomElements = 2048;
+    for (ggml_type type : types) {
+      const size_t n_bytes = ggml_row_size(type, kRandomElements);
+      std::vector<uint8_t> q(n_bytes);
+      for (auto& byte : q) byte = static_cast<uint8_t>(rng.next() >> 56);
+      std::vector<float> deq(kRandomElements);
+      if (type == GGML_TYPE_F32) {
+        std::memcpy(deq.data(), q.data(), n_bytes);
+      } else if (type == GGML_TYPE_Q8_K) {
+        dequantize_row_q8_K(q.data(), deq.data(), kRandomElements);
+      } else {
+        ggml_get_type_traits(type)->to_float(q.data(), deq.data(), kRandomElements);
+      }
+      w.pod<uint32_t>(static_cast<uint32_t>(type));
+      w.pod<uint64_t>(static_cast<uint64_t>(kRandomElements));
+      w.pod<uint64_t>(n_bytes);
+      w.bytes(q.data(), n_bytes);
+      w.bytes(deq.data(), deq.size() * 4);
+    }
+  }
+
   std::printf("quant_goldens: %zu cases x %zu types, %zu model tensors, %d chunk mismatches\n",
               cases.size(), sizeof(types) / sizeof(types[0]), model.size(), chunk_mismatches);
   return 0;
