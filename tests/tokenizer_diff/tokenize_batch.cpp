@@ -7,9 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"

@@ -3,13 +3,12 @@
 // converter wrote into the reference vocab GGUFs.
 // Generated GGUFs go to the build dir (tests/tokenizer_diff/hf-<name>.gguf).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "gguf/gguf.h"
 #include "hf_vocab.h"
@@ -99,8 +98,8 @@ void expect_vectors_exact(const std::string& gguf_path, const std::string& vecto
     ASSERT_TRUE(ids.ok()) << ids.error().message;
     if (*ids != expected[i] && ++mismatches <= 5) {
       ADD_FAILURE() << vectors << " test " << i << " text " << json(texts[i]).dump()
-                    << "\n  expected " << testing::PrintToString(expected[i])
-                    << "\n  got      " << testing::PrintToString(*ids);
+                    << "\n  expected " << testing::PrintToString(expected[i]) << "\n  got      "
+                    << testing::PrintToString(*ids);
     }
   }
   EXPECT_EQ(mismatches, 0) << "of " << texts.size();
@@ -126,7 +125,8 @@ VocabMeta read_meta(const gguf::Model& m) {
   v.pre = m.get_string("tokenizer.ggml.pre").value();
   v.tokens = m.get_string_array("tokenizer.ggml.tokens").value();
   v.types = m.get_i32_array("tokenizer.ggml.token_type").value();
-  if (m.has("tokenizer.ggml.merges")) v.merges = m.get_string_array("tokenizer.ggml.merges").value();
+  if (m.has("tokenizer.ggml.merges"))
+    v.merges = m.get_string_array("tokenizer.ggml.merges").value();
   return v;
 }
 
@@ -237,13 +237,16 @@ TEST(VocabFromHf, Llama2SpmVocabStructure_exact) {
 
 TEST(VocabFromHf, MergesListFormEncodesSpacesAsU0120_exact) {
   json tok = {
-      {"model", {{"type", "BPE"}, {"byte_fallback", false},
-                 {"vocab", {{"a", 0}, {"b", 1}, {"a b", 2}, {"ab", 3}}},
-                 {"merges", json::array({json::array({"a", "b"}), json::array({"a ", "b"})})}}},
+      {"model",
+       {{"type", "BPE"},
+        {"byte_fallback", false},
+        {"vocab", {{"a", 0}, {"b", 1}, {"a b", 2}, {"ab", 3}}},
+        {"merges", json::array({json::array({"a", "b"}), json::array({"a ", "b"})})}}},
       {"decoder", {{"type", "ByteLevel"}}},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"added_tokens", json::array({{{"id", 5}, {"content", "<|x|>"}, {"special", false}},
-                                    {{"id", 6}, {"content", "\xe2\x96\x81y"}, {"special", false}}})},
+      {"added_tokens",
+       json::array({{{"id", 5}, {"content", "<|x|>"}, {"special", false}},
+                    {{"id", 6}, {"content", "\xe2\x96\x81y"}, {"special", false}}})},
   };
   auto v = hf_vocab::build_vocab(tok, nullptr, {});
   ASSERT_TRUE(v.ok()) << v.error().message;
@@ -254,8 +257,8 @@ TEST(VocabFromHf, MergesListFormEncodesSpacesAsU0120_exact) {
   ASSERT_EQ(v->tokens.size(), 7u);
   EXPECT_EQ(v->tokens[4], "[PAD4]");
   EXPECT_EQ(v->types[4], 5);
-  EXPECT_EQ(v->types[5], 3);        // looks special
-  EXPECT_EQ(v->tokens[6], " y");    // user-defined "▁" pre-normalized to a space
+  EXPECT_EQ(v->types[5], 3);      // looks special
+  EXPECT_EQ(v->tokens[6], " y");  // user-defined "▁" pre-normalized to a space
   EXPECT_EQ(v->types[6], 4);
 
   tok["pre_tokenizer"] = {{"type", "Whitespace"}};

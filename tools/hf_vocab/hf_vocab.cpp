@@ -34,7 +34,9 @@ std::vector<AddedToken> read_added(const json& tok) {
   return out;
 }
 
-bool starts_with(const std::string& s, std::string_view p) { return s.rfind(p, 0) == 0; }
+bool starts_with(const std::string& s, std::string_view p) {
+  return s.rfind(p, 0) == 0;
+}
 bool ends_with(const std::string& s, std::string_view p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
 }
@@ -229,7 +231,7 @@ std::optional<bool> read_add_space_prefix(const json& tok) {
   if (tok.contains("pre_tokenizer") && tok["pre_tokenizer"].is_object()) {
     const json& p = tok["pre_tokenizer"];
     json list = p.value("type", "") == "Sequence" ? p.value("pretokenizers", json::array())
-                                                   : json::array({p});
+                                                  : json::array({p});
     for (const json& s : list) {
       if (s.value("type", "") != "Metaspace") continue;
       found = true;
@@ -258,7 +260,8 @@ Result<Vocab> build_vocab(const json& tok, const json* config, const Options& op
   const json& model = tok["model"];
   const std::string model_type = model.value("type", "");
   if (model_type != "BPE") {
-    return make_error(fmt::format("unsupported tokenizer model type \"{}\" (only BPE)", model_type));
+    return make_error(
+        fmt::format("unsupported tokenizer model type \"{}\" (only BPE)", model_type));
   }
   const bool byte_fallback = model.value("byte_fallback", false);
   const std::string decoder_type =
@@ -280,7 +283,8 @@ Result<Vocab> build_vocab(const json& tok, const json* config, const Options& op
   } else {
     return make_error(fmt::format(
         "unsupported BPE flavour (byte_fallback={}, decoder \"{}\"): neither byte-level BPE "
-        "nor SentencePiece-style BPE", byte_fallback, decoder_type));
+        "nor SentencePiece-style BPE",
+        byte_fallback, decoder_type));
   }
 
   // All ids: the model's vocab plus the added tokens (transformers' tokenizer.vocab).

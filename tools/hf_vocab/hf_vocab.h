@@ -6,11 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/result.h"
 #include "gguf/gguf.h"
@@ -28,10 +27,10 @@ enum class TokenType : int32_t {
 };
 
 struct Options {
-  std::string arch = "llama";   // general.architecture
-  std::string name;             // general.name ("" → not written)
-  std::string pre;              // tokenizer.ggml.pre ("" → detect, error if unknown)
-  uint32_t vocab_size = 0;      // pad the token list to this many ids (0 → max id + 1)
+  std::string arch = "llama";  // general.architecture
+  std::string name;            // general.name ("" → not written)
+  std::string pre;             // tokenizer.ggml.pre ("" → detect, error if unknown)
+  uint32_t vocab_size = 0;     // pad the token list to this many ids (0 → max id + 1)
 };
 
 // The special-token ids and flags SpecialVocab collects (gguf-py/gguf/vocab.py).
@@ -45,11 +44,11 @@ struct Vocab {
   std::string pre;    // tokenizer.ggml.pre
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
-  std::vector<float> scores;         // "llama" only
-  std::vector<std::string> merges;   // "gpt2" only, "a b" form
+  std::vector<float> scores;             // "llama" only
+  std::vector<std::string> merges;       // "gpt2" only, "a b" form
   std::optional<bool> add_space_prefix;  // "llama" only
   SpecialTokens special;
-  std::string chat_template;         // "" → none
+  std::string chat_template;  // "" → none
   // Named extra templates (tokenizer_config chat_template as a list of {name, template}).
   std::vector<std::pair<std::string, std::string>> named_templates;
 };

@@ -2,9 +2,9 @@
 // INPUT is a tokenizer.json or a folder holding one; tokenizer_config.json beside it is
 // read unless --config names another or --no-config is given. Writes a vocabulary-only
 // GGUF (no tensors) whose tokenizer.ggml.* metadata is what convert_hf_to_gguf.py writes.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -78,10 +78,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr,
                "{}: model={} pre={} tokens={} types{{{} }} merges={} bos={} eos={} unk={} "
                "pad={} chat_template={}\n",
-               output, vocab->model, vocab->pre, vocab->tokens.size(), types,
-               vocab->merges.size(), id(vocab->special.bos), id(vocab->special.eos),
-               id(vocab->special.unk), id(vocab->special.pad),
-               vocab->chat_template.empty() ? "no" : "yes");
+               output, vocab->model, vocab->pre, vocab->tokens.size(), types, vocab->merges.size(),
+               id(vocab->special.bos), id(vocab->special.eos), id(vocab->special.unk),
+               id(vocab->special.pad), vocab->chat_template.empty() ? "no" : "yes");
   }
   return 0;
 }

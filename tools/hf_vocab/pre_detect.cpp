@@ -88,9 +88,8 @@ Result<std::string> detect_pre(const json& pre_tokenizer) {
   }
   std::string found;
   for (const std::string& s : steps) found += "\n  " + s;
-  return make_error(
-      fmt::format("unknown pre-tokenizer; pass --pre NAME (a name llama.cpp knows). Steps:{}",
-                  found));
+  return make_error(fmt::format(
+      "unknown pre-tokenizer; pass --pre NAME (a name llama.cpp knows). Steps:{}", found));
 }
 
 }  // namespace minfer::hf_vocab
