@@ -21,7 +21,8 @@ namespace {
 // ' ?\p{L}+' family, GPT-2 (openai/gpt-2 encoder.py).
 constexpr const char* kGpt2 =
     R"re('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))re";
-constexpr const char* kContractions = R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]))re";
+constexpr const char* kContractions =
+    R"re((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]))re";
 // Llama 3 / tiktoken cl100k.
 constexpr const char* kLlama3Tail =
     R"re(|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
@@ -60,13 +61,16 @@ constexpr const char* kDeepseekPunct =
     R"re(\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+)re";
 constexpr const char* kDeepseekCjk = R"re([\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+)re";
 // DeepSeek V3 family.
-constexpr const char* kDeepseek3Cjk = R"re([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)re";
+constexpr const char* kDeepseek3Cjk =
+    R"re([\x{4E00}-\x{9FA5}\x{3040}-\x{309F}\x{30A0}-\x{30FF}]+)re";
 constexpr const char* kDeepseek3Main =
     R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
 constexpr const char* kSpark25Main =
     R"re([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+|[\r\n]|\s+(?!\S)|\s+)re";
 
-std::string cat(const char* a, const char* b) { return std::string(a) + b; }
+std::string cat(const char* a, const char* b) {
+  return std::string(a) + b;
+}
 
 struct Entry {
   std::vector<std::string> names;  // first is canonical
@@ -81,9 +85,9 @@ const std::vector<Entry>& table() {
     const std::string llama3 = cat(kContractions, kLlama3Tail);
     const std::string qwen2 = cat(kContractions, kQwen2Tail);
     std::vector<Entry> e;
-    e.push_back({.names = {"default"},
-                 .regexes = {R"re([\p{P}\$\+<=>\^~\|]+)re", kGpt2, R"re(\p{N}+)re",
-                             "[0-9][0-9][0-9]"}});
+    e.push_back(
+        {.names = {"default"},
+         .regexes = {R"re([\p{P}\$\+<=>\^~\|]+)re", kGpt2, R"re(\p{N}+)re", "[0-9][0-9][0-9]"}});
     e.push_back({.names = {"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral",
                            "midm-2.0", "lfm2", "jina-v5-nano"},
                  .regexes = {llama3},
@@ -106,11 +110,11 @@ const std::vector<Entry>& table() {
     e.push_back({.names = {"starcoder", "refact", "command-r", "smollm", "codeshell", "exaone",
                            "minerva-7b", "mellum2"},
                  .regexes = {R"re(\p{N})re", kGpt2}});
-    e.push_back({.names = {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es",
-                           "jina-v2-de", "a.x-4.0", "mellum", "modern-bert", "exaone4",
-                           "jina-v1-en", "jina-v2-code", "roberta-bpe", "mpt", "olmo", "jais",
-                           "trillion", "granite-docling"},
-                 .regexes = {kGpt2}});
+    e.push_back(
+        {.names = {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de",
+                   "a.x-4.0", "mellum", "modern-bert", "exaone4", "jina-v1-en", "jina-v2-code",
+                   "roberta-bpe", "mpt", "olmo", "jais", "trillion", "granite-docling"},
+         .regexes = {kGpt2}});
     e.push_back({.names = {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2",
                            "hunyuan", "solar-open"},
                  .regexes = {qwen2}});
@@ -118,16 +122,14 @@ const std::vector<Entry>& table() {
     e.push_back({.names = {"poro-chat", "bloom", "gpt3-finnish"}, .regexes = {kBloom}});
     e.push_back({.names = {"viking"}, .regexes = {kBloom, R"re(\p{N})re"}});
     e.push_back({.names = {"chatglm-bpe"}, .regexes = {llama3}, .no_bos = true});
-    e.push_back({.names = {"glm4", "glm5"},
-                 .regexes = {llama3},
-                 .ignore_merges = true,
-                 .no_bos = true});
+    e.push_back(
+        {.names = {"glm4", "glm5"}, .regexes = {llama3}, .ignore_merges = true, .no_bos = true});
     e.push_back({.names = {"tekken"},
                  .regexes = {kTekken},
                  .ignore_merges = true,
                  .default_add_bos = true});
-    e.push_back({.names = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"},
-                 .regexes = {kGpt4o}});
+    e.push_back(
+        {.names = {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, .regexes = {kGpt4o}});
     e.push_back({.names = {"granite-embed-multi-97m"},
                  .regexes = {kGraniteEmbMulti},
                  .ignore_merges = true});
@@ -162,7 +164,8 @@ Result<PreTokenizerSpec> find_pre_tokenizer(std::string_view name) {
   }
   return make_error("unknown pre-tokenizer type '" + std::string(name) +
                     "' (tokenizer.ggml.pre); minfer knows " +
-                    std::to_string(known_pre_tokenizers().size()) + " names, e.g. gpt-2, "
+                    std::to_string(known_pre_tokenizers().size()) +
+                    " names, e.g. gpt-2, "
                     "llama-bpe, qwen2, deepseek-coder");
 }
 

@@ -85,7 +85,7 @@ MatchScratch& scratch() {
 }  // namespace
 
 struct PreTokenizer::Compiled {
-  std::string source;   // llama.cpp's form, for messages
+  std::string source;  // llama.cpp's form, for messages
   pcre2_code* code = nullptr;
   ~Compiled() { pcre2_code_free(code); }
 };
@@ -134,9 +134,9 @@ Result<PreTokenizer> PreTokenizer::create(const std::vector<std::string>& regexe
     const std::string pattern = translate(source);
     int err = 0;
     PCRE2_SIZE err_offset = 0;
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                     PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err,
-                                     &err_offset, nullptr);
+    pcre2_code* code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &err_offset, nullptr);
     if (code == nullptr) {
       return make_error("pre-tokenizer regex '" + source + "' does not compile at offset " +
                         std::to_string(err_offset) + ": " + pcre2_message(err));
@@ -187,15 +187,15 @@ Result<std::vector<std::string>> PreTokenizer::split(std::string_view text) cons
     for (const size_t len : pieces) {
       const size_t b0 = cp_byte[cp_start];
       const size_t b_len = cp_byte[cp_start + len] - b0;
-      size_t pos = 0;       // search start, bytes from b0
-      size_t emitted = 0;   // bytes from b0 already in `next`
+      size_t pos = 0;      // search start, bytes from b0
+      size_t emitted = 0;  // bytes from b0 already in `next`
       while (pos <= b_len) {
-        const int rc = pcre2_match(re->code, subj + b0, b_len, pos, PCRE2_NO_UTF_CHECK, ms.data,
-                                   ms.context);
+        const int rc =
+            pcre2_match(re->code, subj + b0, b_len, pos, PCRE2_NO_UTF_CHECK, ms.data, ms.context);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
-          return make_error("pre-tokenizer regex '" + re->source + "' failed: " +
-                            pcre2_message(rc));
+          return make_error("pre-tokenizer regex '" + re->source +
+                            "' failed: " + pcre2_message(rc));
         }
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ms.data);
         const size_t m0 = ov[0], m1 = ov[1];

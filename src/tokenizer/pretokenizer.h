@@ -19,9 +19,9 @@ namespace minfer::tokenizer {
 struct PreTokenizerSpec {
   std::string name;                  // canonical name (the first alias)
   std::vector<std::string> regexes;  // applied in order, each inside the previous pieces
-  bool ignore_merges = false;  // a word that is a whole vocabulary token skips merging
-  bool default_add_bos = false;  // add_bos before metadata overrides it
-  bool no_bos = false;           // the vocabulary has no BOS (chatglm)
+  bool ignore_merges = false;        // a word that is a whole vocabulary token skips merging
+  bool default_add_bos = false;      // add_bos before metadata overrides it
+  bool no_bos = false;               // the vocabulary has no BOS (chatglm)
 };
 
 // Looks a pre-tokenizer up by its GGUF name (aliases included). An empty name means

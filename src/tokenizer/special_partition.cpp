@@ -13,12 +13,15 @@ namespace minfer::tokenizer {
 
 namespace {
 // C-locale isspace, which is what llama.cpp applies to the bytes beside a token.
-bool is_ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+bool is_ascii_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r');
+}
 }  // namespace
 
 std::vector<Fragment> VocabTokenizer::partition(std::string_view text, bool parse_special) const {
   std::list<Fragment> frags;
-  if (!text.empty()) frags.push_back(Fragment{.token = kNoToken, .offset = 0, .length = text.size()});
+  if (!text.empty())
+    frags.push_back(Fragment{.token = kNoToken, .offset = 0, .length = text.size()});
 
   for (const TokenId id : special_cache_) {
     const uint32_t attr = attrs_[static_cast<size_t>(id)];
@@ -42,7 +45,8 @@ std::vector<Fragment> VocabTokenizer::partition(std::string_view text, bool pars
             while (left_len > 0 && is_ascii_space(text[base + left_len - 1])) --left_len;
           }
           if (left_len > 0) {
-            frags.insert(insert_at, Fragment{.token = kNoToken, .offset = base, .length = left_len});
+            frags.insert(insert_at,
+                         Fragment{.token = kNoToken, .offset = base, .length = left_len});
           }
         }
         frags.insert(insert_at, Fragment{.token = id, .offset = 0, .length = 0});
@@ -63,7 +67,8 @@ std::vector<Fragment> VocabTokenizer::partition(std::string_view text, bool pars
       if (!replaced) continue;
       // What is left after the last match is itself a raw piece (searched no further
       // for this token: the loop above already did).
-      if (len > 0) frags.insert(insert_at, Fragment{.token = kNoToken, .offset = base, .length = len});
+      if (len > 0)
+        frags.insert(insert_at, Fragment{.token = kNoToken, .offset = base, .length = len});
       frags.erase(it);
       // Continue after the pieces just inserted (at least the token precedes insert_at).
       it = std::prev(insert_at);

@@ -104,7 +104,9 @@ class Tokenizer {
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
   const std::string& token_text(TokenId id) const { return tokens_.at(static_cast<size_t>(id)); }
   TokenType token_type(TokenId id) const { return types_.at(static_cast<size_t>(id)); }
-  uint32_t token_attr(TokenId id) const { return attrs_.at(static_cast<size_t>(id)); }  // TokenAttr bits
+  uint32_t token_attr(TokenId id) const {
+    return attrs_.at(static_cast<size_t>(id));
+  }  // TokenAttr bits
   // Id of a token by its exact text; kNoToken if absent.
   virtual TokenId find_token(std::string_view text) const = 0;
   const SpecialIds& special() const { return special_; }

@@ -10,13 +10,14 @@ namespace minfer::tokenizer::unicode {
 size_t utf8_seq_len(uint8_t lead) {
   // Indexed by the high nibble: 0x0..0xB → 1 (ASCII and stray continuation bytes),
   // 0xC..0xD → 2, 0xE → 3, 0xF → 4.
-  static constexpr std::array<uint8_t, 16> kLen = {1, 1, 1, 1, 1, 1, 1, 1,
-                                                   1, 1, 1, 1, 2, 2, 3, 4};
+  static constexpr std::array<uint8_t, 16> kLen = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
   return kLen[lead >> 4];
 }
 
 namespace {
-bool is_cont(uint8_t b) { return (b & 0xC0) == 0x80; }
+bool is_cont(uint8_t b) {
+  return (b & 0xC0) == 0x80;
+}
 }  // namespace
 
 std::vector<uint32_t> decode_utf8(std::string_view text) {
@@ -94,8 +95,14 @@ std::string to_utf8(uint32_t cp) {
 bool is_whitespace(uint32_t cp) {
   if (cp < 0x80) return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20;
   switch (cp) {
-    case 0x0085: case 0x00A0: case 0x1680: case 0x2028: case 0x2029:
-    case 0x202F: case 0x205F: case 0x3000:
+    case 0x0085:
+    case 0x00A0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return cp >= 0x2000 && cp <= 0x200A;
@@ -125,7 +132,9 @@ const ByteTable& byte_table() {
 }
 }  // namespace
 
-uint32_t byte_to_cp(uint8_t byte) { return byte_table().to_cp[byte]; }
+uint32_t byte_to_cp(uint8_t byte) {
+  return byte_table().to_cp[byte];
+}
 
 std::optional<uint8_t> cp_to_byte(uint32_t cp) {
   const auto& t = byte_table();
@@ -144,9 +153,12 @@ size_t incomplete_utf8_tail(std::string_view bytes) {
     const auto b = static_cast<uint8_t>(bytes[i - 1]);
     if (is_cont(b)) continue;
     size_t need = 1;
-    if ((b & 0xE0) == 0xC0) need = 2;
-    else if ((b & 0xF0) == 0xE0) need = 3;
-    else if ((b & 0xF8) == 0xF0) need = 4;
+    if ((b & 0xE0) == 0xC0)
+      need = 2;
+    else if ((b & 0xF0) == 0xE0)
+      need = 3;
+    else if ((b & 0xF8) == 0xF0)
+      need = 4;
     const size_t have = n - (i - 1);
     return have < need ? have : 0;
   }

@@ -15,13 +15,20 @@ namespace {
 
 uint32_t attr_from_type(int32_t type) {
   switch (static_cast<TokenType>(type)) {
-    case TokenType::kUnknown: return kAttrUnknown;
-    case TokenType::kUnused: return kAttrUnused;
-    case TokenType::kNormal: return kAttrNormal;
-    case TokenType::kControl: return kAttrControl;
-    case TokenType::kUserDefined: return kAttrUserDefined;
-    case TokenType::kByte: return kAttrByte;
-    default: return kAttrUndefined;
+    case TokenType::kUnknown:
+      return kAttrUnknown;
+    case TokenType::kUnused:
+      return kAttrUnused;
+    case TokenType::kNormal:
+      return kAttrNormal;
+    case TokenType::kControl:
+      return kAttrControl;
+    case TokenType::kUserDefined:
+      return kAttrUserDefined;
+    case TokenType::kByte:
+      return kAttrByte;
+    default:
+      return kAttrUndefined;
   }
 }
 
@@ -31,30 +38,56 @@ bool is_one_of(std::string_view s, std::initializer_list<std::string_view> list)
 
 // Token texts llama.cpp recognises when the metadata leaves an id unset.
 const std::initializer_list<std::string_view> kEotTexts = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-    "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
-    "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "<end_of_utterance>"};
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
+    "<end_of_utterance>"};
 const std::initializer_list<std::string_view> kEomTexts = {"<|eom_id|>"};
 const std::initializer_list<std::string_view> kFimPreTexts = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uFF5Cfim\u2581begin\uFF5C>",
-    "<PRE>", "\u2581<PRE>", "<|code_prefix|>", "<|prefix|>"};
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",    "<\uFF5Cfim\u2581begin\uFF5C>",
+    "<PRE>",          "\u2581<PRE>",  "<|code_prefix|>", "<|prefix|>"};
 const std::initializer_list<std::string_view> kFimSufTexts = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uFF5Cfim\u2581hole\uFF5C>",
-    "<SUF>", "\u2581<SUF>", "<|code_suffix|>", "<|suffix|>"};
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",    "<\uFF5Cfim\u2581hole\uFF5C>",
+    "<SUF>",          "\u2581<SUF>",  "<|code_suffix|>", "<|suffix|>"};
 const std::initializer_list<std::string_view> kFimMidTexts = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uFF5Cfim\u2581end\uFF5C>",
-    "<MID>", "\u2581<MID>", "<|code_middle|>", "<|middle|>"};
-const std::initializer_list<std::string_view> kFimPadTexts = {
-    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"};
-const std::initializer_list<std::string_view> kFimRepTexts = {
-    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"};
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>",    "<\uFF5Cfim\u2581end\uFF5C>",
+    "<MID>",          "\u2581<MID>",  "<|code_middle|>", "<|middle|>"};
+const std::initializer_list<std::string_view> kFimPadTexts = {"<|fim_pad|>", "<fim-pad>",
+                                                              "<fim_pad>", "<PAD>", "[PAD]"};
+const std::initializer_list<std::string_view> kFimRepTexts = {"<|fim_repo|>", "<|repo_name|>",
+                                                              "<fim-repo>", "<REPO>", "<reponame>"};
 const std::initializer_list<std::string_view> kFimSepTexts = {"<|file_sep|>"};
 // Texts that end generation whatever the metadata says.
 const std::initializer_list<std::string_view> kEogTexts = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
-    "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>",
-    "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>",
-    "<turn|>", "<|tool_response>", "<\uFF5Cend\u2581of\u2581sentence\uFF5C>", "[e~["};
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
+    "[e~["};
 
 // Optional token id from metadata: absent, or stored as a negative number → nullopt.
 Result<std::optional<TokenId>> read_id(const gguf::Model& m, std::string_view key) {
@@ -236,10 +269,12 @@ Status VocabTokenizer::load(VocabData& d) {
   s.add_eos = d.add_eos.value_or(false);
   s.add_space_prefix = add_space_prefix;
   if (s.add_bos && s.bos == kNoToken) {
-    return make_error("tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+    return make_error(
+        "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
   }
   if (s.add_eos && s.eos == kNoToken) {
-    return make_error("tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
+    return make_error(
+        "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
   }
 
   // Unset ids found by their text; such tokens become control. llama.cpp walks a hash
@@ -320,10 +355,14 @@ void VocabTokenizer::build_eog() {
   TokenId end_id = kNoToken;
   for (TokenId id : eog) {
     const std::string& t = tokens_[static_cast<size_t>(id)];
-    if (t == "<|return|>") has_return = true;
-    else if (t == "<|call|>" || t == "<|calls|>") has_call = true;
-    else if (t == "<|flush|>") has_flush = true;
-    else if (t == "<|end|>") end_id = id;
+    if (t == "<|return|>")
+      has_return = true;
+    else if (t == "<|call|>" || t == "<|calls|>")
+      has_call = true;
+    else if (t == "<|flush|>")
+      has_flush = true;
+    else if (t == "<|end|>")
+      end_id = id;
   }
   if (end_id != kNoToken && ((has_return && has_call) || (has_call && has_flush))) {
     remove(end_id);
@@ -334,8 +373,10 @@ void VocabTokenizer::build_eog() {
   TokenId s_id = kNoToken;
   for (TokenId id : eog) {
     const std::string& t = tokens_[static_cast<size_t>(id)];
-    if (t == "<|tool_response>") has_tool_response = true;
-    else if (t == "</s>") s_id = id;
+    if (t == "<|tool_response>")
+      has_tool_response = true;
+    else if (t == "</s>")
+      s_id = id;
   }
   if (has_tool_response && s_id != kNoToken) {
     remove(s_id);

@@ -3,9 +3,9 @@
 // regexes, including the cases where a plain PCRE2 run would differ (non-ASCII
 // whitespace, \s+(?!\S) backtracking, pieces limiting lookaheads); unknown names fail
 // with the name in the message.
-#include <gtest/gtest.h>
-
 #include "tokenizer/pretokenizer.h"
+
+#include <gtest/gtest.h>
 
 namespace minfer::tokenizer {
 namespace {
@@ -45,7 +45,9 @@ TEST(PreTokenizer, qwen2_single_digits) {
 TEST(PreTokenizer, non_ascii_whitespace_is_whitespace_as_in_llama_cpp) {
   // U+3000 IDEOGRAPHIC SPACE and U+0085 NEXT LINE are whitespace for llama.cpp.
   // Only an ASCII space may lead a word, so both ideographic spaces stand alone.
-  EXPECT_EQ(split("gpt-2", "a\xE3\x80\x80\xE3\x80\x80" "b"),
+  EXPECT_EQ(split("gpt-2",
+                  "a\xE3\x80\x80\xE3\x80\x80"
+                  "b"),
             (W{"a", "\xE3\x80\x80", "\xE3\x80\x80", "b"}));
   EXPECT_EQ(split("gpt-2", "a\xC2\x85"), (W{"a", "\xC2\x85"}));
   // deepseek-coder's CJK range [\x{800}-\x{4E00}] contains U+3000, but llama.cpp never

@@ -36,8 +36,8 @@ TEST_P(RoundTrip, decode_encode_is_identity_bitwise) {
     const std::string back = tok->decode(*ids);
     if (back != text) {
       ++failures;
-      ADD_FAILURE() << GetParam() << ": run from U+" << std::hex << first << " decodes to '"
-                    << back << "' instead of '" << text << "'";
+      ADD_FAILURE() << GetParam() << ": run from U+" << std::hex << first << " decodes to '" << back
+                    << "' instead of '" << text << "'";
     }
   }
 }

@@ -86,9 +86,9 @@ TEST(Special, bos_eos_follow_add_special_and_metadata) {
     const char* vocab;
     TokenId bos;  // kNoToken: no BOS is added
   };
-  for (const Case c : {Case{"llama-spm", 1}, Case{"phi-3", 1}, Case{"llama-bpe", 128000},
-                       Case{"deepseek-coder", 32013}, Case{"gpt-2", kNoToken},
-                       Case{"qwen2", kNoToken}}) {
+  for (const Case c :
+       {Case{"llama-spm", 1}, Case{"phi-3", 1}, Case{"llama-bpe", 128000},
+        Case{"deepseek-coder", 32013}, Case{"gpt-2", kNoToken}, Case{"qwen2", kNoToken}}) {
     const Tokenizer* t = load_vocab(c.vocab);
     ASSERT_NE(t, nullptr);
     const auto plain = enc(*t, "Hi there", false, false);
@@ -139,7 +139,8 @@ TEST(StreamDecoder, holds_back_split_utf8_until_complete) {
 
 TEST(StreamDecoder, every_chunk_is_complete_utf8_and_all_bytes_arrive) {
   const std::string text =
-      "h\xC3\xA9llo \xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x99\x82\xF0\x9F\x8E\x89 \xD8\xB3\xD9\x84\xD8\xA7\xD9\x85";
+      "h\xC3\xA9llo \xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x99\x82\xF0\x9F\x8E\x89 "
+      "\xD8\xB3\xD9\x84\xD8\xA7\xD9\x85";
   for (const char* name : kVocabs) {
     const Tokenizer* t = load_vocab(name);
     ASSERT_NE(t, nullptr);

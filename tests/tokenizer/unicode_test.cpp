@@ -3,12 +3,12 @@
 // Invariants checked: decode_utf8 matches llama.cpp on invalid input; the byte table
 // is a bijection; is_whitespace equals PCRE2's \p{White_Space} on every code point.
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "tokenizer/unicode.h"
+
 #include <gtest/gtest.h>
 #include <pcre2.h>
 
 #include <set>
-
-#include "tokenizer/unicode.h"
 
 namespace minfer::tokenizer::unicode {
 namespace {
@@ -18,9 +18,10 @@ TEST(Utf8, decode_valid_and_invalid_like_llama_cpp) {
             (std::vector<uint32_t>{'a', 0xE9, 0x4E16, 0x1F642}));
   // A stray continuation byte, a truncated sequence and 0xFF each become one U+FFFD;
   // decoding resumes at the next byte.
-  EXPECT_EQ(decode_utf8("\x80" "a"), (std::vector<uint32_t>{kReplacementChar, 'a'}));
-  EXPECT_EQ(decode_utf8("\xE4\xB8"),
-            (std::vector<uint32_t>{kReplacementChar, kReplacementChar}));
+  EXPECT_EQ(decode_utf8("\x80"
+                        "a"),
+            (std::vector<uint32_t>{kReplacementChar, 'a'}));
+  EXPECT_EQ(decode_utf8("\xE4\xB8"), (std::vector<uint32_t>{kReplacementChar, kReplacementChar}));
   EXPECT_EQ(decode_utf8("\xFF"), (std::vector<uint32_t>{kReplacementChar}));
   // Overlong forms are accepted, as llama.cpp does.
   EXPECT_EQ(decode_utf8("\xC0\x80"), (std::vector<uint32_t>{0}));
@@ -69,8 +70,8 @@ TEST(Whitespace, equals_pcre2_white_space_property_everywhere) {
   for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
     const std::string s = to_utf8(cp);
-    const bool pcre = pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md,
-                                  nullptr) >= 0;
+    const bool pcre =
+        pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md, nullptr) >= 0;
     ASSERT_EQ(is_whitespace(cp), pcre) << std::hex << cp;
   }
   pcre2_match_data_free(md);

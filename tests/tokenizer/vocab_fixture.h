@@ -36,7 +36,7 @@ inline const Tokenizer* load_vocab(const std::string& name) {
   return cache.emplace(name, std::move(tok).value()).first->second.get();
 }
 
-inline const char* const kVocabs[] = {"gpt-2", "llama-spm", "phi-3", "deepseek-coder", "qwen2",
-                                      "llama-bpe"};
+inline const char* const kVocabs[] = {"gpt-2",          "llama-spm", "phi-3",
+                                      "deepseek-coder", "qwen2",     "llama-bpe"};
 
 }  // namespace minfer::tokenizer::testing

@@ -76,12 +76,10 @@ TEST_P(VocabGolden, ids_identical_to_llama_cpp) {
     }
     size_t at = 0;
     while (at < want.size() && at < ids->size() && want[at] == (*ids)[at]) ++at;
-    ADD_FAILURE() << name << " input #" << i << " '" << inputs[i] << "'\n  expected "
-                  << show(want) << "\n  actual   " << show(*ids) << "\n  first mismatch at "
-                  << at;
+    ADD_FAILURE() << name << " input #" << i << " '" << inputs[i] << "'\n  expected " << show(want)
+                  << "\n  actual   " << show(*ids) << "\n  first mismatch at " << at;
   }
-  std::cout << "[ vocab    ] " << name << ": " << passed << "/" << inputs.size()
-            << " identical\n";
+  std::cout << "[ vocab    ] " << name << ": " << passed << "/" << inputs.size() << " identical\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaCppVectors, VocabGolden, ::testing::ValuesIn(kVocabs),
