@@ -185,7 +185,9 @@ class Model {
 // data is aligned to `general.alignment` (default 32) and padded with zeros.
 class Writer {
  public:
-  void set(std::string key, Value value);  // replaces an existing key in place
+  // Replaces an existing key in place; a u32 power-of-two general.alignment also
+  // sets the alignment.
+  void set(std::string key, Value value);
   void set_alignment(uint64_t alignment);  // also writes general.alignment
   // Copies `data` (must be exactly the tensor's byte size for `type` and `dims`).
   Status add_tensor(std::string name, DType type, std::vector<uint64_t> dims,

@@ -93,6 +93,11 @@ bool is_pow2(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
 }  // namespace
 
 void Writer::set(std::string key, Value value) {
+  // A valid general.alignment set directly works like set_alignment(); an invalid one
+  // is reported by to_bytes() / write().
+  if (key == kKeyAlignment && value.type == ValueType::kUint32 && is_pow2(value.u)) {
+    alignment_ = value.u;
+  }
   for (auto& kv : kvs_) {
     if (kv.key == key) {
       kv.value = std::move(value);
