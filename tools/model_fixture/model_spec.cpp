@@ -1,0 +1,215 @@
+// Tools (fixtures): presets, tensor list and llama-quantize's per-tensor type rules.
+#include "model_spec.h"
+
+#include <cmath>
+#include <string>
+
+namespace minfer::fixture {
+
+namespace {
+
+// Scales of the random values. Linear weights get std 1/sqrt(fan_in) so each
+// projection keeps unit-scale activations (every sub-layer adds O(1) to the residual,
+// so attention and the FFN visibly shape the output instead of the embedding alone).
+// The output matrix (or the tied embedding) gets kLogitGain/sqrt(n_embd): with an
+// RMS-normalised input the logits then have std ≈ kLogitGain, so the top-1/top-2 gap
+// of a greedy step is typically far above kernel rounding differences and greedy
+// runs are not decided by near-ties.
+constexpr double kLogitGain = 3.0;
+constexpr double kNormJitter = 0.1;  // norm weights: 1 + 0.1·N(0,1)
+constexpr double kBiasStd = 0.1;     // q/k/v biases
+
+constexpr FtypeInfo kFtypes[] = {
+    {Ftype::kF32, "f32", 0, DType::kF32},
+    {Ftype::kF16, "f16", 1, DType::kF16},
+    {Ftype::kBF16, "bf16", 32, DType::kBF16},
+    {Ftype::kQ4_0, "q4_0", 2, DType::kQ4_0},
+    {Ftype::kQ4_1, "q4_1", 3, DType::kQ4_1},
+    {Ftype::kQ5_0, "q5_0", 8, DType::kQ5_0},
+    {Ftype::kQ5_1, "q5_1", 9, DType::kQ5_1},
+    {Ftype::kQ8_0, "q8_0", 7, DType::kQ8_0},
+    {Ftype::kQ4_K_S, "q4_k_s", 14, DType::kQ4_K},
+    {Ftype::kQ4_K_M, "q4_k_m", 15, DType::kQ4_K},
+    {Ftype::kQ5_K_M, "q5_k_m", 17, DType::kQ5_K},
+    {Ftype::kQ6_K, "q6_k", 18, DType::kQ6_K},
+};
+
+bool is_quantized(DType t) {
+  return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
+}
+
+uint64_t block(DType t) { return dtype_info(t).block_size; }
+
+// llama-quant.cpp use_more_bits: the first and last eighth of the layers and every
+// third layer in between get more bits in the _M mixes.
+bool use_more_bits(int64_t i_layer, int64_t n_layer) {
+  return i_layer < n_layer / 8 || i_layer >= 7 * n_layer / 8 || (i_layer - n_layer / 8) % 3 == 2;
+}
+
+// llama-quant.cpp tensor_type_fallback: a row length the block size does not divide
+// demotes to a 32-block type of similar size, or to F16 when even that does not fit.
+DType fallback(DType t, uint64_t ncols) {
+  if (ncols % block(t) == 0) return t;
+  DType r = t;
+  switch (t) {
+    case DType::kQ2_K:
+    case DType::kQ3_K: r = DType::kQ4_0; break;
+    case DType::kQ4_K: r = DType::kQ5_0; break;
+    case DType::kQ5_K: r = DType::kQ5_1; break;
+    case DType::kQ6_K: r = DType::kQ8_0; break;
+    default: break;
+  }
+  return ncols % block(r) == 0 ? r : DType::kF16;
+}
+
+// Type of one tensor, as llama_tensor_get_type picks it for `ftype` (no imatrix,
+// no overrides, quantize_output_tensor on). F32/F16/BF16 files are what
+// convert_hf_to_gguf.py --outtype writes: every 2-D weight in that type.
+DType choose_type(const TensorPlan& t, const Shape& s, const FtypeInfo& ft) {
+  // tensor_allows_quantization: 2-D "...weight" tensors that are not norms.
+  const bool is_weight = t.name.ends_with("weight") && t.name.find("_norm.weight") == std::string::npos;
+  if (t.dims.size() < 2 || !is_weight) return DType::kF32;
+  DType type = ft.base;
+  if (!is_quantized(type)) return type;
+  const uint64_t nx = t.dims[0];
+  const auto n_layer = static_cast<int64_t>(s.n_layer);
+  if (t.role == Role::kOutput || (t.role == Role::kTokenEmbd && s.tied_embeddings)) {
+    // The output matrix (and a tied embedding) gets Q6_K unless the mix is Q8_0.
+    if (nx % block(type) != 0) {
+      type = DType::kQ8_0;
+    } else if (type != DType::kQ8_0) {
+      type = DType::kQ6_K;
+    }
+  } else if (t.role == Role::kAttnV) {
+    if ((ft.ftype == Ftype::kQ4_K_M || ft.ftype == Ftype::kQ5_K_M) && use_more_bits(t.layer, n_layer)) {
+      type = DType::kQ6_K;
+    } else if (ft.ftype == Ftype::kQ4_K_S && t.layer < 4) {
+      type = DType::kQ5_K;
+    }
+  } else if (t.role == Role::kFfnDown) {
+    if ((ft.ftype == Ftype::kQ4_K_M || ft.ftype == Ftype::kQ5_K_M) && use_more_bits(t.layer, n_layer)) {
+      type = DType::kQ6_K;
+    } else if (ft.ftype == Ftype::kQ4_K_S && t.layer < n_layer / 8) {
+      type = DType::kQ5_K;
+    }
+  }
+  return fallback(type, nx);
+}
+
+}  // namespace
+
+std::optional<Arch> arch_from_name(std::string_view name) {
+  if (name == "qwen2") return Arch::kQwen2;
+  if (name == "llama") return Arch::kLlama;
+  return std::nullopt;
+}
+
+std::string_view arch_name(Arch a) { return a == Arch::kQwen2 ? "qwen2" : "llama"; }
+
+std::optional<Shape> preset(std::string_view name, Arch arch) {
+  Shape s;
+  s.arch = arch;
+  const bool qwen = arch == Arch::kQwen2;
+  s.tied_embeddings = qwen;
+  s.qkv_bias = qwen;
+  s.rope_freq_base = qwen ? 1e6 : 1e4;
+  s.rms_eps = qwen ? 1e-6 : 1e-5;
+  if (name == "tiny") {
+    s.n_embd = 256;
+    s.n_layer = 2;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_embd_head = 64;
+    s.n_ff = 512;
+    s.n_ctx_train = 2048;
+    return s;
+  }
+  if (name == "qwen2.5-0.5b") {
+    s.n_embd = 896;
+    s.n_layer = 24;
+    s.n_head = 14;
+    s.n_head_kv = 2;
+    s.n_embd_head = 64;
+    s.n_ff = 4864;
+    s.n_ctx_train = 32768;
+    s.rope_freq_base = 1e6;
+    s.rms_eps = 1e-6;
+    s.tied_embeddings = true;
+    s.qkv_bias = true;
+    return s;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> preset_names() { return {"tiny", "qwen2.5-0.5b"}; }
+
+std::optional<FtypeInfo> ftype_from_name(std::string_view name) {
+  for (const auto& f : kFtypes) {
+    if (f.name == name) return f;
+  }
+  return std::nullopt;
+}
+
+const FtypeInfo& ftype_info(Ftype f) {
+  for (const auto& i : kFtypes) {
+    if (i.ftype == f) return i;
+  }
+  return kFtypes[0];
+}
+
+std::vector<std::string> ftype_names() {
+  std::vector<std::string> out;
+  for (const auto& f : kFtypes) out.emplace_back(f.name);
+  return out;
+}
+
+std::string shape_problem(const Shape& s) {
+  if (s.n_vocab == 0) return "n_vocab is 0 (the vocabulary has no tokens)";
+  if (s.n_embd == 0 || s.n_layer == 0 || s.n_head == 0 || s.n_head_kv == 0 || s.n_embd_head == 0 || s.n_ff == 0) {
+    return "every dimension must be positive";
+  }
+  if (s.n_head % s.n_head_kv != 0) return "n_head must be a multiple of n_head_kv";
+  if (s.n_embd_head % 2 != 0) return "the head dimension must be even (RoPE rotates pairs)";
+  if (s.n_embd % 32 != 0 || s.n_ff % 32 != 0 || (s.n_head * s.n_embd_head) % 32 != 0) {
+    return "n_embd, n_ff and n_head*head_dim must be multiples of 32 (quant block rows)";
+  }
+  return "";
+}
+
+std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype) {
+  const uint64_t n_q = s.n_head * s.n_embd_head;      // rows of attn_q
+  const uint64_t n_kv = s.n_head_kv * s.n_embd_head;  // rows of attn_k / attn_v
+  const double logit_std = kLogitGain / std::sqrt(static_cast<double>(s.n_embd));
+  auto lin = [](uint64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
+
+  std::vector<TensorPlan> out;
+  auto add = [&](std::string name, Role role, int layer, std::vector<uint64_t> dims, double mean, double std) {
+    out.push_back(TensorPlan{.name = std::move(name), .role = role, .layer = layer, .dims = std::move(dims),
+                             .mean = mean, .std = std});
+  };
+  add("token_embd.weight", Role::kTokenEmbd, -1, {s.n_embd, s.n_vocab}, 0, logit_std);
+  for (uint64_t il = 0; il < s.n_layer; ++il) {
+    const int l = static_cast<int>(il);
+    const std::string p = "blk." + std::to_string(il) + ".";
+    add(p + "attn_norm.weight", Role::kAttnNorm, l, {s.n_embd}, 1, kNormJitter);
+    add(p + "attn_q.weight", Role::kAttnQ, l, {s.n_embd, n_q}, 0, lin(s.n_embd));
+    if (s.qkv_bias) add(p + "attn_q.bias", Role::kAttnQBias, l, {n_q}, 0, kBiasStd);
+    add(p + "attn_k.weight", Role::kAttnK, l, {s.n_embd, n_kv}, 0, lin(s.n_embd));
+    if (s.qkv_bias) add(p + "attn_k.bias", Role::kAttnKBias, l, {n_kv}, 0, kBiasStd);
+    add(p + "attn_v.weight", Role::kAttnV, l, {s.n_embd, n_kv}, 0, lin(s.n_embd));
+    if (s.qkv_bias) add(p + "attn_v.bias", Role::kAttnVBias, l, {n_kv}, 0, kBiasStd);
+    add(p + "attn_output.weight", Role::kAttnOut, l, {n_q, s.n_embd}, 0, lin(n_q));
+    add(p + "ffn_norm.weight", Role::kFfnNorm, l, {s.n_embd}, 1, kNormJitter);
+    add(p + "ffn_gate.weight", Role::kFfnGate, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
+    add(p + "ffn_up.weight", Role::kFfnUp, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
+    add(p + "ffn_down.weight", Role::kFfnDown, l, {s.n_ff, s.n_embd}, 0, lin(s.n_ff));
+  }
+  add("output_norm.weight", Role::kOutputNorm, -1, {s.n_embd}, 1, kNormJitter);
+  if (!s.tied_embeddings) add("output.weight", Role::kOutput, -1, {s.n_embd, s.n_vocab}, 0, logit_std);
+
+  const FtypeInfo& ft = ftype_info(ftype);
+  for (auto& t : out) t.type = choose_type(t, s, ft);
+  return out;
+}
+
+}  // namespace minfer::fixture

@@ -1,0 +1,85 @@
+// Tools (fixtures): what minfer-model-fixture writes — architecture hyper-parameters,
+// presets, the tensor list with GGUF names and shapes, the per-tensor weight type
+// and the scale of each tensor's random values.
+// Invariants: tensor names, shapes and metadata keys are the ones llama.cpp's
+// convert_hf_to_gguf.py writes for the architecture (gguf-py/gguf/constants.py,
+// conversion/llama.py, conversion/qwen.py); per-tensor types of quantized files follow
+// llama.cpp's llama-quantize without an importance matrix (src/llama-quant.cpp,
+// llama_tensor_get_type), so a fixture looks like a file a user would download.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace minfer::fixture {
+
+enum class Arch { kQwen2, kLlama };
+std::optional<Arch> arch_from_name(std::string_view name);
+std::string_view arch_name(Arch a);
+
+struct Shape {
+  Arch arch = Arch::kQwen2;
+  uint64_t n_vocab = 0;  // from the vocabulary GGUF
+  uint64_t n_embd = 0;
+  uint64_t n_layer = 0;
+  uint64_t n_head = 0;
+  uint64_t n_head_kv = 0;
+  uint64_t n_embd_head = 0;  // head dim of q, k and v
+  uint64_t n_ff = 0;
+  uint64_t n_ctx_train = 0;
+  double rope_freq_base = 10000.0;
+  double rms_eps = 1e-5;
+  bool tied_embeddings = false;  // no output.weight: the output reuses token_embd
+  bool qkv_bias = false;         // attn_{q,k,v}.bias (Qwen2)
+};
+
+// Presets: "tiny" (n_embd 256 so every k-quant's 256-block fits a row, 2 layers,
+// 4 heads / 2 KV heads of 64, n_ff 512) and "qwen2.5-0.5b" (n_embd 896, 24 layers,
+// 14 / 2 heads of 64, n_ff 4864, context 32768, rope base 1e6, eps 1e-6, tied
+// embeddings, QKV bias). Arch defaults: qwen2 → tied + QKV bias + base 1e6 + eps 1e-6;
+// llama → untied, no bias, base 10000, eps 1e-5. n_vocab stays 0 (set from the vocab).
+std::optional<Shape> preset(std::string_view name, Arch arch);
+std::vector<std::string> preset_names();
+
+// A weight mix, named as llama.cpp names them (llama_ftype).
+enum class Ftype { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K_S, kQ4_K_M, kQ5_K_M, kQ6_K };
+struct FtypeInfo {
+  Ftype ftype;
+  std::string_view name;  // CLI name, lower case: "q4_k_m"
+  uint32_t llama_ftype;   // general.file_type (LLAMA_FTYPE_*)
+  DType base;             // type of most 2-D weights
+};
+std::optional<FtypeInfo> ftype_from_name(std::string_view name);
+const FtypeInfo& ftype_info(Ftype f);
+std::vector<std::string> ftype_names();
+
+enum class Role {
+  kTokenEmbd, kOutputNorm, kOutput,
+  kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOut, kAttnQBias, kAttnKBias, kAttnVBias,
+  kFfnNorm, kFfnGate, kFfnUp, kFfnDown,
+};
+
+struct TensorPlan {
+  std::string name;             // GGUF name: "blk.3.attn_q.weight"
+  Role role;
+  int layer = -1;               // -1 outside blocks
+  std::vector<uint64_t> dims;   // ne[0] first
+  DType type = DType::kF32;
+  double mean = 0;              // values are mean + std * unit_normal
+  double std = 0;
+};
+
+// Tensors in the order the file stores them: token_embd, then per block attn_norm,
+// attn_q/k/v (+ biases), attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then
+// output_norm and output (untied only). Types per `ftype` (see model_spec.cpp).
+std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype);
+
+// Why `s` cannot be written ("" if it can).
+std::string shape_problem(const Shape& s);
+
+}  // namespace minfer::fixture
