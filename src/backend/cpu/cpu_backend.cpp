@@ -1,0 +1,177 @@
+// Stage 12 (kernels): CpuBackend — ISA chosen once, the worker pool, and the op
+// dispatch. Invariant: supports_op is exactly the set of (op, dtypes) with a kernel
+// below; execute never substitutes one kernel for another.
+#include "backend/cpu/cpu_backend.h"
+
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/pool.h"
+#include "quant/quant.h"
+
+namespace minfer::backend::cpu {
+
+using graph::Node;
+using graph::NodeId;
+using graph::Op;
+
+std::string_view isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+  }
+  return "?";
+}
+
+CpuIsa detect_isa() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return CpuIsa::kAvx2;
+  }
+#endif
+  return CpuIsa::kScalar;
+}
+
+IsaKernels scalar_kernels() {
+  return IsaKernels{.dot_kernel = scalar_dot_kernel,
+                    .dot_f32 = dot_f32_scalar,
+                    .axpy_f32 = axpy_f32_scalar};
+}
+
+namespace {
+// The AVX2 table falls back per type to the scalar kernel where no AVX2 twin exists
+// (that is a choice of kernel made once per type, not a run-time fallback).
+DotKernel avx2_or_scalar(DType t) {
+  DotKernel k = avx2_dot_kernel(t);
+  return k.vec_dot != nullptr ? k : scalar_dot_kernel(t);
+}
+}  // namespace
+
+IsaKernels avx2_kernels() {
+  return IsaKernels{.dot_kernel = avx2_or_scalar,
+                    .dot_f32 = dot_f32_avx2,
+                    .axpy_f32 = axpy_f32_avx2};
+}
+
+bool cpu_supports(const Node& n, std::span<const DType> dts) {
+  if (static_cast<int>(dts.size()) != n.n_src) return false;
+  auto all_f32 = [&] {
+    for (DType d : dts) {
+      if (d != DType::kF32) return false;
+    }
+    return n.dtype == DType::kF32;
+  };
+  switch (n.op) {
+    case Op::kRmsNorm:
+    case Op::kRmsNormMul:
+    case Op::kMul:
+    case Op::kAdd:
+    case Op::kSilu:
+    case Op::kSwiglu:
+    case Op::kSoftmax:
+    case Op::kScale:
+      return all_f32();
+    case Op::kGetRows:
+      return dts.size() == 2 && quant::traits(dts[0]) != nullptr && dts[1] == DType::kI32 &&
+             dts[0] != DType::kQ8_K;
+    case Op::kMulMat:
+      return dts.size() == 2 && scalar_dot_kernel(dts[0]).vec_dot != nullptr &&
+             dts[1] == DType::kF32;
+    case Op::kRope:
+      return dts.size() == 2 && dts[0] == DType::kF32 && dts[1] == DType::kI32;
+    case Op::kKvStore:
+      return dts.size() == 3 && dts[0] == DType::kF32 && dts[1] == DType::kF32 &&
+             dts[2] == DType::kI32;
+    case Op::kAttention:
+      return dts.size() == 4 && dts[0] == DType::kF32 && dts[1] == DType::kF32 &&
+             dts[2] == DType::kF32 && dts[3] == DType::kI32;
+    case Op::kCont:
+    case Op::kReshape:
+    case Op::kView:
+      return true;
+    default:
+      return false;  // leaves and unknown ops have no kernel
+  }
+}
+
+struct CpuBackend::Impl {
+  CpuIsa isa;
+  graph::BackendId id;
+  IsaKernels kernels;
+  ThreadPool pool;
+  Scratch scratch;
+  Impl(CpuIsa i, graph::BackendId b, int32_t n_threads)
+      : isa(i), id(b), kernels(i == CpuIsa::kAvx2 ? avx2_kernels() : scalar_kernels()),
+        pool(n_threads) {}
+};
+
+Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions& o) {
+  const CpuIsa best = detect_isa();
+  CpuIsa isa = o.isa == CpuIsa::kAuto ? best : o.isa;
+  if (isa == CpuIsa::kAvx2 && best != CpuIsa::kAvx2) {
+    return make_error("cpu backend: AVX2 kernels requested but this CPU lacks AVX2/FMA/F16C");
+  }
+  int32_t n_threads = o.n_threads;
+  if (n_threads < 0) return make_error(fmt::format("cpu backend: n_threads {} < 0", n_threads));
+  if (n_threads == 0) n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::unique_ptr<CpuBackend>(new CpuBackend(std::make_unique<Impl>(isa, o.id, n_threads)));
+}
+
+CpuBackend::CpuBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CpuBackend::~CpuBackend() = default;
+
+graph::BackendId CpuBackend::id() const { return impl_->id; }
+CpuIsa CpuBackend::isa() const { return impl_->isa; }
+int32_t CpuBackend::n_threads() const { return impl_->pool.n_threads(); }
+
+bool CpuBackend::supports_op(const Node& node, std::span<const DType> src_dtypes) const {
+  return cpu_supports(node, src_dtypes);
+}
+
+Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId> nodes,
+                           const NodeData& data) {
+  const OpCtx c{.graph = g, .data = data, .pool = impl_->pool, .k = impl_->kernels,
+                .scratch = impl_->scratch};
+  for (NodeId id : nodes) {
+    const Node& n = g.node(id);
+    Status st = Ok{};
+    switch (n.op) {
+      case Op::kInput:
+      case Op::kWeight:
+      case Op::kKvRegion:
+      case Op::kReshape:
+      case Op::kView:
+        continue;  // leaves hold data; aliases share their source's bytes
+      case Op::kAdd:
+      case Op::kMul:
+      case Op::kScale:
+      case Op::kSilu:
+      case Op::kSwiglu:
+      case Op::kCont:
+        st = op_elementwise(c, id);
+        break;
+      case Op::kRmsNorm:
+      case Op::kRmsNormMul:
+      case Op::kSoftmax:
+        st = op_norm(c, id);
+        break;
+      case Op::kGetRows: st = op_get_rows(c, id); break;
+      case Op::kKvStore: st = op_kv_store(c, id); break;
+      case Op::kRope: st = op_rope(c, id); break;
+      case Op::kAttention: st = op_attention(c, id); break;
+      case Op::kMulMat: st = op_mul_mat(c, id); break;
+      default:
+        return make_error(fmt::format("cpu backend: no kernel for node {} '{}' (op {})", id,
+                                      n.name, graph::op_name(n.op)));
+    }
+    if (!st.ok()) return st.error().context(fmt::format("cpu backend, node {}", id));
+  }
+  return Ok{};
+}
+
+}  // namespace minfer::backend::cpu

@@ -1,0 +1,71 @@
+// Stage 12 (kernels): mul_mat — weights read in place in their GGUF type, activations
+// converted per row to the weight type's vec_dot_type (ggml-cpu's scheme), one dot
+// product per output element.
+// Invariant (ARCHITECTURE §2.8): y[n, m] = vec_dot(w row n, xq row m) for every (n, m),
+// whether M is 1 (decode GEMV) or many (prefill GEMM); threads split weight rows and
+// activation rows, never a dot product, so results are bitwise independent of the
+// thread count and of the batch.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "backend/cpu/ops.h"
+#include "quant/quant.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+// Weight rows per tile: a tile's rows stay in cache while every activation row passes.
+constexpr int64_t kTileRows = 8;
+
+}  // namespace
+
+Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
+  const graph::Node& n = c.graph.node(id);
+  const graph::Node& wn = c.graph.node(n.src[0]);
+  const graph::Node& xn = c.graph.node(n.src[1]);
+  const DotKernel dk = c.k.dot_kernel(wn.dtype);
+  if (dk.vec_dot == nullptr) {
+    return make_error(fmt::format("mul_mat '{}': no kernel for weight type {}", n.name,
+                                  dtype_name(wn.dtype)));
+  }
+  const int64_t k_dim = wn.shape.ne[0];
+  const int64_t n_out = wn.shape.ne[1];
+  const int64_t m_rows = xn.shape.n_rows();
+  const uint64_t w_row = graph::tensor_bytes(wn.dtype, graph::Shape{k_dim});
+  auto xrb = quant::row_bytes(dk.vec_dot_type, static_cast<uint64_t>(k_dim));
+  if (!xrb.ok()) return xrb.error().context(fmt::format("mul_mat '{}'", n.name));
+  const uint64_t x_row = *xrb;
+  const std::byte* w = c.data[n.src[0]];
+  const float* x = c.data.as<const float>(n.src[1]);
+  float* y = c.data.as<float>(id);
+  const bool direct = dk.vec_dot_type == DType::kF32;
+  const uint8_t* xq = direct ? reinterpret_cast<const uint8_t*>(x)
+                             : c.scratch.get(static_cast<size_t>(x_row * m_rows));
+  ThreadPool& pool = c.pool;
+
+  auto body = [&](int32_t ith, int32_t nth) {
+    if (!direct) {
+      uint8_t* dst = const_cast<uint8_t*>(xq);
+      for (int64_t m = ith; m < m_rows; m += nth) dk.from_f32(x + m * k_dim, dst + m * x_row, k_dim);
+      pool.barrier();
+    }
+    // Weight rows in tiles; a thread owns whole output rows.
+    const int64_t n_tiles = (n_out + kTileRows - 1) / kTileRows;
+    int64_t t_lo, t_hi;
+    split_range(n_tiles, ith, nth, &t_lo, &t_hi);
+    for (int64_t tile = t_lo; tile < t_hi; ++tile) {
+      const int64_t r0 = tile * kTileRows;
+      const int64_t r1 = std::min(n_out, r0 + kTileRows);
+      for (int64_t m = 0; m < m_rows; ++m) {
+        const uint8_t* xr = xq + m * x_row;
+        float* yr = y + m * n_out;
+        for (int64_t r = r0; r < r1; ++r) yr[r] = dk.vec_dot(k_dim, w + r * w_row, xr);
+      }
+    }
+  };
+  pool.run(body);
+  return Ok{};
+}
+
+}  // namespace minfer::backend::cpu

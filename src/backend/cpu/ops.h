@@ -1,0 +1,63 @@
+// Stage 12 (kernels): the CPU op kernels behind CpuBackend::execute, one family per
+// file (ops_elementwise, ops_norm, ops_rows, ops_rope, ops_attention, mul_mat). Internal.
+// Invariants: a kernel validates its data (ids, cells, windows) before any thread
+// writes, so an Error leaves outputs untouched; threads split output rows / heads by
+// (ith, nth) and never one reduction, so every result is independent of nth.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/pool.h"
+#include "backend/cpu/vec_dot.h"
+#include "core/result.h"
+#include "graph/graph.h"
+
+namespace minfer::backend::cpu {
+
+// The kernel set of one ISA, fixed when the backend is created.
+struct IsaKernels {
+  DotKernel (*dot_kernel)(DType weight_type) = nullptr;  // mul_mat table
+  float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;
+  void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
+};
+IsaKernels scalar_kernels();
+IsaKernels avx2_kernels();
+
+// Growable per-backend work memory: resized only when a node needs more than any
+// before it, so the steady-state decode step allocates nothing.
+struct Scratch {
+  std::vector<uint8_t> bytes;
+  uint8_t* get(size_t n) {
+    if (bytes.size() < n) bytes.resize(n);
+    return bytes.data();
+  }
+};
+
+struct OpCtx {
+  const graph::ComputeGraph& graph;
+  const NodeData& data;
+  ThreadPool& pool;
+  const IsaKernels& k;
+  Scratch& scratch;
+};
+
+// What the CPU kernels accept (CpuBackend::supports_op).
+bool cpu_supports(const graph::Node& node, std::span<const DType> src_dtypes);
+
+Status op_elementwise(const OpCtx& c, graph::NodeId id);  // add mul scale silu swiglu cont
+Status op_norm(const OpCtx& c, graph::NodeId id);         // rms_norm rms_norm_mul softmax
+Status op_get_rows(const OpCtx& c, graph::NodeId id);
+Status op_kv_store(const OpCtx& c, graph::NodeId id);
+Status op_rope(const OpCtx& c, graph::NodeId id);
+Status op_attention(const OpCtx& c, graph::NodeId id);
+Status op_mul_mat(const OpCtx& c, graph::NodeId id);
+
+// Even split of [0, n) into nth contiguous ranges: thread ith gets [*lo, *hi).
+inline void split_range(int64_t n, int32_t ith, int32_t nth, int64_t* lo, int64_t* hi) {
+  *lo = n * ith / nth;
+  *hi = n * (ith + 1) / nth;
+}
+
+}  // namespace minfer::backend::cpu

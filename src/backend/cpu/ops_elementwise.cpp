@@ -1,0 +1,105 @@
+// Stage 12 (kernels): elementwise ops — add, mul (with ggml broadcasting of b), scale,
+// silu, swiglu, cont. Scalar only: memory bound, and one rounding per element, so any
+// vectorisation the compiler does is bitwise identical.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+using graph::Node;
+using graph::NodeId;
+using graph::Op;
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+template <typename F>
+void binary_rows(const OpCtx& c, NodeId id, F f) {
+  const Node& n = c.graph.node(id);
+  const Node& a = c.graph.node(n.src[0]);
+  const Node& b = c.graph.node(n.src[1]);
+  const float* pa = c.data.as<const float>(n.src[0]);
+  const float* pb = c.data.as<const float>(n.src[1]);
+  float* out = c.data.as<float>(id);
+  const auto& ea = a.shape.ne;
+  const auto& eb = b.shape.ne;
+  auto body = [&](int32_t ith, int32_t nth) {
+    int64_t lo, hi;
+    split_range(a.shape.n_rows(), ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t i1 = r % ea[1], i2 = (r / ea[1]) % ea[2], i3 = r / (ea[1] * ea[2]);
+      const int64_t rb = (i1 % eb[1]) + eb[1] * ((i2 % eb[2]) + eb[2] * (i3 % eb[3]));
+      const float* x = pa + r * ea[0];
+      const float* y = pb + rb * eb[0];
+      float* o = out + r * ea[0];
+      if (eb[0] == 1) {
+        for (int64_t i = 0; i < ea[0]; ++i) o[i] = f(x[i], y[0]);
+      } else {
+        for (int64_t i = 0; i < ea[0]; ++i) o[i] = f(x[i], y[i]);
+      }
+    }
+  };
+  c.pool.run(body);
+}
+
+template <typename F>
+void unary(const OpCtx& c, NodeId id, F f) {
+  const Node& n = c.graph.node(id);
+  const float* x = c.data.as<const float>(n.src[0]);
+  float* o = c.data.as<float>(id);
+  const int64_t ne = n.shape.n_elements();
+  auto body = [&](int32_t ith, int32_t nth) {
+    int64_t lo, hi;
+    split_range(ne, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; ++i) o[i] = f(x[i]);
+  };
+  c.pool.run(body);
+}
+
+}  // namespace
+
+Status op_elementwise(const OpCtx& c, NodeId id) {
+  const Node& n = c.graph.node(id);
+  switch (n.op) {
+    case Op::kAdd:
+      binary_rows(c, id, [](float x, float y) { return x + y; });
+      return Ok{};
+    case Op::kMul:
+      binary_rows(c, id, [](float x, float y) { return x * y; });
+      return Ok{};
+    case Op::kScale: {
+      const float s = n.params.scale;
+      unary(c, id, [s](float x) { return x * s; });
+      return Ok{};
+    }
+    case Op::kSilu:
+      unary(c, id, [](float x) { return silu(x); });
+      return Ok{};
+    case Op::kSwiglu: {
+      const float* up = c.data.as<const float>(n.src[1]);
+      const float* gate = c.data.as<const float>(n.src[0]);
+      float* o = c.data.as<float>(id);
+      const int64_t ne = n.shape.n_elements();
+      auto body = [&](int32_t ith, int32_t nth) {
+        int64_t lo, hi;
+        split_range(ne, ith, nth, &lo, &hi);
+        for (int64_t i = lo; i < hi; ++i) o[i] = silu(gate[i]) * up[i];
+      };
+      c.pool.run(body);
+      return Ok{};
+    }
+    case Op::kCont: {
+      const uint64_t bytes = graph::tensor_bytes(n.dtype, n.shape);
+      const std::byte* src = c.data[n.src[0]];
+      std::byte* dst = c.data[id];
+      if (src != dst) std::memmove(dst, src, bytes);
+      return Ok{};
+    }
+    default:
+      return make_error("op_elementwise: unexpected op");
+  }
+}
+
+}  // namespace minfer::backend::cpu

@@ -1,0 +1,58 @@
+// Stage 12 (kernels): the per-weight-type dot product table of mul_mat, after ggml-cpu's
+// type_traits_cpu: each weight type names the activation format it pairs with
+// (vec_dot_type), how an F32 activation row becomes that format, and the dot product.
+// Invariants: an activation row is quantized alone (the same bytes alone or in a
+// batch); a dot product has one fixed reduction order per ISA, whatever the caller;
+// the scalar table is the reference every SIMD entry is tested against.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "quant/blocks.h"
+
+namespace minfer::backend::cpu {
+
+// ggml's block_q8_1: Q8_0 plus s = d * Σq (the activation format of Q4_1 / Q5_1).
+struct BlockQ8_1 {
+  quant::Half d;
+  quant::Half s;
+  int8_t qs[quant::kQK];
+};
+static_assert(sizeof(BlockQ8_1) == 36);
+
+// Quantizes / converts n F32 values (one activation row) into the vec_dot_type.
+using FromF32Fn = void (*)(const float* x, void* y, int64_t n);
+// Dot product of n elements: w (weight row, its own type) · x (vec_dot_type row).
+using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
+
+struct DotKernel {
+  DType vec_dot_type = DType::kF32;
+  FromF32Fn from_f32 = nullptr;
+  VecDotFn vec_dot = nullptr;
+};
+
+// Activation converters, shared by every ISA so SIMD and scalar dots read identical
+// activation bytes. Q8_0/Q8_1 follow ggml-cpu's x86 path (d = amax/127 stored as
+// fp16, q = round-half-even(x · 127/amax)); Q8_K is ggml's quantize_row_q8_K_ref.
+void from_f32_q8_0(const float* x, void* y, int64_t n);
+void from_f32_q8_1(const float* x, void* y, int64_t n);
+void from_f32_q8_k(const float* x, void* y, int64_t n);
+void from_f32_f16(const float* x, void* y, int64_t n);
+void from_f32_bf16(const float* x, void* y, int64_t n);
+void from_f32_f32(const float* x, void* y, int64_t n);
+
+// Scalar reference table (nullptr vec_dot: the weight type has no mul_mat kernel).
+DotKernel scalar_dot_kernel(DType weight_type);
+// AVX2+FMA+F16C entries for the types that have one (vec_dot nullptr otherwise);
+// only call on a CPU that supports them (vec_dot_avx2.cpp is built with -mavx2).
+DotKernel avx2_dot_kernel(DType weight_type);
+
+// F32 · F32 dot of n elements (attention scores); scalar and AVX2 variants.
+float dot_f32_scalar(int64_t n, const float* a, const float* b);
+float dot_f32_avx2(int64_t n, const float* a, const float* b);
+// y += a · x over n elements; scalar and AVX2 variants (attention V accumulation).
+void axpy_f32_scalar(int64_t n, float a, const float* x, float* y);
+void axpy_f32_avx2(int64_t n, float a, const float* x, float* y);
+
+}  // namespace minfer::backend::cpu

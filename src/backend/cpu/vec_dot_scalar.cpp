@@ -1,0 +1,220 @@
+// Stage 12 (kernels): scalar reference dot products for the float and legacy block
+// types, the activation converters, and the scalar DotKernel table.
+// Invariant: per-block integer sums combined in block order, as ggml-cpu's generic
+// vec_dot_*; float/bf16/f16 dots accumulate 8 lanes then a fixed tree (the AVX2
+// twin's order), so F32 dots are bitwise equal across ISAs.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/vec_dot.h"
+#include "backend/cpu/vec_dot_kquants.h"
+#include "core/fp16.h"
+#include "quant/quant.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
+using quant::BlockQ8_0;
+using quant::kQK;
+
+inline float h2f(quant::Half h) { return fp16_to_fp32(h); }
+
+// Absolute max of one 32-element block and the x86 q8 codes for it.
+inline float quantize_block_q8(const float* x, int8_t* q, int32_t* sum) {
+  float amax = 0.0f;
+  for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  int32_t s = 0;
+  for (int j = 0; j < kQK; ++j) {
+    // nearbyint under the default rounding mode = round half to even, as
+    // _mm256_round_ps(_MM_ROUND_NEAREST) in ggml's quantize_row_q8_0.
+    const int v = static_cast<int>(std::nearbyint(x[j] * id));
+    q[j] = static_cast<int8_t>(v);
+    s += v;
+  }
+  if (sum) *sum = s;
+  return d;
+}
+
+float vec_dot_q4_0_q8_0(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ4_0*>(vw);
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int v0 = (w[ib].qs[j] & 0x0F) - 8;
+      const int v1 = (w[ib].qs[j] >> 4) - 8;
+      sumi += v0 * x[ib].qs[j] + v1 * x[ib].qs[j + kQK / 2];
+    }
+    sumf += static_cast<float>(sumi) * h2f(w[ib].d) * h2f(x[ib].d);
+  }
+  return sumf;
+}
+
+float vec_dot_q4_1_q8_1(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ4_1*>(vw);
+  const auto* x = static_cast<const BlockQ8_1*>(vx);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      sumi += (w[ib].qs[j] & 0x0F) * x[ib].qs[j] + (w[ib].qs[j] >> 4) * x[ib].qs[j + kQK / 2];
+    }
+    sumf += (h2f(w[ib].d) * h2f(x[ib].d)) * static_cast<float>(sumi) + h2f(w[ib].m) * h2f(x[ib].s);
+  }
+  return sumf;
+}
+
+inline uint32_t load_qh(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+float vec_dot_q5_0_q8_0(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_0*>(vw);
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    const uint32_t qh = load_qh(w[ib].qh);
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int v0 = ((w[ib].qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
+      const int v1 = ((w[ib].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+      sumi += v0 * x[ib].qs[j] + v1 * x[ib].qs[j + kQK / 2];
+    }
+    sumf += (h2f(w[ib].d) * h2f(x[ib].d)) * static_cast<float>(sumi);
+  }
+  return sumf;
+}
+
+float vec_dot_q5_1_q8_1(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_1*>(vw);
+  const auto* x = static_cast<const BlockQ8_1*>(vx);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    const uint32_t qh = load_qh(w[ib].qh);
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int v0 = (w[ib].qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+      const int v1 = (w[ib].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      sumi += v0 * x[ib].qs[j] + v1 * x[ib].qs[j + kQK / 2];
+    }
+    sumf += (h2f(w[ib].d) * h2f(x[ib].d)) * static_cast<float>(sumi) + h2f(w[ib].m) * h2f(x[ib].s);
+  }
+  return sumf;
+}
+
+float vec_dot_q8_0_q8_0(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ8_0*>(vw);
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += w[ib].qs[j] * x[ib].qs[j];
+    sumf += static_cast<float>(sumi) * (h2f(w[ib].d) * h2f(x[ib].d));
+  }
+  return sumf;
+}
+
+// 8 lanes then the fixed tree ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) — the order of the
+// AVX2 horizontal sum — then the scalar tail.
+template <typename Load>
+float lanes8_dot(int64_t n, Load load) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] = acc[l] + load(i + l);
+  }
+  float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+  for (; i < n; ++i) s += load(i);
+  return s;
+}
+
+float vec_dot_f16_f16(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const uint16_t*>(vw);
+  const auto* x = static_cast<const uint16_t*>(vx);
+  return lanes8_dot(n, [&](int64_t i) { return fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]); });
+}
+
+float vec_dot_bf16_bf16(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const uint16_t*>(vw);
+  const auto* x = static_cast<const uint16_t*>(vx);
+  return lanes8_dot(n, [&](int64_t i) { return bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]); });
+}
+
+float vec_dot_f32_f32(int64_t n, const void* vw, const void* vx) {
+  return dot_f32_scalar(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
+}
+
+}  // namespace
+
+void from_f32_q8_0(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_0*>(vy);
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    y[ib].d = fp32_to_fp16(quantize_block_q8(x + ib * kQK, y[ib].qs, nullptr));
+  }
+}
+
+void from_f32_q8_1(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_1*>(vy);
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    int32_t sum = 0;
+    const float d = quantize_block_q8(x + ib * kQK, y[ib].qs, &sum);
+    y[ib].d = fp32_to_fp16(d);
+    y[ib].s = fp32_to_fp16(d * static_cast<float>(sum));
+  }
+}
+
+void from_f32_q8_k(const float* x, void* y, int64_t n) {
+  quant::traits(DType::kQ8_K)->quantize_ref(x, y, n);
+}
+
+void from_f32_f16(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<uint16_t*>(vy);
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
+void from_f32_bf16(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<uint16_t*>(vy);
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);
+}
+
+void from_f32_f32(const float* x, void* y, int64_t n) {
+  std::memcpy(y, x, static_cast<size_t>(n) * sizeof(float));
+}
+
+float dot_f32_scalar(int64_t n, const float* a, const float* b) {
+  return lanes8_dot(n, [&](int64_t i) { return a[i] * b[i]; });
+}
+
+void axpy_f32_scalar(int64_t n, float a, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];
+}
+
+DotKernel scalar_dot_kernel(DType t) {
+  switch (t) {
+    case DType::kF32: return {DType::kF32, from_f32_f32, vec_dot_f32_f32};
+    case DType::kF16: return {DType::kF16, from_f32_f16, vec_dot_f16_f16};
+    case DType::kBF16: return {DType::kBF16, from_f32_bf16, vec_dot_bf16_bf16};
+    case DType::kQ4_0: return {DType::kQ8_0, from_f32_q8_0, vec_dot_q4_0_q8_0};
+    case DType::kQ4_1: return {DType::kQ8_1, from_f32_q8_1, vec_dot_q4_1_q8_1};
+    case DType::kQ5_0: return {DType::kQ8_0, from_f32_q8_0, vec_dot_q5_0_q8_0};
+    case DType::kQ5_1: return {DType::kQ8_1, from_f32_q8_1, vec_dot_q5_1_q8_1};
+    case DType::kQ8_0: return {DType::kQ8_0, from_f32_q8_0, vec_dot_q8_0_q8_0};
+    case DType::kQ2_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q2_k_q8_k};
+    case DType::kQ3_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q3_k_q8_k};
+    case DType::kQ4_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q4_k_q8_k};
+    case DType::kQ5_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q5_k_q8_k};
+    case DType::kQ6_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q6_k_q8_k};
+    default: return {};
+  }
+}
+
+}  // namespace minfer::backend::cpu

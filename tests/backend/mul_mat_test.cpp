@@ -1,0 +1,224 @@
+// Stage 12 tests (kernels): mul_mat for every weight type against dequantize + a double
+// matmul, every AVX2 dot against its scalar twin, and determinism over threads and batch.
+// Bars: named tolerances with their cause; bitwise where the reduction order is shared.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/vec_dot.h"
+#include "core/fp16.h"
+#include "graph/builder.h"
+#include "harness.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+using graph::GraphBuilder;
+using graph::NodeId;
+using testing::CpuRig;
+using testing::decode;
+using testing::encode;
+using testing::random_floats;
+
+const DType kAllWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
+                                 DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
+                                 DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                                 DType::kQ6_K};
+
+// Cause of the mul_mat error vs an exact product of the dequantized weights: the
+// activation row is rounded to the vec_dot_type. For Q8 formats each element moves by
+// at most half a step (amax/127 of its block) plus the fp16 rounding of the block
+// scale (2^-11 relative); F16 / BF16 round each element (2^-11 / 2^-8 relative). The
+// float accumulation adds kAccumRel relative to Σ|w·x|.
+constexpr double kAccumRel = 1e-5;
+constexpr double kScaleRel = 1.0 / 2048;
+
+double act_error_bound(DType vdt, const float* w, const float* x, int64_t k) {
+  double bound = 0.0, mag = 0.0;
+  const int64_t blk = vdt == DType::kQ8_K ? 256 : 32;
+  for (int64_t b0 = 0; b0 < k; b0 += blk) {
+    double amax = 0.0;
+    for (int64_t i = b0; i < std::min(k, b0 + blk); ++i) amax = std::max(amax, std::fabs(double{x[i]}));
+    for (int64_t i = b0; i < std::min(k, b0 + blk); ++i) {
+      const double wx = std::fabs(double{w[i]});
+      mag += wx * std::fabs(double{x[i]});
+      switch (vdt) {
+        case DType::kQ8_0:
+        case DType::kQ8_1:
+        case DType::kQ8_K: bound += wx * (0.5 * amax / 127.0 + kScaleRel * amax); break;
+        case DType::kF16: bound += wx * std::fabs(double{x[i]}) * kScaleRel; break;
+        case DType::kBF16: bound += wx * std::fabs(double{x[i]}) / 256.0; break;
+        default: break;
+      }
+    }
+  }
+  return bound + kAccumRel * mag + 1e-6;
+}
+
+struct MatMulCase {
+  std::vector<float> w_deq;  // F32 [k, n] — the weights as the kernel sees them
+  std::vector<float> x;      // F32 [k, m]
+  std::vector<float> y;      // F32 [n, m] from the backend
+};
+
+MatMulCase run_mul_mat(DType type, int64_t k, int64_t n, int64_t m, int32_t threads,
+                       CpuIsa isa = CpuIsa::kAuto, uint32_t seed = 7) {
+  MatMulCase c;
+  std::vector<float> w = random_floats(static_cast<size_t>(k * n), seed);
+  std::vector<uint8_t> wb = encode(type, w);
+  c.w_deq = decode(type, wb, w.size());
+  c.x = random_floats(static_cast<size_t>(k * m), seed + 1);
+  CpuRig rig(threads, isa);
+  GraphBuilder b;
+  NodeId wn = b.weight("w", type, {k, n});       // Q [k, n]
+  NodeId xn = b.input("x", DType::kF32, {k, m});  // F32 [k, m]
+  NodeId y = b.mul_mat(wn, xn);                   // F32 [n, m]
+  b.mark_output(y);
+  const graph::ComputeGraph& g = rig.load(b.finish());
+  rig.bind("w", std::move(wb));
+  rig.fill_f32(g, "x", c.x);
+  Status st = rig.run(g);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  c.y = rig.read(g, y);
+  return c;
+}
+
+TEST(MulMat, EveryWeightTypeMatchesDequantizedMatmul_WithinActivationQuantBound) {
+  const int64_t k = 512, n = 9, m = 3;
+  for (DType t : kAllWeightTypes) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    MatMulCase c = run_mul_mat(t, k, n, m, 2);
+    const DType vdt = scalar_dot_kernel(t).vec_dot_type;
+    for (int64_t j = 0; j < m; ++j) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* wr = c.w_deq.data() + i * k;
+        const float* xr = c.x.data() + j * k;
+        double ref = 0.0;
+        for (int64_t e = 0; e < k; ++e) ref += double{wr[e]} * double{xr[e]};
+        const double got = c.y[static_cast<size_t>(j * n + i)];
+        ASSERT_LE(std::fabs(got - ref), act_error_bound(vdt, wr, xr, k))
+            << "row " << i << " col " << j << " got " << got << " ref " << ref;
+      }
+    }
+  }
+}
+
+TEST(MulMat, ScalarIsaAlsoMatchesReference) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kF16}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    MatMulCase c = run_mul_mat(t, 256, 5, 2, 1, CpuIsa::kScalar);
+    const DType vdt = scalar_dot_kernel(t).vec_dot_type;
+    for (int64_t j = 0; j < 2; ++j) {
+      for (int64_t i = 0; i < 5; ++i) {
+        double ref = 0.0;
+        for (int64_t e = 0; e < 256; ++e) ref += double{c.w_deq[i * 256 + e]} * c.x[j * 256 + e];
+        ASSERT_LE(std::fabs(c.y[j * 5 + i] - ref),
+                  act_error_bound(vdt, &c.w_deq[i * 256], &c.x[j * 256], 256));
+      }
+    }
+  }
+}
+
+TEST(MulMat, ThreadCountAndBatchingAreBitwiseInvariant_bitwise) {
+  const int64_t k = 512, n = 37, m = 5;
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K,
+                  DType::kQ5_K, DType::kF16, DType::kF32}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    MatMulCase one = run_mul_mat(t, k, n, m, 1);
+    for (int32_t threads : {2, 3}) {
+      MatMulCase many = run_mul_mat(t, k, n, m, threads);
+      ASSERT_EQ(0, std::memcmp(one.y.data(), many.y.data(), one.y.size() * 4)) << threads;
+    }
+    // Each activation row alone (decode GEMV) equals its row of the batch (GEMM).
+    for (int64_t j = 0; j < m; ++j) {
+      CpuRig rig(2);
+      GraphBuilder b;
+      NodeId wn = b.weight("w", t, {k, n});
+      NodeId xn = b.input("x", DType::kF32, {k, 1});
+      NodeId y = b.mul_mat(wn, xn);
+      b.mark_output(y);
+      const graph::ComputeGraph& g = rig.load(b.finish());
+      rig.bind("w", encode(t, random_floats(static_cast<size_t>(k * n), 7)));
+      rig.fill_f32(g, "x", std::span<const float>(one.x.data() + j * k, static_cast<size_t>(k)));
+      ASSERT_TRUE(rig.run(g).ok());
+      std::vector<float> yr = rig.read(g, y);
+      ASSERT_EQ(0, std::memcmp(yr.data(), one.y.data() + j * n, static_cast<size_t>(n) * 4)) << j;
+    }
+  }
+}
+
+// ---- SIMD vs scalar twins ---------------------------------------------------------
+
+bool have_avx2() { return detect_isa() == CpuIsa::kAvx2; }
+
+// Cause: Q4_0/Q4_1/Q8_0 AVX2 dots keep 8 float lanes with FMA per block where the
+// scalar twin adds one float per block — float reassociation only, relative to Σ|w·x|.
+constexpr double kLegacySimdRel = 1e-5;
+
+TEST(VecDotSimd, EveryAvx2DotAgainstScalarTwin) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const int64_t k = 1024;
+  for (DType t : kAllWeightTypes) {
+    DotKernel simd = avx2_dot_kernel(t);
+    if (simd.vec_dot == nullptr) continue;
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    DotKernel ref = scalar_dot_kernel(t);
+    ASSERT_EQ(simd.vec_dot_type, ref.vec_dot_type);
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+      std::vector<float> w = random_floats(static_cast<size_t>(k), seed, -2.0f, 2.0f);
+      std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 100, -3.0f, 3.0f);
+      std::vector<uint8_t> wb = encode(t, w);
+      std::vector<uint8_t> xa(*quant::row_bytes(ref.vec_dot_type, k));
+      std::vector<uint8_t> xb(xa.size());
+      ref.from_f32(x.data(), xa.data(), k);
+      simd.from_f32(x.data(), xb.data(), k);
+      ASSERT_EQ(xa, xb);  // activation bytes are shared by construction
+      const float a = ref.vec_dot(k, wb.data(), xa.data());
+      const float b = simd.vec_dot(k, wb.data(), xa.data());
+      const bool bitwise = t == DType::kQ4_K || t == DType::kQ6_K || t == DType::kF16 ||
+                           t == DType::kF32;
+      if (bitwise) {
+        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
+      } else {
+        std::vector<float> wd = decode(t, wb, static_cast<size_t>(k));
+        double mag = 0.0;
+        for (int64_t i = 0; i < k; ++i) mag += std::fabs(double{wd[i]} * x[i]);
+        ASSERT_LE(std::fabs(double{a} - b), kLegacySimdRel * mag) << "seed " << seed;
+      }
+    }
+  }
+}
+
+TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  for (int64_t n : {1, 7, 8, 64, 67, 128}) {
+    std::vector<float> a = random_floats(static_cast<size_t>(n), 3);
+    std::vector<float> b = random_floats(static_cast<size_t>(n), 4);
+    EXPECT_EQ(fp32_to_bits(dot_f32_scalar(n, a.data(), b.data())),
+              fp32_to_bits(dot_f32_avx2(n, a.data(), b.data())));
+    std::vector<float> y1 = b, y2 = b;
+    axpy_f32_scalar(n, 0.37f, a.data(), y1.data());
+    axpy_f32_avx2(n, 0.37f, a.data(), y2.data());
+    EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), static_cast<size_t>(n) * 4));
+  }
+}
+
+TEST(VecDot, Q8ActivationFollowsGgmlX86Rounding) {
+  // amax 127 → d = 1, id = 1: halves round to even (2.5 → 2, 3.5 → 4, −2.5 → −2).
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = 3.5f;
+  x[3] = -2.5f;
+  quant::BlockQ8_0 blk;
+  from_f32_q8_0(x.data(), &blk, 32);
+  EXPECT_EQ(blk.qs[0], 127);
+  EXPECT_EQ(blk.qs[1], 2);
+  EXPECT_EQ(blk.qs[2], 4);
+  EXPECT_EQ(blk.qs[3], -2);
+  EXPECT_EQ(fp16_to_fp32(blk.d), 1.0f);
+}
+
+}  // namespace
+}  // namespace minfer::backend::cpu

@@ -1,0 +1,300 @@
+// Stage 12 tests (kernels): every non-matmul op against an independent reference
+// computed here (double where it helps), attention determinism over threads and
+// prefill-vs-decode, and loud bounds. Bars: named tolerances or bitwise.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/fp16.h"
+#include "graph/builder.h"
+#include "graph/fusion.h"
+#include "harness.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+using graph::GraphBuilder;
+using graph::KvKind;
+using graph::NodeId;
+using testing::CpuRig;
+using testing::encode;
+using testing::random_floats;
+
+// Float kernels vs double references: a few ulps of the largest term per element.
+constexpr double kFloatRel = 1e-5;
+// RoPE: float angle recurrence θ·base^(−2i/n) (ggml's) vs double pow, at positions < 100.
+constexpr double kRopeAbs = 1e-4;
+// Attention: float scores, exp and accumulation vs a double softmax.
+constexpr double kAttnAbs = 1e-5;
+
+TEST(Ops, ElementwiseAndNormsMatchReference) {
+  CpuRig rig(2);
+  GraphBuilder b;
+  NodeId x = b.input("x", DType::kF32, {64, 3});   // F32 [64, 3]
+  NodeId r = b.input("r", DType::kF32, {64, 1});   // F32 [64, 1] (row broadcast)
+  NodeId s = b.input("s", DType::kF32, {1, 3});    // F32 [1, 3]  (scalar per row)
+  NodeId add = b.add(x, r);
+  NodeId mul = b.mul(x, s);
+  NodeId sc = b.scale(x, 0.75f);
+  NodeId si = b.silu(x);
+  NodeId sw = b.swiglu(x, add);
+  NodeId sm = b.softmax(x, 2.0f);
+  NodeId rn = b.rms_norm(x, 1e-5f);
+  NodeId rv = b.reshape(rn, {32, 6});
+  NodeId ct = b.cont(b.view(x, {64, 2}, 64));      // rows 1..2 of x
+  for (NodeId o : {add, mul, sc, si, sw, sm, rv, ct}) b.mark_output(o);
+  const graph::ComputeGraph& g = rig.load(b.finish());
+  auto vx = random_floats(192, 1, -3.0f, 3.0f), vr = random_floats(64, 2), vs = random_floats(3, 3);
+  rig.fill_f32(g, "x", vx);
+  rig.fill_f32(g, "r", vr);
+  rig.fill_f32(g, "s", vs);
+  ASSERT_TRUE(rig.run(g).ok());
+  auto near = [](double got, double ref) { return std::fabs(got - ref) <= kFloatRel * (1 + std::fabs(ref)); };
+  auto o_add = rig.read(g, add), o_mul = rig.read(g, mul), o_sc = rig.read(g, sc),
+       o_si = rig.read(g, si), o_sw = rig.read(g, sw), o_sm = rig.read(g, sm),
+       o_rn = rig.read(g, rv), o_ct = rig.read(g, ct);
+  for (int row = 0; row < 3; ++row) {
+    double ss = 0.0, mx = -1e30, den = 0.0;
+    for (int i = 0; i < 64; ++i) {
+      const double v = vx[row * 64 + i];
+      ss += v * v;
+      mx = std::max(mx, 2.0 * v);
+    }
+    for (int i = 0; i < 64; ++i) den += std::exp(2.0 * vx[row * 64 + i] - mx);
+    const double inv_rms = 1.0 / std::sqrt(ss / 64 + 1e-5);
+    for (int i = 0; i < 64; ++i) {
+      const int e = row * 64 + i;
+      const double v = vx[e];
+      const double sig = v / (1 + std::exp(-v));
+      EXPECT_TRUE(near(o_add[e], v + vr[i])) << e;
+      EXPECT_TRUE(near(o_mul[e], v * vs[row])) << e;
+      EXPECT_TRUE(near(o_sc[e], v * 0.75)) << e;
+      EXPECT_TRUE(near(o_si[e], sig)) << e;
+      EXPECT_TRUE(near(o_sw[e], sig * (v + vr[i]))) << e;
+      EXPECT_TRUE(near(o_sm[e], std::exp(2.0 * v - mx) / den)) << e;
+      EXPECT_TRUE(near(o_rn[e], v * inv_rms)) << e;
+    }
+  }
+  for (int e = 0; e < 128; ++e) EXPECT_EQ(o_ct[e], vx[64 + e]);
+}
+
+TEST(Ops, FusedRmsNormMulEqualsUnfusedPair_bitwise) {
+  CpuRig rig(3);
+  GraphBuilder b;
+  NodeId x = b.input("x", DType::kF32, {96, 4});
+  NodeId w = b.input("w", DType::kF32, {96});
+  NodeId unfused = b.mul(b.rms_norm(x, 1e-6f), w);
+  b.mark_output(unfused);
+  graph::ComputeGraph g0 = b.finish();
+  GraphBuilder b2;
+  NodeId x2 = b2.input("x", DType::kF32, {96, 4});
+  NodeId w2 = b2.input("w", DType::kF32, {96});
+  NodeId fused_src = b2.mul(b2.rms_norm(x2, 1e-6f), w2);
+  b2.mark_output(fused_src);
+  graph::ComputeGraph g1 = b2.finish();
+  graph::FusionFlags on;
+  graph::run_fusion(g1, on);
+  ASSERT_EQ(g1.node(g1.outputs()[0]).op, graph::Op::kRmsNormMul);
+  const auto& a = rig.load(std::move(g0), 1);
+  auto vx = random_floats(384, 5), vw = random_floats(96, 6);
+  rig.fill_f32(a, "x", vx);
+  rig.fill_f32(a, "w", vw);
+  ASSERT_TRUE(rig.run(a).ok());
+  auto ra = rig.read(a, a.outputs()[0]);
+  const auto& f = rig.load(std::move(g1), 2);
+  rig.fill_f32(f, "x", vx);
+  rig.fill_f32(f, "w", vw);
+  ASSERT_TRUE(rig.run(f).ok());
+  auto rf = rig.read(f, f.outputs()[0]);
+  EXPECT_EQ(0, std::memcmp(ra.data(), rf.data(), ra.size() * 4));
+}
+
+TEST(Ops, GetRowsDequantizesEveryTableType_bitwise) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ8_0, DType::kQ4_K,
+                  DType::kQ6_K}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    CpuRig rig(2);
+    GraphBuilder b;
+    NodeId tab = b.weight("tab", t, {256, 10});
+    NodeId ids = b.input("ids", DType::kI32, {4});
+    NodeId o = b.get_rows(tab, ids);
+    b.mark_output(o);
+    const auto& g = rig.load(b.finish());
+    auto bytes = encode(t, random_floats(2560, 9));
+    auto full = testing::decode(t, bytes, 2560);
+    rig.bind("tab", bytes);
+    const int32_t idv[4] = {9, 0, 3, 9};
+    rig.fill_i32(g, "ids", idv);
+    ASSERT_TRUE(rig.run(g).ok());
+    auto out = rig.read(g, o);
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(0, std::memcmp(out.data() + r * 256, full.data() + idv[r] * 256, 1024)) << r;
+    }
+    const int32_t bad[4] = {0, 10, 1, 2};
+    rig.fill_i32(g, "ids", bad);
+    Status st = rig.run(g);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find("id 10"), std::string::npos) << st.error().message;
+  }
+}
+
+double rope_ref_angle(int pos, int i, int n_rot, double base) {
+  return pos * std::pow(base, -2.0 * i / n_rot);
+}
+
+TEST(Ops, RopeNormalAndNeoxMatchReference) {
+  for (graph::RopeMode mode : {graph::RopeMode::kNormal, graph::RopeMode::kNeox}) {
+    CpuRig rig(2);
+    GraphBuilder b;
+    const int hd = 16, nh = 3, nt = 4, n_rot = 12;
+    NodeId x = b.input("x", DType::kF32, {hd, nh, nt});
+    NodeId p = b.input("p", DType::kI32, {nt});
+    NodeId o = b.rope(x, p, {.mode = mode, .n_rot = n_rot, .freq_base = 10000.0f, .freq_scale = 1.0f});
+    b.mark_output(o);
+    const auto& g = rig.load(b.finish());
+    auto vx = random_floats(hd * nh * nt, 11);
+    const int32_t pos[nt] = {0, 1, 17, 99};
+    rig.fill_f32(g, "x", vx);
+    rig.fill_i32(g, "p", pos);
+    ASSERT_TRUE(rig.run(g).ok());
+    auto out = rig.read(g, o);
+    for (int t = 0; t < nt; ++t) {
+      for (int h = 0; h < nh; ++h) {
+        const float* xr = vx.data() + (t * nh + h) * hd;
+        const float* orow = out.data() + (t * nh + h) * hd;
+        for (int i = 0; i < n_rot / 2; ++i) {
+          const double th = rope_ref_angle(pos[t], i, n_rot, 10000.0);
+          const int a = mode == graph::RopeMode::kNeox ? i : 2 * i;
+          const int c = mode == graph::RopeMode::kNeox ? i + n_rot / 2 : 2 * i + 1;
+          EXPECT_NEAR(orow[a], xr[a] * std::cos(th) - xr[c] * std::sin(th), kRopeAbs);
+          EXPECT_NEAR(orow[c], xr[a] * std::sin(th) + xr[c] * std::cos(th), kRopeAbs);
+        }
+        for (int i = n_rot; i < hd; ++i) EXPECT_EQ(orow[i], xr[i]);
+      }
+    }
+  }
+}
+
+// ---- attention --------------------------------------------------------------------
+
+struct AttnGraph {
+  NodeId out;
+};
+
+// q [hd, nh, nt], new K/V rows for nt tokens stored at `cells`, window per token.
+const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t key,
+                                      AttnGraph* ag) {
+  const int hd = 8, nh = 4, nkv = 2, n_ctx = 160;
+  GraphBuilder b;
+  NodeId q = b.input("q", DType::kF32, {hd, nh, nt});
+  NodeId k = b.input("k", DType::kF32, {hd * nkv, nt});
+  NodeId v = b.input("v", DType::kF32, {hd * nkv, nt});
+  NodeId cells = b.input("cells", DType::kI32, {nt});
+  NodeId win = b.input("win", DType::kI32, {2 * n_runs, nt});
+  NodeId rk = b.kv_region(0, KvKind::kK, DType::kF32, {hd * nkv, n_ctx});
+  NodeId rv = b.kv_region(0, KvKind::kV, DType::kF32, {hd * nkv, n_ctx});
+  NodeId ks = b.kv_store(rk, k, cells);
+  NodeId vs = b.kv_store(rv, v, cells);
+  ag->out = b.attention(q, ks, vs, win, {.n_head = nh, .n_head_kv = nkv, .scale = 0.35f, .causal = true, .layer = 0});
+  b.mark_output(ag->out);
+  return rig.load(b.finish(), key, n_ctx);
+}
+
+// Prefill of T tokens at cells/positions 0..T-1 (causal), then the same T tokens decoded
+// one at a time into a fresh rig: every (token, head) output is bitwise equal, and
+// equal across thread counts; both match a double softmax reference.
+TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
+  const int T = 150, hd = 8, nh = 4, nkv = 2;  // T > 2 chunks of 64 cells
+  auto vq = random_floats(T * nh * hd, 21, -2.0f, 2.0f);
+  auto vk = random_floats(T * nkv * hd, 22, -2.0f, 2.0f);
+  auto vv = random_floats(T * nkv * hd, 23);
+  std::vector<int32_t> cells(T), win(2 * T);
+  for (int t = 0; t < T; ++t) {
+    cells[t] = t;
+    win[2 * t] = 0;
+    win[2 * t + 1] = t + 1;
+  }
+  std::vector<std::vector<float>> prefill;
+  for (int32_t threads : {1, 3}) {
+    CpuRig rig(threads);
+    AttnGraph ag;
+    const auto& g = attn_graph(rig, T, 1, 1, &ag);
+    rig.fill_f32(g, "q", vq);
+    rig.fill_f32(g, "k", vk);
+    rig.fill_f32(g, "v", vv);
+    rig.fill_i32(g, "cells", cells);
+    rig.fill_i32(g, "win", win);
+    Status st = rig.run(g);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    prefill.push_back(rig.read(g, ag.out));
+  }
+  ASSERT_EQ(0, std::memcmp(prefill[0].data(), prefill[1].data(), prefill[0].size() * 4));
+  const auto& out = prefill[0];
+  // double reference
+  for (int t = 0; t < T; t += 7) {
+    for (int h = 0; h < nh; ++h) {
+      const int kvh = h / (nh / nkv);
+      std::vector<double> s(t + 1);
+      double mx = -1e300;
+      for (int c = 0; c <= t; ++c) {
+        double d = 0;
+        for (int i = 0; i < hd; ++i) d += double{vq[(t * nh + h) * hd + i]} * vk[(c * nkv + kvh) * hd + i];
+        s[c] = 0.35 * d;
+        mx = std::max(mx, s[c]);
+      }
+      double den = 0;
+      for (int c = 0; c <= t; ++c) den += std::exp(s[c] - mx);
+      for (int i = 0; i < hd; ++i) {
+        double ref = 0;
+        for (int c = 0; c <= t; ++c) ref += std::exp(s[c] - mx) / den * vv[(c * nkv + kvh) * hd + i];
+        ASSERT_NEAR(out[(t * nh + h) * hd + i], ref, kAttnAbs) << t << " " << h << " " << i;
+      }
+    }
+  }
+  // token by token (decode graph with nt = 1), the KV region persisting in the rig
+  CpuRig rig(2);
+  AttnGraph ag;
+  const auto& g = attn_graph(rig, 1, 1, 1, &ag);
+  for (int t = 0; t < T; ++t) {
+    rig.fill_f32(g, "q", std::span<const float>(vq.data() + t * nh * hd, nh * hd));
+    rig.fill_f32(g, "k", std::span<const float>(vk.data() + t * nkv * hd, nkv * hd));
+    rig.fill_f32(g, "v", std::span<const float>(vv.data() + t * nkv * hd, nkv * hd));
+    const int32_t c1[1] = {t};
+    const int32_t w1[2] = {0, t + 1};
+    rig.fill_i32(g, "cells", c1);
+    rig.fill_i32(g, "win", w1);
+    ASSERT_TRUE(rig.run(g).ok());
+    auto o = rig.read(g, ag.out);
+    ASSERT_EQ(0, std::memcmp(o.data(), out.data() + t * nh * hd, o.size() * 4)) << "token " << t;
+  }
+}
+
+TEST(Attention, WindowRunsAndLoudBounds) {
+  CpuRig rig(2);
+  AttnGraph ag;
+  const int nt = 2;
+  const auto& g = attn_graph(rig, nt, 2, 1, &ag);
+  rig.fill_f32(g, "q", random_floats(nt * 32, 1));
+  rig.fill_f32(g, "k", random_floats(nt * 16, 2));
+  rig.fill_f32(g, "v", random_floats(nt * 16, 3));
+  const int32_t cells[2] = {5, 160};  // 160 == n_ctx: out of range
+  const int32_t win[8] = {0, 6, 0, 0, 0, 3, 5, 1};
+  rig.fill_i32(g, "cells", cells);
+  rig.fill_i32(g, "win", win);
+  Status st = rig.run(g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("cell 160"), std::string::npos) << st.error().message;
+  const int32_t ok_cells[2] = {5, 6};
+  const int32_t bad_win[8] = {0, 6, 0, 0, 150, 11, 0, 0};
+  rig.fill_i32(g, "cells", ok_cells);
+  rig.fill_i32(g, "win", bad_win);
+  st = rig.run(g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("window run 0 of query 1"), std::string::npos) << st.error().message;
+  rig.fill_i32(g, "win", win);
+  st = rig.run(g);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+}
+
+}  // namespace
+}  // namespace minfer::backend::cpu
