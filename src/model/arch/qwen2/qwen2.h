@@ -1,0 +1,17 @@
+// Stage 6 (architectures): qwen2 — Qwen2 / Qwen2.5 dense models.
+// Invariants: NEOX rope (halves rotated together), Q/K/V projections carry biases,
+// output tied to token_embd when `output.weight` is absent (Qwen2.5-0.5B); the builder
+// is a pure function of GraphParams.
+#pragma once
+
+#include "model/model.h"
+
+namespace minfer::model::qwen2 {
+
+Status adjust(HParams& hp);
+Result<ModelWeights> bind(const WeightBinder& binder, const HParams& hp);
+graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph::GraphParams& p);
+
+inline constexpr Arch kArch{.name = "qwen2", .adjust = adjust, .bind = bind, .build = build};
+
+}  // namespace minfer::model::qwen2

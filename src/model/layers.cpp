@@ -1,0 +1,158 @@
+// Stage 6 (weights + topology): shared Llama-family blocks, after llama.cpp's
+// llm_graph_context::build_attn / build_ffn (src/llama-graph.cpp).
+#include "model/layers.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "graph/input_names.h"
+
+namespace minfer::model {
+
+using graph::NodeId;
+
+StepInputs declare_step_inputs(graph::GraphBuilder& b, const graph::GraphParams& p) {
+  const int64_t nt = p.n_tokens;
+  StepInputs in;
+  in.token_ids = b.input(graph::kInputTokenIds, DType::kI32, {nt});        // I32 [n_tokens]
+  in.positions = b.input(graph::kInputPositions, DType::kI32, {nt});       // I32 [n_tokens]
+  in.kv_cells = b.input(graph::kInputKvCells, DType::kI32, {nt});          // I32 [n_tokens]
+  in.kv_window = b.input(graph::kInputKvWindow, DType::kI32,
+                         {2 * int64_t{p.cparams.window.n_runs}, nt});       // I32 [2·n_runs, n_tokens]
+  if (p.n_out < p.n_tokens) {
+    in.tail_ids = b.input(graph::kInputTailIds, DType::kI32, {int64_t{p.n_out}});  // I32 [n_out]
+  }
+  return in;
+}
+
+NodeId norm(graph::GraphBuilder& b, NodeId x, const WeightRef& w, float eps, const char* name,
+            int il) {
+  NodeId cur = b.mul(b.rms_norm(x, eps), weight_node(b, w));  // F32 [n_embd, rows]
+  b.name(cur, name, il);
+  return cur;
+}
+
+NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& lw,
+                 const StepInputs& in, const graph::GraphParams& p, NodeId cur, int il) {
+  const int64_t nt = p.n_tokens;
+  const int64_t hd = hp.n_embd_head;
+  const int64_t n_ctx = p.cparams.n_ctx;
+  const int64_t n_embd_kv = hp.n_embd_kv();
+
+  NodeId q = b.mul_mat(weight_node(b, lw.wq), cur);                      // F32 [n_embd_q, n_tokens]
+  if (lw.bq.present()) q = b.add(q, weight_node(b, lw.bq));              // F32 [n_embd_q, n_tokens]
+  b.name(q, "Qcur", il);
+  NodeId k = b.mul_mat(weight_node(b, lw.wk), cur);                      // F32 [n_embd_kv, n_tokens]
+  if (lw.bk.present()) k = b.add(k, weight_node(b, lw.bk));              // F32 [n_embd_kv, n_tokens]
+  b.name(k, "Kcur", il);
+  NodeId v = b.mul_mat(weight_node(b, lw.wv), cur);                      // F32 [n_embd_kv, n_tokens]
+  if (lw.bv.present()) v = b.add(v, weight_node(b, lw.bv));              // F32 [n_embd_kv, n_tokens]
+  b.name(v, "Vcur", il);
+
+  const graph::RopeParams rope{.mode = hp.rope_mode,
+                               .n_rot = static_cast<int32_t>(hp.n_rot),
+                               .freq_base = hp.rope_freq_base,
+                               .freq_scale = hp.rope_freq_scale};
+  q = b.reshape(q, {hd, hp.n_head, nt});                                 // F32 [hd, n_head, n_tokens]
+  q = b.rope(q, in.positions, rope);                                     // F32 [hd, n_head, n_tokens]
+  b.name(q, "Qrope", il);
+  k = b.reshape(k, {hd, hp.n_head_kv, nt});                              // F32 [hd, n_head_kv, n_tokens]
+  k = b.rope(k, in.positions, rope);                                     // F32 [hd, n_head_kv, n_tokens]
+  b.name(k, "Krope", il);
+
+  // KV: this step's rows go to the cells the KV store chose (data); attention reads
+  // the cells the window lists (data). The regions themselves outlive the graph.
+  NodeId kv_k = b.kv_region(il, graph::KvKind::kK, DType::kF32, {n_embd_kv, n_ctx});  // F32 [n_embd_kv, n_ctx]
+  NodeId kv_v = b.kv_region(il, graph::KvKind::kV, DType::kF32, {n_embd_kv, n_ctx});  // F32 [n_embd_kv, n_ctx]
+  NodeId ks = b.kv_store(kv_k, k, in.kv_cells);                          // F32 [n_embd_kv, n_ctx] (alias)
+  NodeId vs = b.kv_store(kv_v, v, in.kv_cells);                          // F32 [n_embd_kv, n_ctx] (alias)
+  NodeId att = b.attention(q, ks, vs, in.kv_window,
+                           {.n_head = static_cast<int32_t>(hp.n_head),
+                            .n_head_kv = static_cast<int32_t>(hp.n_head_kv),
+                            .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                            .causal = true,
+                            .layer = il});                               // F32 [n_embd_q, n_tokens]
+  b.name(att, "kqv_out", il);
+  NodeId out = b.mul_mat(weight_node(b, lw.wo), att);                    // F32 [n_embd, n_tokens]
+  b.name(out, "attn_out", il);
+  return out;
+}
+
+NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, NodeId cur, int il) {
+  NodeId gate = b.mul_mat(weight_node(b, lw.ffn_gate), cur);             // F32 [n_ff, rows]
+  b.name(gate, "ffn_gate", il);
+  NodeId up = b.mul_mat(weight_node(b, lw.ffn_up), cur);                 // F32 [n_ff, rows]
+  b.name(up, "ffn_up", il);
+  NodeId act = b.swiglu(gate, up);                                       // F32 [n_ff, rows]
+  b.name(act, "ffn_swiglu", il);
+  NodeId out = b.mul_mat(weight_node(b, lw.ffn_down), act);              // F32 [n_embd, rows]
+  b.name(out, "ffn_out", il);
+  return out;
+}
+
+NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const ModelWeights& w,
+                   NodeId tok_embd, NodeId cur) {
+  cur = b.mul(b.rms_norm(cur, hp.rms_eps), weight_node(b, w.output_norm));  // F32 [n_embd, n_out]
+  b.name(cur, "result_norm");
+  NodeId head = w.output_tied ? tok_embd : weight_node(b, w.output);       // [n_embd, n_vocab]
+  NodeId logits = b.mul_mat(head, cur);                                     // F32 [n_vocab, n_out]
+  b.name(logits, "result_output");
+  b.mark_output(logits);
+  return logits;
+}
+
+Result<ModelWeights> bind_llama_family(const WeightBinder& wb, const HParams& hp, QkvBias bias) {
+  const int64_t n_embd = hp.n_embd;
+  const int64_t n_embd_q = int64_t{hp.n_embd_head} * hp.n_head;
+  const int64_t n_embd_kv = hp.n_embd_kv();
+  const int64_t n_ff = hp.n_ff;
+  const int64_t n_vocab = hp.n_vocab;
+  ModelWeights w;
+  MINFER_TRY(w.tok_embd, wb.require("token_embd.weight", {n_embd, n_vocab}));
+  MINFER_TRY(w.output_norm, wb.require("output_norm.weight", {n_embd}));
+  if (wb.has("output.weight")) {
+    MINFER_TRY(w.output, wb.require("output.weight", {n_embd, n_vocab}));
+  } else {
+    // No separate LM head: the embedding matrix is reused (tied), as llama.cpp does.
+    w.output = w.tok_embd;
+    w.output_tied = true;
+  }
+  w.layers.resize(hp.n_layer);
+  for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
+    LayerWeights& l = w.layers[static_cast<size_t>(il)];
+    MINFER_TRY(l.attn_norm, wb.require(blk(il, "attn_norm.weight"), {n_embd}));
+    MINFER_TRY(l.wq, wb.require(blk(il, "attn_q.weight"), {n_embd, n_embd_q}));
+    MINFER_TRY(l.wk, wb.require(blk(il, "attn_k.weight"), {n_embd, n_embd_kv}));
+    MINFER_TRY(l.wv, wb.require(blk(il, "attn_v.weight"), {n_embd, n_embd_kv}));
+    MINFER_TRY(l.wo, wb.require(blk(il, "attn_output.weight"), {n_embd_q, n_embd}));
+    if (bias == QkvBias::kRequired) {
+      MINFER_TRY(l.bq, wb.require(blk(il, "attn_q.bias"), {n_embd_q}));
+      MINFER_TRY(l.bk, wb.require(blk(il, "attn_k.bias"), {n_embd_kv}));
+      MINFER_TRY(l.bv, wb.require(blk(il, "attn_v.bias"), {n_embd_kv}));
+      for (const WeightRef* bw : {&l.bq, &l.bk, &l.bv}) {
+        if (bw->dtype != DType::kF32) {
+          return make_error(fmt::format("tensor '{}' has type {}, expected f32", bw->name,
+                                        dtype_name(bw->dtype)));
+        }
+      }
+    }
+    MINFER_TRY(l.ffn_norm, wb.require(blk(il, "ffn_norm.weight"), {n_embd}));
+    MINFER_TRY(l.ffn_gate, wb.require(blk(il, "ffn_gate.weight"), {n_embd, n_ff}));
+    MINFER_TRY(l.ffn_up, wb.require(blk(il, "ffn_up.weight"), {n_embd, n_ff}));
+    MINFER_TRY(l.ffn_down, wb.require(blk(il, "ffn_down.weight"), {n_ff, n_embd}));
+    for (const WeightRef* nw : {&l.attn_norm, &l.ffn_norm}) {
+      if (nw->dtype != DType::kF32) {
+        return make_error(fmt::format("tensor '{}' has type {}, expected f32", nw->name,
+                                      dtype_name(nw->dtype)));
+      }
+    }
+  }
+  if (w.output_norm.dtype != DType::kF32) {
+    return make_error(fmt::format("tensor 'output_norm.weight' has type {}, expected f32",
+                                  dtype_name(w.output_norm.dtype)));
+  }
+  return w;
+}
+
+}  // namespace minfer::model

@@ -1,0 +1,52 @@
+// Stage 6 (weights + topology): the building blocks the Llama-family graph builders
+// share — per-step inputs, the attention half of a block, the SwiGLU FFN, the head.
+// Invariant: each helper is a pure function of its arguments (no hidden state), so a
+// builder made of them stays deterministic in GraphParams; every intermediate gets a
+// llama.cpp-style name ("Qcur-3", "ffn_out-3") so traces and dumps line up with ggml's.
+#pragma once
+
+#include "graph/builder.h"
+#include "graph/params.h"
+#include "model/hparams.h"
+#include "model/weights.h"
+
+namespace minfer::model {
+
+// The per-step input nodes (graph/input_names.h). Shapes depend on params only.
+struct StepInputs {
+  graph::NodeId token_ids = graph::kNoNode;  // I32 [n_tokens]
+  graph::NodeId positions = graph::kNoNode;  // I32 [n_tokens]
+  graph::NodeId kv_cells = graph::kNoNode;   // I32 [n_tokens]
+  graph::NodeId kv_window = graph::kNoNode;  // I32 [2 * n_runs, n_tokens]
+  graph::NodeId tail_ids = graph::kNoNode;   // I32 [n_out], only when n_out < n_tokens
+};
+StepInputs declare_step_inputs(graph::GraphBuilder& b, const graph::GraphParams& p);
+
+// rms_norm(x) * w, named `<name>-<il>`.  F32 [n_embd, rows]
+graph::NodeId norm(graph::GraphBuilder& b, graph::NodeId x, const WeightRef& w, float eps,
+                   const char* name, int il);
+
+// Self-attention of block `il` on the normed input `cur` F32 [n_embd, n_tokens]: Q/K/V
+// projections (+ biases when present), RoPE, K/V stored into the layer's persistent
+// regions at the kv_cells input, attention over the kv_window input, output projection.
+// Returns F32 [n_embd, n_tokens].
+graph::NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& lw,
+                        const StepInputs& in, const graph::GraphParams& p, graph::NodeId cur,
+                        int il);
+
+// SwiGLU feed-forward: down(silu(gate(x)) * up(x)). F32 [n_embd, rows]
+graph::NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur,
+                         int il);
+
+// Final norm and LM head, marked as the graph output: F32 [n_vocab, n_out]. A tied
+// output reads `tok_embd`, the embedding's own weight node.
+graph::NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const ModelWeights& w,
+                          graph::NodeId tok_embd, graph::NodeId cur);
+
+// Binds the tensors every Llama-family model has (token_embd, output_norm, output or
+// tied, and per block: norms, Q/K/V/O, gate/up/down); Q/K/V biases when `qkv_bias`.
+enum class QkvBias : uint8_t { kNone, kRequired };
+Result<ModelWeights> bind_llama_family(const WeightBinder& binder, const HParams& hp,
+                                       QkvBias bias);
+
+}  // namespace minfer::model

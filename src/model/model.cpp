@@ -1,0 +1,73 @@
+// Stage 6 (weights + topology): architecture table, model loading, graph entry point.
+#include "model/model.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "model/arch/llama/llama.h"
+#include "model/arch/qwen2/qwen2.h"
+#include "core/check.h"
+
+namespace minfer::model {
+namespace {
+
+const Arch kArchs[] = {
+    llama::kArch,
+    qwen2::kArch,
+};
+
+}  // namespace
+
+const Arch* find_arch(std::string_view name) {
+  for (const Arch& a : kArchs) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+std::vector<std::string_view> arch_names() {
+  std::vector<std::string_view> out;
+  for (const Arch& a : kArchs) out.push_back(a.name);
+  return out;
+}
+
+Result<std::unique_ptr<Model>> Model::load(const gguf::Model& file) {
+  MINFER_TRY(std::string arch_name, file.get_string("general.architecture"));
+  const Arch* arch = find_arch(arch_name);
+  if (arch == nullptr) {
+    return make_error(fmt::format("unknown architecture '{}' (supported: {})", arch_name,
+                                  fmt::join(arch_names(), ", ")));
+  }
+  uint32_t n_vocab_fallback = 0;
+  if (const gguf::TensorInfo* t = file.find_tensor("token_embd.weight");
+      t != nullptr && t->dims.size() >= 2) {
+    n_vocab_fallback = static_cast<uint32_t>(t->dims[1]);
+  }
+  auto m = std::unique_ptr<Model>(new Model());
+  m->arch_ = arch;
+  MINFER_TRY(m->hp_, read_hparams(file, n_vocab_fallback));
+  MINFER_TRY_STATUS(arch->adjust(m->hp_));
+  MINFER_TRY(m->weights_, arch->bind(WeightBinder(file), m->hp_));
+  return m;
+}
+
+Status Model::check_params(const graph::GraphParams& p) const {
+  MINFER_TRY_STATUS(graph::validate(p));
+  if (p.cparams.kv_format != graph::KvFormat::kF32) {
+    return make_error(fmt::format("KV format {} is not implemented yet (only f32)",
+                                  graph::kv_format_name(p.cparams.kv_format)));
+  }
+  if (p.cparams.gpu || p.cparams.gpu_layers != 0) {
+    return make_error("GPU placement is not implemented yet");
+  }
+  return Ok{};
+}
+
+graph::ComputeGraph Model::build_graph(const graph::GraphParams& p) const {
+  Status st = check_params(p);
+  MINFER_CHECK(st.ok(), "build_graph(%s): %s", graph::to_string(p).c_str(),
+               st.ok() ? "" : st.error().message.c_str());
+  return arch_->build(hp_, weights_, p);
+}
+
+}  // namespace minfer::model

@@ -1,0 +1,89 @@
+// Stage 6 (weights + topology): tensor lookup with shape and type checks.
+#include "model/weights.h"
+
+#include <fmt/format.h>
+
+#include "quant/quant.h"
+
+namespace minfer::model {
+namespace {
+
+std::string shape_str(std::initializer_list<int64_t> shape) {
+  std::string s = "[";
+  bool first = true;
+  for (int64_t d : shape) {
+    if (!first) s += ", ";
+    s += std::to_string(d);
+    first = false;
+  }
+  return s + "]";
+}
+
+std::string dims_str(const std::vector<uint64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+void ModelWeights::for_each(const std::function<void(const WeightRef&)>& fn) const {
+  fn(tok_embd);
+  fn(output_norm);
+  if (!output_tied) fn(output);
+  for (const LayerWeights& l : layers) {
+    for (const WeightRef* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
+                               &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+      if (w->present()) fn(*w);
+    }
+  }
+}
+
+Result<WeightRef> WeightBinder::optional(std::string_view name,
+                                         std::initializer_list<int64_t> shape) const {
+  if (!has(name)) return WeightRef{};
+  return require(name, shape);
+}
+
+Result<WeightRef> WeightBinder::require(std::string_view name,
+                                        std::initializer_list<int64_t> shape) const {
+  const gguf::TensorInfo* t = file_.find_tensor(name);
+  if (t == nullptr) {
+    return make_error(fmt::format("missing tensor '{}' (expected shape {})", name,
+                                  shape_str(shape)));
+  }
+  // Trailing dims of 1 are equivalent in ggml ([576] == [576, 1]).
+  std::vector<uint64_t> dims = t->dims;
+  while (dims.size() > shape.size() && dims.back() == 1) dims.pop_back();
+  bool match = dims.size() == shape.size();
+  size_t i = 0;
+  for (int64_t d : shape) {
+    if (match && dims[i] != static_cast<uint64_t>(d)) match = false;
+    ++i;
+  }
+  if (!match) {
+    return make_error(fmt::format("tensor '{}' has shape {}, expected {}", name,
+                                  dims_str(t->dims), shape_str(shape)));
+  }
+  if (quant::traits(t->type) == nullptr) {
+    return make_error(fmt::format("tensor '{}' has type {}, which minfer cannot compute with",
+                                  name, dtype_name(t->type)));
+  }
+  WeightRef w;
+  w.name = std::string(name);
+  w.dtype = t->type;
+  w.shape = graph::Shape(shape);
+  w.data = t->data;
+  w.bytes = t->n_bytes;
+  return w;
+}
+
+std::string blk(int il, std::string_view suffix) {
+  return fmt::format("blk.{}.{}", il, suffix);
+}
+
+graph::NodeId weight_node(graph::GraphBuilder& b, const WeightRef& w) {
+  return b.weight(w.name, w.dtype, w.shape);
+}
+
+}  // namespace minfer::model

@@ -1,0 +1,278 @@
+// Stage 6 tests (weights + topology): hparams from metadata, weight binding errors
+// (unknown architecture, missing tensor, wrong shape, refused rope scaling), and the
+// builder contract — deterministic in GraphParams, tail rows only in prefill, named
+// intermediates, per-architecture differences (bias, rope mode, tied output).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "graph/cache.h"
+#include "graph/input_names.h"
+#include "model/model.h"
+#include "tiny_model.h"
+
+namespace minfer::model {
+namespace {
+
+using testing::TempFile;
+using testing::TinySpec;
+using testing::write_tiny_model;
+
+graph::GraphParams params(uint32_t n_tokens, uint32_t n_out, uint32_t n_ctx = 64) {
+  graph::GraphParams p;
+  p.n_tokens = n_tokens;
+  p.n_out = n_out;
+  p.gtype = n_tokens == 1 ? graph::GraphType::kDecode : graph::GraphType::kPrefill;
+  p.cparams.n_ctx = n_ctx;
+  p.weights_version = 1;
+  return p;
+}
+
+struct Loaded {
+  gguf::Model file;
+  std::unique_ptr<Model> model;
+};
+
+// Writes `spec`, opens it and loads the model; the Result carries the load error.
+Result<Loaded> load(const TinySpec& spec, const std::string& stem) {
+  TempFile f(stem);
+  MINFER_TRY_STATUS(write_tiny_model(f.path, spec));
+  MINFER_TRY(gguf::Model file, gguf::Model::open(f.path));
+  Loaded l{std::move(file), nullptr};
+  MINFER_TRY(l.model, Model::load(l.file));
+  return l;
+}
+
+std::string load_error(const TinySpec& spec, const std::string& stem) {
+  auto r = load(spec, stem);
+  EXPECT_FALSE(r.ok()) << "expected " << stem << " to fail";
+  return r.ok() ? std::string() : r.error().message;
+}
+
+size_t count_op(const graph::ComputeGraph& g, graph::Op op) {
+  size_t n = 0;
+  for (const auto& node : g.nodes()) n += node.op == op;
+  return n;
+}
+
+TEST(HParams, ReadFromMetadataWithDefaults) {
+  auto l = load(TinySpec{.n_embd = 64, .n_layer = 3, .n_head = 4, .n_head_kv = 2}, "hp");
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  const HParams& hp = l->model->hparams();
+  EXPECT_EQ(hp.arch, "llama");
+  EXPECT_EQ(hp.n_layer, 3u);
+  EXPECT_EQ(hp.n_embd, 64u);
+  EXPECT_EQ(hp.n_ff, 128u);
+  EXPECT_EQ(hp.n_head, 4u);
+  EXPECT_EQ(hp.n_head_kv, 2u);
+  EXPECT_EQ(hp.n_embd_head, 16u);    // n_embd / n_head
+  EXPECT_EQ(hp.n_rot, 16u);          // defaults to the head size
+  EXPECT_EQ(hp.n_embd_kv(), 32u);
+  EXPECT_EQ(hp.n_ctx_train, 512u);
+  EXPECT_EQ(hp.n_vocab, 96u);        // from token_embd (no vocab_size, no tokens)
+  EXPECT_FLOAT_EQ(hp.rms_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 10000.0f);
+  EXPECT_FLOAT_EQ(hp.rope_freq_scale, 1.0f);
+  EXPECT_EQ(hp.rope_mode, graph::RopeMode::kNormal);
+  EXPECT_TRUE(l->model->weights().output_tied);
+}
+
+TEST(HParams, UnknownArchitectureIsAnErrorNamingIt) {
+  const std::string msg = load_error(TinySpec{.arch = "mamba9"}, "arch");
+  EXPECT_NE(msg.find("unknown architecture 'mamba9'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("llama"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("qwen2"), std::string::npos) << msg;
+}
+
+TEST(HParams, MissingKeyIsNamed) {
+  const std::string msg = load_error(TinySpec{.drop_kv = {"llama.embedding_length"}}, "nokey");
+  EXPECT_NE(msg.find("llama.embedding_length"), std::string::npos) << msg;
+}
+
+TEST(HParams, InconsistentHeadsAreRefused) {
+  const std::string msg = load_error(
+      TinySpec{.extra_kv = {{"llama.attention.head_count_kv", gguf::Value::u32(3)}}}, "heads");
+  EXPECT_NE(msg.find("head_count_kv 3"), std::string::npos) << msg;
+}
+
+TEST(HParams, LinearRopeScalingIsHonoured) {
+  auto l = load(TinySpec{.extra_kv = {{"llama.rope.scaling.type", gguf::Value::string("linear")},
+                                      {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)}}},
+                "linear");
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  EXPECT_FLOAT_EQ(l->model->hparams().rope_freq_scale, 0.25f);
+  graph::ComputeGraph g = l->model->build_graph(params(3, 1));
+  for (const auto& n : g.nodes()) {
+    if (n.op == graph::Op::kRope) {
+      EXPECT_FLOAT_EQ(n.params.freq_scale, 0.25f);
+    }
+  }
+}
+
+TEST(HParams, OtherRopeScalingIsRefusedByName) {
+  const std::string msg = load_error(
+      TinySpec{.extra_kv = {{"llama.rope.scaling.type", gguf::Value::string("yarn")},
+                            {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)}}},
+      "yarn");
+  EXPECT_NE(msg.find("'yarn'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not supported"), std::string::npos) << msg;
+}
+
+TEST(Weights, MissingTensorIsAnErrorNamingIt) {
+  const std::string msg = load_error(TinySpec{.drop_tensor = "blk.1.ffn_up.weight"}, "missing");
+  EXPECT_NE(msg.find("missing tensor 'blk.1.ffn_up.weight'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[64, 128]"), std::string::npos) << msg;
+}
+
+TEST(Weights, WrongShapeIsAnErrorWithBothShapes) {
+  const std::string msg = load_error(TinySpec{.bad_shape_tensor = "blk.0.attn_k.weight"}, "shape");
+  EXPECT_NE(msg.find("'blk.0.attn_k.weight' has shape [64, 33], expected [64, 32]"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Weights, Qwen2RequiresQkvBiases) {
+  const std::string msg =
+      load_error(TinySpec{.arch = "qwen2", .qkv_bias = false}, "qwen2nobias");
+  EXPECT_NE(msg.find("missing tensor 'blk.0.attn_q.bias'"), std::string::npos) << msg;
+}
+
+TEST(Weights, UntiedOutputIsBoundTiedOutputReusesTheEmbedding) {
+  auto untied = load(TinySpec{.tied = false}, "untied");
+  ASSERT_TRUE(untied.ok()) << untied.error().message;
+  EXPECT_FALSE(untied->model->weights().output_tied);
+  EXPECT_EQ(untied->model->weights().output.name, "output.weight");
+  graph::ComputeGraph gu = untied->model->build_graph(params(1, 1));
+  EXPECT_TRUE(gu.find("output.weight").has_value());
+
+  auto tied = load(TinySpec{.tied = true}, "tied");
+  ASSERT_TRUE(tied.ok());
+  graph::ComputeGraph gt = tied->model->build_graph(params(1, 1));
+  EXPECT_FALSE(gt.find("output.weight").has_value());
+  // One token_embd node feeds both the embedding lookup and the LM head.
+  const graph::NodeId emb = *gt.find("token_embd.weight");
+  const graph::Node& head = gt.node(*gt.find("result_output"));
+  EXPECT_EQ(head.src[0], emb);
+  size_t n_emb_nodes = 0;
+  for (const auto& n : gt.nodes()) n_emb_nodes += n.name == "token_embd.weight";
+  EXPECT_EQ(n_emb_nodes, 1u);
+}
+
+TEST(Graph, BuildIsDeterministicInParams) {
+  for (const char* arch : {"llama", "qwen2"}) {
+    auto l = load(TinySpec{.arch = arch, .qkv_bias = std::string(arch) == "qwen2"},
+                  std::string("det-") + arch);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    for (const auto& p : {params(7, 1), params(1, 1), params(5, 5), params(4, 2, 128)}) {
+      graph::ComputeGraph a = l->model->build_graph(p);
+      graph::ComputeGraph b = l->model->build_graph(p);
+      Status st = graph::GraphCache::verify_structural(a, b);
+      EXPECT_TRUE(st.ok()) << arch << " " << graph::to_string(p) << ": "
+                           << (st.ok() ? "" : st.error().message);
+      std::string why;
+      EXPECT_TRUE(a.well_formed(&why)) << why;
+    }
+  }
+}
+
+TEST(Graph, PrefillCutsTheLastLayerToTheTailRowsDecodeHasNoTail) {
+  auto l = load(TinySpec{}, "tail");
+  ASSERT_TRUE(l.ok());
+  graph::ComputeGraph pre = l->model->build_graph(params(7, 1));
+  ASSERT_TRUE(pre.find_input(graph::kInputTailIds).has_value());
+  EXPECT_EQ(pre.node(*pre.find_input(graph::kInputTailIds)).shape, (graph::Shape{1}));
+  // embedding lookup + the two tail gathers
+  EXPECT_EQ(count_op(pre, graph::Op::kGetRows), 3u);
+  EXPECT_EQ(pre.node(*pre.find("l_out-1")).shape, (graph::Shape{64, 1}));
+  EXPECT_EQ(pre.node(*pre.find("l_out-0")).shape, (graph::Shape{64, 7}));
+  EXPECT_EQ(pre.node(pre.outputs().front()).shape, (graph::Shape{96, 1}));
+
+  graph::ComputeGraph dec = l->model->build_graph(params(1, 1));
+  EXPECT_FALSE(dec.find_input(graph::kInputTailIds).has_value());
+  EXPECT_EQ(count_op(dec, graph::Op::kGetRows), 1u);
+
+  graph::ComputeGraph all = l->model->build_graph(params(7, 7));  // every row's logits
+  EXPECT_FALSE(all.find_input(graph::kInputTailIds).has_value());
+  EXPECT_EQ(all.node(all.outputs().front()).shape, (graph::Shape{96, 7}));
+}
+
+TEST(Graph, IntermediatesAreNamedPerLayer) {
+  auto l = load(TinySpec{}, "names");
+  ASSERT_TRUE(l.ok());
+  graph::ComputeGraph g = l->model->build_graph(params(3, 1));
+  for (const char* base : {"attn_norm", "Qcur", "Kcur", "Vcur", "Qrope", "Krope", "kqv_out",
+                           "attn_out", "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_swiglu",
+                           "ffn_out", "l_out"}) {
+    for (int il = 0; il < 2; ++il) {
+      const std::string name = std::string(base) + "-" + std::to_string(il);
+      auto id = g.find(name);
+      ASSERT_TRUE(id.has_value()) << name;
+      EXPECT_EQ(g.node(*id).layer, il) << name;
+    }
+  }
+  for (const char* name : {"inp_embd", "result_norm", "result_output", "cache_k-0", "cache_v-1",
+                           "token_ids", "positions", "kv_cells", "kv_window", "tail_ids"}) {
+    EXPECT_TRUE(g.find(name).has_value()) << name;
+  }
+  EXPECT_EQ(g.node(*g.find("cache_k-1")).shape, (graph::Shape{32, 64}));  // [n_embd_kv, n_ctx]
+}
+
+TEST(Graph, Qwen2HasBiasesAndNeoxRopeLlamaNormalRopeNoBias) {
+  auto q = load(TinySpec{.arch = "qwen2", .qkv_bias = true}, "qwen2");
+  ASSERT_TRUE(q.ok()) << q.error().message;
+  EXPECT_EQ(q->model->arch(), "qwen2");
+  graph::ComputeGraph gq = q->model->build_graph(params(2, 1));
+  auto ll = load(TinySpec{}, "llama");
+  ASSERT_TRUE(ll.ok());
+  graph::ComputeGraph gl = ll->model->build_graph(params(2, 1));
+  for (const auto& n : gq.nodes()) {
+    if (n.op == graph::Op::kRope) {
+      EXPECT_EQ(n.params.rope_mode, graph::RopeMode::kNeox);
+    }
+  }
+  for (const auto& n : gl.nodes()) {
+    if (n.op == graph::Op::kRope) {
+      EXPECT_EQ(n.params.rope_mode, graph::RopeMode::kNormal);
+    }
+  }
+  EXPECT_EQ(gq.node(*gq.find("Qcur-0")).op, graph::Op::kAdd);  // projection + bias
+  EXPECT_TRUE(gq.find("blk.1.attn_v.bias").has_value());
+  EXPECT_EQ(gl.node(*gl.find("Qcur-0")).op, graph::Op::kMulMat);
+  // qwen2 has 3 bias adds per layer more than llama
+  EXPECT_EQ(count_op(gq, graph::Op::kAdd), count_op(gl, graph::Op::kAdd) + 3 * 2);
+}
+
+TEST(Graph, UnimplementedParamsAreErrorsNotGraphs) {
+  auto l = load(TinySpec{}, "badparams");
+  ASSERT_TRUE(l.ok());
+  graph::GraphParams p = params(2, 1);
+  p.cparams.kv_format = graph::KvFormat::kQ8_0;
+  EXPECT_FALSE(l->model->check_params(p).ok());
+  EXPECT_FALSE(l->model->check_params(params(2, 3)).ok());  // n_out > n_tokens
+  EXPECT_TRUE(l->model->check_params(params(2, 2)).ok());
+}
+
+TEST(RealModel, SmolLM2LoadsWithTiedOutput) {
+  const std::string path = std::string(MINFER_CACHE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present (scripts/setup.sh)";
+  auto file = gguf::Model::open(path);
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto m = Model::load(*file);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const HParams& hp = (*m)->hparams();
+  EXPECT_EQ(hp.n_layer, 30u);
+  EXPECT_EQ(hp.n_embd, 576u);
+  EXPECT_EQ(hp.n_head, 9u);
+  EXPECT_EQ(hp.n_head_kv, 3u);
+  EXPECT_EQ(hp.n_embd_head, 64u);
+  EXPECT_EQ(hp.n_vocab, 49152u);
+  EXPECT_EQ(hp.n_ctx_train, 8192u);
+  EXPECT_FLOAT_EQ(hp.rope_freq_base, 100000.0f);
+  EXPECT_TRUE((*m)->weights().output_tied);
+  graph::ComputeGraph g = (*m)->build_graph(params(4, 1, 256));
+  EXPECT_TRUE(g.find("l_out-29").has_value());
+}
+
+}  // namespace
+}  // namespace minfer::model
