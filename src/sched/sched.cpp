@@ -42,8 +42,8 @@ void gather_src_dtypes(const ComputeGraph& g, const Node& n, std::vector<DType>&
 
 void Scheduler::add_backend(std::unique_ptr<backend::Backend> b) {
   MINFER_CHECK(b != nullptr, "Scheduler::add_backend: null backend");
-  MINFER_CHECK(backend(b->id()) == nullptr, "Scheduler::add_backend: backend id %d registered twice",
-               static_cast<int>(b->id()));
+  MINFER_CHECK(backend(b->id()) == nullptr,
+               "Scheduler::add_backend: backend id %d registered twice", static_cast<int>(b->id()));
   backends_.push_back(std::move(b));
   plans_.clear();  // placement validity may change
 }
@@ -153,9 +153,9 @@ Result<const SplitPlan*> Scheduler::plan(const ComputeGraph& g) {
 
 Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
   if (allocator.current_uid() != g.uid() || g.uid() == 0) {
-    return make_error(fmt::format(
-        "execute: graph uid {} is not the graph the allocator has mapped (uid {})", g.uid(),
-        allocator.current_uid()));
+    return make_error(
+        fmt::format("execute: graph uid {} is not the graph the allocator has mapped (uid {})",
+                    g.uid(), allocator.current_uid()));
   }
   const uint64_t built_before = stats_.plans_built;
   MINFER_TRY(const SplitPlan* p, plan(g));
@@ -179,7 +179,8 @@ Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
       // reading another backend's output cannot be run correctly — say so.
       return make_error(fmt::format(
           "split [{}..{}] on backend id {} reads {} tensors from other backends; cross-backend "
-          "copies are not implemented", s.first, s.last, s.backend, s.foreign_srcs.size()));
+          "copies are not implemented",
+          s.first, s.last, s.backend, s.foreign_srcs.size()));
     }
     backend::Backend* b = backend(s.backend);
     MINFER_TRY_STATUS(b->execute(g, s.nodes, data));
@@ -191,9 +192,9 @@ Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
 std::string format_trace(const ExecTrace& t, const ComputeGraph& g,
                          const std::function<std::string_view(BackendId)>& backend_name) {
   const SplitPlan& p = *t.plan;
-  std::string out = fmt::format("graph uid {}: {} nodes ({} compute), {} splits{}\n", p.uid,
-                                g.size(), p.n_compute, p.splits.size(),
-                                t.planned_now ? ", planned now" : ", plan reused");
+  std::string out =
+      fmt::format("graph uid {}: {} nodes ({} compute), {} splits{}\n", p.uid, g.size(),
+                  p.n_compute, p.splits.size(), t.planned_now ? ", planned now" : ", plan reused");
   for (const Split& s : p.splits) {
     out += fmt::format("  split {} [{}..{}] {} nodes, {} cross-backend inputs\n",
                        backend_name(s.backend), s.first, s.last, s.nodes.size(),

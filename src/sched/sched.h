@@ -39,7 +39,7 @@ struct SplitPlan {
   uint64_t uid = 0;
   std::vector<Split> splits;
   std::array<int32_t, static_cast<size_t>(graph::Op::kCount)> op_census{};  // every node
-  int32_t n_compute = 0;  // non-leaf nodes
+  int32_t n_compute = 0;                                                    // non-leaf nodes
 };
 
 // What the per-execute trace hook sees (MINFER_GRAPH_TRACE): the plan and whether it
@@ -106,8 +106,8 @@ class Scheduler {
 
   std::vector<std::unique_ptr<backend::Backend>> backends_;
   std::unordered_map<uint64_t, SplitPlan> plans_;
-  SplitPlan scratch_plan_;              // uid-0 graphs
-  std::vector<std::byte*> node_data_;   // resolved node memory, reused across steps
+  SplitPlan scratch_plan_;             // uid-0 graphs
+  std::vector<std::byte*> node_data_;  // resolved node memory, reused across steps
   std::vector<DType> src_dtypes_;
   TraceHook trace_;
   SchedStats stats_;

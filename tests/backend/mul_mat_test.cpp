@@ -39,17 +39,25 @@ double act_error_bound(DType vdt, const float* w, const float* x, int64_t k) {
   const int64_t blk = vdt == DType::kQ8_K ? 256 : 32;
   for (int64_t b0 = 0; b0 < k; b0 += blk) {
     double amax = 0.0;
-    for (int64_t i = b0; i < std::min(k, b0 + blk); ++i) amax = std::max(amax, std::fabs(double{x[i]}));
+    for (int64_t i = b0; i < std::min(k, b0 + blk); ++i)
+      amax = std::max(amax, std::fabs(double{x[i]}));
     for (int64_t i = b0; i < std::min(k, b0 + blk); ++i) {
       const double wx = std::fabs(double{w[i]});
       mag += wx * std::fabs(double{x[i]});
       switch (vdt) {
         case DType::kQ8_0:
         case DType::kQ8_1:
-        case DType::kQ8_K: bound += wx * (0.5 * amax / 127.0 + kScaleRel * amax); break;
-        case DType::kF16: bound += wx * std::fabs(double{x[i]}) * kScaleRel; break;
-        case DType::kBF16: bound += wx * std::fabs(double{x[i]}) / 256.0; break;
-        default: break;
+        case DType::kQ8_K:
+          bound += wx * (0.5 * amax / 127.0 + kScaleRel * amax);
+          break;
+        case DType::kF16:
+          bound += wx * std::fabs(double{x[i]}) * kScaleRel;
+          break;
+        case DType::kBF16:
+          bound += wx * std::fabs(double{x[i]}) / 256.0;
+          break;
+        default:
+          break;
       }
     }
   }
@@ -71,7 +79,7 @@ MatMulCase run_mul_mat(DType type, int64_t k, int64_t n, int64_t m, int32_t thre
   c.x = random_floats(static_cast<size_t>(k * m), seed + 1);
   CpuRig rig(threads, isa);
   GraphBuilder b;
-  NodeId wn = b.weight("w", type, {k, n});       // Q [k, n]
+  NodeId wn = b.weight("w", type, {k, n});        // Q [k, n]
   NodeId xn = b.input("x", DType::kF32, {k, m});  // F32 [k, m]
   NodeId y = b.mul_mat(wn, xn);                   // F32 [n, m]
   b.mark_output(y);
@@ -150,7 +158,9 @@ TEST(MulMat, ThreadCountAndBatchingAreBitwiseInvariant_bitwise) {
 
 // ---- SIMD vs scalar twins ---------------------------------------------------------
 
-bool have_avx2() { return detect_isa() == CpuIsa::kAvx2; }
+bool have_avx2() {
+  return detect_isa() == CpuIsa::kAvx2;
+}
 
 // Cause: Q4_0/Q4_1/Q8_0 AVX2 dots keep 8 float lanes with FMA per block where the
 // scalar twin adds one float per block — float reassociation only, relative to Σ|w·x|.
@@ -176,8 +186,8 @@ TEST(VecDotSimd, EveryAvx2DotAgainstScalarTwin) {
       ASSERT_EQ(xa, xb);  // activation bytes are shared by construction
       const float a = ref.vec_dot(k, wb.data(), xa.data());
       const float b = simd.vec_dot(k, wb.data(), xa.data());
-      const bool bitwise = t == DType::kQ4_K || t == DType::kQ6_K || t == DType::kF16 ||
-                           t == DType::kF32;
+      const bool bitwise =
+          t == DType::kQ4_K || t == DType::kQ6_K || t == DType::kF16 || t == DType::kF32;
       if (bitwise) {
         ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
       } else {

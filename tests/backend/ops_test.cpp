@@ -30,9 +30,9 @@ constexpr double kAttnAbs = 1e-5;
 TEST(Ops, ElementwiseAndNormsMatchReference) {
   CpuRig rig(2);
   GraphBuilder b;
-  NodeId x = b.input("x", DType::kF32, {64, 3});   // F32 [64, 3]
-  NodeId r = b.input("r", DType::kF32, {64, 1});   // F32 [64, 1] (row broadcast)
-  NodeId s = b.input("s", DType::kF32, {1, 3});    // F32 [1, 3]  (scalar per row)
+  NodeId x = b.input("x", DType::kF32, {64, 3});  // F32 [64, 3]
+  NodeId r = b.input("r", DType::kF32, {64, 1});  // F32 [64, 1] (row broadcast)
+  NodeId s = b.input("s", DType::kF32, {1, 3});   // F32 [1, 3]  (scalar per row)
   NodeId add = b.add(x, r);
   NodeId mul = b.mul(x, s);
   NodeId sc = b.scale(x, 0.75f);
@@ -41,7 +41,7 @@ TEST(Ops, ElementwiseAndNormsMatchReference) {
   NodeId sm = b.softmax(x, 2.0f);
   NodeId rn = b.rms_norm(x, 1e-5f);
   NodeId rv = b.reshape(rn, {32, 6});
-  NodeId ct = b.cont(b.view(x, {64, 2}, 64));      // rows 1..2 of x
+  NodeId ct = b.cont(b.view(x, {64, 2}, 64));  // rows 1..2 of x
   for (NodeId o : {add, mul, sc, si, sw, sm, rv, ct}) b.mark_output(o);
   const graph::ComputeGraph& g = rig.load(b.finish());
   auto vx = random_floats(192, 1, -3.0f, 3.0f), vr = random_floats(64, 2), vs = random_floats(3, 3);
@@ -49,7 +49,9 @@ TEST(Ops, ElementwiseAndNormsMatchReference) {
   rig.fill_f32(g, "r", vr);
   rig.fill_f32(g, "s", vs);
   ASSERT_TRUE(rig.run(g).ok());
-  auto near = [](double got, double ref) { return std::fabs(got - ref) <= kFloatRel * (1 + std::fabs(ref)); };
+  auto near = [](double got, double ref) {
+    return std::fabs(got - ref) <= kFloatRel * (1 + std::fabs(ref));
+  };
   auto o_add = rig.read(g, add), o_mul = rig.read(g, mul), o_sc = rig.read(g, sc),
        o_si = rig.read(g, si), o_sw = rig.read(g, sw), o_sm = rig.read(g, sm),
        o_rn = rig.read(g, rv), o_ct = rig.read(g, ct);
@@ -149,7 +151,8 @@ TEST(Ops, RopeNormalAndNeoxMatchReference) {
     const int hd = 16, nh = 3, nt = 4, n_rot = 12;
     NodeId x = b.input("x", DType::kF32, {hd, nh, nt});
     NodeId p = b.input("p", DType::kI32, {nt});
-    NodeId o = b.rope(x, p, {.mode = mode, .n_rot = n_rot, .freq_base = 10000.0f, .freq_scale = 1.0f});
+    NodeId o =
+        b.rope(x, p, {.mode = mode, .n_rot = n_rot, .freq_base = 10000.0f, .freq_scale = 1.0f});
     b.mark_output(o);
     const auto& g = rig.load(b.finish());
     auto vx = random_floats(hd * nh * nt, 11);
@@ -195,7 +198,8 @@ const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t 
   NodeId rv = b.kv_region(0, KvKind::kV, DType::kF32, {hd * nkv, n_ctx});
   NodeId ks = b.kv_store(rk, k, cells);
   NodeId vs = b.kv_store(rv, v, cells);
-  ag->out = b.attention(q, ks, vs, win, {.n_head = nh, .n_head_kv = nkv, .scale = 0.35f, .causal = true, .layer = 0});
+  ag->out = b.attention(
+      q, ks, vs, win, {.n_head = nh, .n_head_kv = nkv, .scale = 0.35f, .causal = true, .layer = 0});
   b.mark_output(ag->out);
   return rig.load(b.finish(), key, n_ctx);
 }
@@ -238,7 +242,8 @@ TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
       double mx = -1e300;
       for (int c = 0; c <= t; ++c) {
         double d = 0;
-        for (int i = 0; i < hd; ++i) d += double{vq[(t * nh + h) * hd + i]} * vk[(c * nkv + kvh) * hd + i];
+        for (int i = 0; i < hd; ++i)
+          d += double{vq[(t * nh + h) * hd + i]} * vk[(c * nkv + kvh) * hd + i];
         s[c] = 0.35 * d;
         mx = std::max(mx, s[c]);
       }
@@ -246,7 +251,8 @@ TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
       for (int c = 0; c <= t; ++c) den += std::exp(s[c] - mx);
       for (int i = 0; i < hd; ++i) {
         double ref = 0;
-        for (int c = 0; c <= t; ++c) ref += std::exp(s[c] - mx) / den * vv[(c * nkv + kvh) * hd + i];
+        for (int c = 0; c <= t; ++c)
+          ref += std::exp(s[c] - mx) / den * vv[(c * nkv + kvh) * hd + i];
         ASSERT_NEAR(out[(t * nh + h) * hd + i], ref, kAttnAbs) << t << " " << h << " " << i;
       }
     }
@@ -290,7 +296,8 @@ TEST(Attention, WindowRunsAndLoudBounds) {
   rig.fill_i32(g, "win", bad_win);
   st = rig.run(g);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.error().message.find("window run 0 of query 1"), std::string::npos) << st.error().message;
+  EXPECT_NE(st.error().message.find("window run 0 of query 1"), std::string::npos)
+      << st.error().message;
   rig.fill_i32(g, "win", win);
   st = rig.run(g);
   EXPECT_TRUE(st.ok()) << st.error().message;

@@ -1,5 +1,7 @@
 // Stage 11 tests (execution): placement by supports_op, no silent fallback, split
 // layout, plan reuse per uid, trace hook. Bars: exact ids, counts and error texts.
+#include "sched/sched.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -9,7 +11,6 @@
 #include "alloc/allocator.h"
 #include "graph/builder.h"
 #include "graph/cache.h"
-#include "sched/sched.h"
 
 namespace minfer::sched {
 namespace {
@@ -53,9 +54,9 @@ class FakeBackend final : public backend::Backend {
 ComputeGraph chain() {
   GraphBuilder b;
   NodeId x = b.input("x", DType::kF32, {8});  // F32 [8]
-  NodeId y = b.silu(x);                        // F32 [8]
-  y = b.scale(y, 2.0f);                        // F32 [8]
-  y = b.softmax(y);                            // F32 [8]
+  NodeId y = b.silu(x);                       // F32 [8]
+  y = b.scale(y, 2.0f);                       // F32 [8]
+  y = b.softmax(y);                           // F32 [8]
   b.mark_output(y);
   return b.finish();
 }
@@ -79,8 +80,8 @@ TEST(Sched, UnsupportedOpIsAnErrorNamingNodeOpAndDtype) {
 TEST(Sched, PlacementPrefersBuilderBackendElseFirstSupportingInPriorityOrder) {
   Scheduler s;
   s.add_backend(std::make_unique<FakeBackend>(1, "gpu", std::vector<Op>{Op::kSilu, Op::kSoftmax}));
-  s.add_backend(std::make_unique<FakeBackend>(0, "cpu",
-                                              std::vector<Op>{Op::kSilu, Op::kScale, Op::kSoftmax}));
+  s.add_backend(std::make_unique<FakeBackend>(
+      0, "cpu", std::vector<Op>{Op::kSilu, Op::kScale, Op::kSoftmax}));
   ComputeGraph g = chain();  // every node placed on cpu (0) by the builder
   auto r = s.assign_backends(g);
   ASSERT_TRUE(r.ok()) << r.error().message;
@@ -116,8 +117,8 @@ TEST(Sched, ExecuteRunsEveryComputeNodeOnceAndReusesThePlanPerUid) {
   alloc::Allocator* allocator = alloc_owner.get();
   graph::GraphCache cache(std::move(alloc_owner));
   Scheduler s;
-  auto fake = std::make_unique<FakeBackend>(0, "cpu",
-                                            std::vector<Op>{Op::kSilu, Op::kScale, Op::kSoftmax});
+  auto fake =
+      std::make_unique<FakeBackend>(0, "cpu", std::vector<Op>{Op::kSilu, Op::kScale, Op::kSoftmax});
   FakeBackend* f = fake.get();
   s.add_backend(std::move(fake));
   std::vector<std::string> traces;

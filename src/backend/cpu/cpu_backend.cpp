@@ -19,9 +19,12 @@ using graph::Op;
 
 std::string_view isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kAuto: return "auto";
-    case CpuIsa::kScalar: return "scalar";
-    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAuto:
+      return "auto";
+    case CpuIsa::kScalar:
+      return "scalar";
+    case CpuIsa::kAvx2:
+      return "avx2";
   }
   return "?";
 }
@@ -38,9 +41,8 @@ CpuIsa detect_isa() {
 }
 
 IsaKernels scalar_kernels() {
-  return IsaKernels{.dot_kernel = scalar_dot_kernel,
-                    .dot_f32 = dot_f32_scalar,
-                    .axpy_f32 = axpy_f32_scalar};
+  return IsaKernels{
+      .dot_kernel = scalar_dot_kernel, .dot_f32 = dot_f32_scalar, .axpy_f32 = axpy_f32_scalar};
 }
 
 namespace {
@@ -53,9 +55,8 @@ DotKernel avx2_or_scalar(DType t) {
 }  // namespace
 
 IsaKernels avx2_kernels() {
-  return IsaKernels{.dot_kernel = avx2_or_scalar,
-                    .dot_f32 = dot_f32_avx2,
-                    .axpy_f32 = axpy_f32_avx2};
+  return IsaKernels{
+      .dot_kernel = avx2_or_scalar, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2};
 }
 
 bool cpu_supports(const Node& n, std::span<const DType> dts) {
@@ -106,7 +107,9 @@ struct CpuBackend::Impl {
   ThreadPool pool;
   Scratch scratch;
   Impl(CpuIsa i, graph::BackendId b, int32_t n_threads)
-      : isa(i), id(b), kernels(i == CpuIsa::kAvx2 ? avx2_kernels() : scalar_kernels()),
+      : isa(i),
+        id(b),
+        kernels(i == CpuIsa::kAvx2 ? avx2_kernels() : scalar_kernels()),
         pool(n_threads) {}
 };
 
@@ -118,16 +121,23 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions& 
   }
   int32_t n_threads = o.n_threads;
   if (n_threads < 0) return make_error(fmt::format("cpu backend: n_threads {} < 0", n_threads));
-  if (n_threads == 0) n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads == 0)
+    n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::make_unique<Impl>(isa, o.id, n_threads)));
 }
 
 CpuBackend::CpuBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CpuBackend::~CpuBackend() = default;
 
-graph::BackendId CpuBackend::id() const { return impl_->id; }
-CpuIsa CpuBackend::isa() const { return impl_->isa; }
-int32_t CpuBackend::n_threads() const { return impl_->pool.n_threads(); }
+graph::BackendId CpuBackend::id() const {
+  return impl_->id;
+}
+CpuIsa CpuBackend::isa() const {
+  return impl_->isa;
+}
+int32_t CpuBackend::n_threads() const {
+  return impl_->pool.n_threads();
+}
 
 bool CpuBackend::supports_op(const Node& node, std::span<const DType> src_dtypes) const {
   return cpu_supports(node, src_dtypes);
@@ -135,7 +145,10 @@ bool CpuBackend::supports_op(const Node& node, std::span<const DType> src_dtypes
 
 Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId> nodes,
                            const NodeData& data) {
-  const OpCtx c{.graph = g, .data = data, .pool = impl_->pool, .k = impl_->kernels,
+  const OpCtx c{.graph = g,
+                .data = data,
+                .pool = impl_->pool,
+                .k = impl_->kernels,
                 .scratch = impl_->scratch};
   for (NodeId id : nodes) {
     const Node& n = g.node(id);
@@ -160,14 +173,24 @@ Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId>
       case Op::kSoftmax:
         st = op_norm(c, id);
         break;
-      case Op::kGetRows: st = op_get_rows(c, id); break;
-      case Op::kKvStore: st = op_kv_store(c, id); break;
-      case Op::kRope: st = op_rope(c, id); break;
-      case Op::kAttention: st = op_attention(c, id); break;
-      case Op::kMulMat: st = op_mul_mat(c, id); break;
+      case Op::kGetRows:
+        st = op_get_rows(c, id);
+        break;
+      case Op::kKvStore:
+        st = op_kv_store(c, id);
+        break;
+      case Op::kRope:
+        st = op_rope(c, id);
+        break;
+      case Op::kAttention:
+        st = op_attention(c, id);
+        break;
+      case Op::kMulMat:
+        st = op_mul_mat(c, id);
+        break;
       default:
-        return make_error(fmt::format("cpu backend: no kernel for node {} '{}' (op {})", id,
-                                      n.name, graph::op_name(n.op)));
+        return make_error(fmt::format("cpu backend: no kernel for node {} '{}' (op {})", id, n.name,
+                                      graph::op_name(n.op)));
     }
     if (!st.ok()) return st.error().context(fmt::format("cpu backend, node {}", id));
   }

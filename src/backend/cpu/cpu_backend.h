@@ -41,7 +41,7 @@ class CpuBackend final : public Backend {
   Status execute(const graph::ComputeGraph& graph, std::span<const graph::NodeId> nodes,
                  const NodeData& data) override;
 
-  CpuIsa isa() const;        // resolved (never kAuto)
+  CpuIsa isa() const;  // resolved (never kAuto)
   int32_t n_threads() const;
 
  private:

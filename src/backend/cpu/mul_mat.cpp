@@ -26,8 +26,8 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
   const graph::Node& xn = c.graph.node(n.src[1]);
   const DotKernel dk = c.k.dot_kernel(wn.dtype);
   if (dk.vec_dot == nullptr) {
-    return make_error(fmt::format("mul_mat '{}': no kernel for weight type {}", n.name,
-                                  dtype_name(wn.dtype)));
+    return make_error(
+        fmt::format("mul_mat '{}': no kernel for weight type {}", n.name, dtype_name(wn.dtype)));
   }
   const int64_t k_dim = wn.shape.ne[0];
   const int64_t n_out = wn.shape.ne[1];
@@ -47,7 +47,8 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
   auto body = [&](int32_t ith, int32_t nth) {
     if (!direct) {
       uint8_t* dst = const_cast<uint8_t*>(xq);
-      for (int64_t m = ith; m < m_rows; m += nth) dk.from_f32(x + m * k_dim, dst + m * x_row, k_dim);
+      for (int64_t m = ith; m < m_rows; m += nth)
+        dk.from_f32(x + m * k_dim, dst + m * x_row, k_dim);
       pool.barrier();
     }
     // Weight rows in tiles; a thread owns whole output rows.

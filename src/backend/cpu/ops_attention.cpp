@@ -43,9 +43,10 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       const int32_t first = win[t * 2 * n_runs + 2 * r];
       const int32_t cnt = win[t * 2 * n_runs + 2 * r + 1];
       if (first < 0 || cnt < 0 || int64_t{first} + cnt > n_cells) {
-        return make_error(fmt::format("attention '{}' (layer {}): window run {} of query {} = "
-                                      "(first {}, n {}) is outside [0, {})", n.name,
-                                      n.params.layer, r, t, first, cnt, n_cells));
+        return make_error(
+            fmt::format("attention '{}' (layer {}): window run {} of query {} = "
+                        "(first {}, n {}) is outside [0, {})",
+                        n.name, n.params.layer, r, t, first, cnt, n_cells));
       }
       total += cnt;
     }

@@ -13,7 +13,9 @@ using graph::Node;
 using graph::NodeId;
 using graph::Op;
 
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
 
 template <typename F>
 void binary_rows(const OpCtx& c, NodeId id, F f) {

@@ -55,9 +55,10 @@ Status op_kv_store(const OpCtx& c, NodeId id) {
   const int64_t n_tok = cells_node.shape.n_elements();
   for (int64_t t = 0; t < n_tok; ++t) {
     if (cells[t] < 0 || cells[t] >= n_cells) {
-      return make_error(fmt::format("kv_store '{}' (layer {}): cell {} of row {} is outside "
-                                    "[0, {}) of '{}'", n.name, n.params.layer, cells[t], t,
-                                    n_cells, region.name));
+      return make_error(
+          fmt::format("kv_store '{}' (layer {}): cell {} of row {} is outside "
+                      "[0, {}) of '{}'",
+                      n.name, n.params.layer, cells[t], t, n_cells, region.name));
     }
   }
   const int64_t row = region.shape.ne[0];

@@ -10,7 +10,7 @@ namespace {
 
 // Spins before sleeping: long enough to cover the gap between two nodes of one step,
 // short enough not to steal a shared core for long from other processes.
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 2000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

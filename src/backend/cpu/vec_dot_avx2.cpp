@@ -26,7 +26,9 @@ using quant::BlockQ8_K;
 using quant::kQK;
 using quant::kQKK;
 
-inline float h2f(quant::Half h) { return fp16_to_fp32(h); }
+inline float h2f(quant::Half h) {
+  return fp16_to_fp32(h);
+}
 
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): the tree the scalar lanes8 twin uses.
 inline float hsum_f32x8(__m256 v) {
@@ -61,7 +63,9 @@ inline __m256 dot_ss8_f32(__m256i a, __m256i b) {
   return dot_us8_f32(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
-inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
 
 float avx2_dot_q4_0_q8_0(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
@@ -154,10 +158,11 @@ float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
       for (int k = 0; k < 4; ++k) {
         const __m256i y = load256(x[i].qs + 128 * h + 32 * k);
         // codes are 0..63 (u8 for maddubs); the −32 offset is subtracted as 32·y
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], y), _mm256_maddubs_epi16(k32, y));
+        const __m256i p =
+            _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], y), _mm256_maddubs_epi16(k32, y));
         const int s = 8 * h + 2 * k;
-        const __m256i scale = _mm256_set_m128i(_mm_set1_epi16(w[i].scales[s + 1]),
-                                               _mm_set1_epi16(w[i].scales[s]));
+        const __m256i scale =
+            _mm256_set_m128i(_mm_set1_epi16(w[i].scales[s + 1]), _mm_set1_epi16(w[i].scales[s]));
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
       }
     }
@@ -202,22 +207,30 @@ void axpy_f32_avx2(int64_t n, float a, const float* x, float* y) {
   const __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i),
-                                          _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+    _mm256_storeu_ps(
+        y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
   }
   for (; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
 DotKernel avx2_dot_kernel(DType t) {
   switch (t) {
-    case DType::kF32: return {DType::kF32, from_f32_f32, avx2_dot_f32_f32};
-    case DType::kF16: return {DType::kF16, from_f32_f16, avx2_dot_f16_f16};
-    case DType::kQ4_0: return {DType::kQ8_0, from_f32_q8_0, avx2_dot_q4_0_q8_0};
-    case DType::kQ4_1: return {DType::kQ8_1, from_f32_q8_1, avx2_dot_q4_1_q8_1};
-    case DType::kQ8_0: return {DType::kQ8_0, from_f32_q8_0, avx2_dot_q8_0_q8_0};
-    case DType::kQ4_K: return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q4_k_q8_k};
-    case DType::kQ6_K: return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q6_k_q8_k};
-    default: return {};
+    case DType::kF32:
+      return {DType::kF32, from_f32_f32, avx2_dot_f32_f32};
+    case DType::kF16:
+      return {DType::kF16, from_f32_f16, avx2_dot_f16_f16};
+    case DType::kQ4_0:
+      return {DType::kQ8_0, from_f32_q8_0, avx2_dot_q4_0_q8_0};
+    case DType::kQ4_1:
+      return {DType::kQ8_1, from_f32_q8_1, avx2_dot_q4_1_q8_1};
+    case DType::kQ8_0:
+      return {DType::kQ8_0, from_f32_q8_0, avx2_dot_q8_0_q8_0};
+    case DType::kQ4_K:
+      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q4_k_q8_k};
+    case DType::kQ6_K:
+      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q6_k_q8_k};
+    default:
+      return {};
   }
 }
 

@@ -17,7 +17,9 @@ using quant::BlockQ6_K;
 using quant::BlockQ8_K;
 using quant::kQKK;
 
-inline float h2f(quant::Half h) { return fp16_to_fp32(h); }
+inline float h2f(quant::Half h) {
+  return fp16_to_fp32(h);
+}
 
 // Σ over sub-blocks of `len` elements: scale[s] · Σ q·y (exact in int32: |q| <= 63,
 // |y| <= 127, |scale| <= 63 over 256 elements stays below 2^31).

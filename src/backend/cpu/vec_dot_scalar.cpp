@@ -21,7 +21,9 @@ using quant::BlockQ5_1;
 using quant::BlockQ8_0;
 using quant::kQK;
 
-inline float h2f(quant::Half h) { return fp16_to_fp32(h); }
+inline float h2f(quant::Half h) {
+  return fp16_to_fp32(h);
+}
 
 // Absolute max of one 32-element block and the x86 q8 codes for it.
 inline float quantize_block_q8(const float* x, int8_t* q, int32_t* sum) {
@@ -200,20 +202,34 @@ void axpy_f32_scalar(int64_t n, float a, const float* x, float* y) {
 
 DotKernel scalar_dot_kernel(DType t) {
   switch (t) {
-    case DType::kF32: return {DType::kF32, from_f32_f32, vec_dot_f32_f32};
-    case DType::kF16: return {DType::kF16, from_f32_f16, vec_dot_f16_f16};
-    case DType::kBF16: return {DType::kBF16, from_f32_bf16, vec_dot_bf16_bf16};
-    case DType::kQ4_0: return {DType::kQ8_0, from_f32_q8_0, vec_dot_q4_0_q8_0};
-    case DType::kQ4_1: return {DType::kQ8_1, from_f32_q8_1, vec_dot_q4_1_q8_1};
-    case DType::kQ5_0: return {DType::kQ8_0, from_f32_q8_0, vec_dot_q5_0_q8_0};
-    case DType::kQ5_1: return {DType::kQ8_1, from_f32_q8_1, vec_dot_q5_1_q8_1};
-    case DType::kQ8_0: return {DType::kQ8_0, from_f32_q8_0, vec_dot_q8_0_q8_0};
-    case DType::kQ2_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q2_k_q8_k};
-    case DType::kQ3_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q3_k_q8_k};
-    case DType::kQ4_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q4_k_q8_k};
-    case DType::kQ5_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q5_k_q8_k};
-    case DType::kQ6_K: return {DType::kQ8_K, from_f32_q8_k, vec_dot_q6_k_q8_k};
-    default: return {};
+    case DType::kF32:
+      return {DType::kF32, from_f32_f32, vec_dot_f32_f32};
+    case DType::kF16:
+      return {DType::kF16, from_f32_f16, vec_dot_f16_f16};
+    case DType::kBF16:
+      return {DType::kBF16, from_f32_bf16, vec_dot_bf16_bf16};
+    case DType::kQ4_0:
+      return {DType::kQ8_0, from_f32_q8_0, vec_dot_q4_0_q8_0};
+    case DType::kQ4_1:
+      return {DType::kQ8_1, from_f32_q8_1, vec_dot_q4_1_q8_1};
+    case DType::kQ5_0:
+      return {DType::kQ8_0, from_f32_q8_0, vec_dot_q5_0_q8_0};
+    case DType::kQ5_1:
+      return {DType::kQ8_1, from_f32_q8_1, vec_dot_q5_1_q8_1};
+    case DType::kQ8_0:
+      return {DType::kQ8_0, from_f32_q8_0, vec_dot_q8_0_q8_0};
+    case DType::kQ2_K:
+      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q2_k_q8_k};
+    case DType::kQ3_K:
+      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q3_k_q8_k};
+    case DType::kQ4_K:
+      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q4_k_q8_k};
+    case DType::kQ5_K:
+      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q5_k_q8_k};
+    case DType::kQ6_K:
+      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q6_k_q8_k};
+    default:
+      return {};
   }
 }
 
