@@ -9,6 +9,8 @@ namespace minfer::cli {
 
 int run_info(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
+// `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
+int run_generate(const std::vector<std::string>& args);
 
 // Shared error path: "minfer: error: <message>" on stderr, exit code 1.
 int fail(const std::string& message);

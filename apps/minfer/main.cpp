@@ -14,6 +14,7 @@ constexpr const char* kUsage =
     "minfer — run LLMs from GGUF files\n"
     "\n"
     "usage:\n"
+    "  minfer MODEL [PROMPT] [flags]                     generate (minfer MODEL --help for flags)\n"
     "  minfer info [MODEL] [--json]                      metadata, tensors, totals\n"
     "  minfer tokenize MODEL [TEXT] [--file PATH] [--ids] [--no-special] [--parse-special]\n"
     "  minfer --help | --version\n"
@@ -46,6 +47,5 @@ int main(int argc, char** argv) {
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "info") return minfer::cli::run_info(rest);
   if (cmd == "tokenize") return minfer::cli::run_tokenize(rest);
-  std::fputs(kUsage, stderr);
-  return minfer::cli::fail("unknown command '" + cmd + "'");
+  return minfer::cli::run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }

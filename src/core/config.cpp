@@ -1,0 +1,30 @@
+// Stage 1 (core): Config from the environment, read once.
+#include "core/config.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace minfer {
+namespace {
+
+bool flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+}
+
+}  // namespace
+
+Config Config::from_env() {
+  Config c;
+  c.timing = flag("MINFER_TIMING");
+  c.graph_trace = flag("MINFER_GRAPH_TRACE");
+  c.rebuild_trace = flag("MINFER_REBUILD_TRACE");
+  return c;
+}
+
+const Config& Config::get() {
+  static const Config config = from_env();
+  return config;
+}
+
+}  // namespace minfer

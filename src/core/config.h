@@ -1,0 +1,21 @@
+// Stage 1 (core): Config — every MINFER_* behaviour knob, read from the environment
+// once per process. Invariant: nothing else in the engine calls getenv for a knob;
+// the decode loop reads plain bools (docs/USAGE.md lists every variable).
+#pragma once
+
+#include <string>
+
+namespace minfer {
+
+struct Config {
+  bool timing = false;         // MINFER_TIMING: per-token sampling vs forward split
+  bool graph_trace = false;    // MINFER_GRAPH_TRACE: split layout + op census per execute
+  bool rebuild_trace = false;  // MINFER_REBUILD_TRACE: one line per graph rebuild
+
+  // Reads the variables now (a flag is on when set to anything but "", "0").
+  static Config from_env();
+  // The process-wide Config, read from the environment on first use.
+  static const Config& get();
+};
+
+}  // namespace minfer

@@ -1,0 +1,237 @@
+// Stage 15 (the loop): the forward facade — params → reuse or rebuild → place KV →
+// fill inputs → execute → logits. The shape of forward_cached in the seed design
+// (docs: the decode loop and graph reuse), with the checks moved before any work.
+#include "engine/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "alloc/allocator.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/check.h"
+#include "graph/fusion.h"
+#include "graph/input_names.h"
+
+namespace minfer::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::open(const std::string& path,
+                                             const EngineOptions& options) {
+  MINFER_TRY(gguf::Model file, gguf::Model::open(path));
+  return create(std::move(file), options);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(gguf::Model file, const EngineOptions& options) {
+  auto e = std::unique_ptr<Engine>(new Engine());
+  e->file_ = std::move(file);
+  e->options_ = options;
+  MINFER_TRY(e->model_, model::Model::load(e->file_));
+  if (e->file_.has("tokenizer.ggml.model")) {
+    MINFER_TRY(e->tokenizer_, tokenizer::Tokenizer::from_gguf(e->file_));
+    if (e->tokenizer_->n_vocab() != static_cast<int32_t>(e->model_->hparams().n_vocab)) {
+      return make_error(fmt::format("tokenizer has {} tokens but the model's vocabulary is {}",
+                                    e->tokenizer_->n_vocab(), e->model_->hparams().n_vocab));
+    }
+  }
+  e->n_threads_ = options.n_threads > 0
+                      ? options.n_threads
+                      : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  MINFER_TRY(auto cpu, backend::cpu::CpuBackend::create({.n_threads = e->n_threads_}));
+  e->sched_.add_backend(std::move(cpu));
+  if (options.graph_trace) {
+    Engine* self = e.get();
+    e->sched_.set_trace_hook([self](const sched::ExecTrace& t) {
+      const graph::ComputeGraph& g = self->cache_->current();
+      std::string text = sched::format_trace(t, g, [self](graph::BackendId id) {
+        backend::Backend* b = self->sched_.backend(id);
+        return b != nullptr ? b->name() : std::string_view("?");
+      });
+      std::fprintf(stderr, "[graph] execute %llu%s: %s\n",
+                   static_cast<unsigned long long>(t.execute_index),
+                   t.planned_now ? " (planned)" : "", text.c_str());
+    });
+  }
+  return e;
+}
+
+Engine::~Engine() = default;
+
+const tokenizer::Tokenizer& Engine::tokenizer() const {
+  MINFER_CHECK(tokenizer_ != nullptr, "Engine::tokenizer: the model has no tokenizer metadata");
+  return *tokenizer_;
+}
+
+uint32_t Engine::context_for(uint32_t requested, uint32_t n_prompt) const {
+  return std::min(std::max(requested, n_prompt), model_->hparams().n_ctx_train);
+}
+
+Status Engine::set_n_ctx(uint32_t n_ctx) {
+  if (n_ctx == 0) return make_error("n_ctx must be > 0");
+  if (n_ctx > model_->hparams().n_ctx_train) {
+    return make_error(fmt::format("n_ctx {} exceeds the model's context length {}", n_ctx,
+                                  model_->hparams().n_ctx_train));
+  }
+  if (n_ctx == n_ctx_ && cache_ != nullptr) {
+    clear_kv();
+    return Ok{};
+  }
+  MINFER_TRY(kv::KvCells cells, kv::KvCells::create({.n_ctx = n_ctx}));
+  // Regions are sized once per n_ctx: a new context gets a fresh allocator (and so a
+  // fresh cache), never a grown region.
+  auto memory = std::make_unique<alloc::Allocator>();
+  model_->weights().for_each([&](const model::WeightRef& w) {
+    memory->bind_weight(w.name, w.data, w.bytes);
+  });
+  cache_ = std::make_unique<graph::GraphCache>(std::move(memory));
+  kv_.emplace(std::move(cells));
+  n_ctx_ = n_ctx;
+  return Ok{};
+}
+
+void Engine::clear_kv() {
+  if (kv_) kv_->clear();
+}
+
+const graph::CacheStats& Engine::cache_stats() const {
+  static const graph::CacheStats kEmpty{};
+  return cache_ ? cache_->stats() : kEmpty;
+}
+
+alloc::Allocator* Engine::allocator() {
+  return cache_ ? &cache_->memory_as<alloc::Allocator>() : nullptr;
+}
+
+graph::GraphParams Engine::params_for(uint32_t n_tokens, uint32_t n_out) const {
+  graph::GraphParams p;
+  p.n_tokens = n_tokens;
+  p.n_out = n_out;
+  p.gtype = n_tokens == 1 ? graph::GraphType::kDecode : graph::GraphType::kPrefill;
+  p.cparams.n_ctx = n_ctx_;
+  p.cparams.window.n_runs = 1;  // one sequence filled from 0: one contiguous run
+  p.weights_version = 1;
+  return p;
+}
+
+graph::ComputeGraph Engine::build_runtime(const graph::GraphParams& params) const {
+  graph::ComputeGraph g = model_->build_graph(params);
+  auto assigned = sched_.assign_backends(g);
+  MINFER_CHECK(assigned.ok(), "%s", assigned.ok() ? "" : assigned.error().message.c_str());
+  graph::run_fusion(g, params.cparams.fusion, sched_.fusion_support());
+  return g;
+}
+
+Result<graph::ComputeGraph> Engine::runtime_graph(uint32_t n_tokens, uint32_t n_out) const {
+  if (n_ctx_ == 0) return make_error("runtime_graph: no context set (set_n_ctx first)");
+  const graph::GraphParams p = params_for(n_tokens, n_out);
+  MINFER_TRY_STATUS(model_->check_params(p));
+  graph::ComputeGraph g = model_->build_graph(p);
+  MINFER_TRY_STATUS(sched_.assign_backends(g));
+  graph::run_fusion(g, p.cparams.fusion, sched_.fusion_support());
+  return g;
+}
+
+Status Engine::rebuild(const graph::GraphParams& params) {
+  MINFER_TRY_STATUS(model_->check_params(params));
+  const auto t0 = Clock::now();
+  graph::ComputeGraph g = model_->build_graph(params);
+  const double build_ms = ms_since(t0);
+  const auto t1 = Clock::now();
+  MINFER_TRY_STATUS(sched_.assign_backends(g));
+  const graph::FusionStats fused = graph::run_fusion(g, params.cparams.fusion,
+                                                     sched_.fusion_support());
+  const double assign_ms = ms_since(t1);
+  const size_t n_nodes = g.size();
+  const auto t2 = Clock::now();
+  MINFER_TRY(const graph::ComputeGraph* cached, cache_->replace_graph(std::move(g), params));
+  const double alloc_ms = ms_since(t2);
+  stats_.rebuilds++;
+  if (options_.rebuild_trace) {
+    std::fprintf(stderr,
+                 "rebuild uid %llu (%s): %zu nodes, %d fused; build %.3f ms, assign+fuse %.3f "
+                 "ms, alloc %.3f ms\n",
+                 static_cast<unsigned long long>(cached->uid()),
+                 graph::to_string(params).c_str(), n_nodes, fused.rms_norm_mul, build_ms,
+                 assign_ms, alloc_ms);
+  }
+  return Ok{};
+}
+
+Result<std::span<const float>> Engine::forward(std::span<const TokenId> tokens,
+                                               std::span<const int32_t> positions,
+                                               uint32_t n_out) {
+  // Every check first: nothing is placed, built or run for a bad request.
+  const size_t nt = tokens.size();
+  if (nt == 0) return make_error("forward: empty batch");
+  if (positions.size() != nt) {
+    return make_error(fmt::format("forward: {} tokens but {} positions", nt, positions.size()));
+  }
+  if (n_out == 0 || n_out > nt) {
+    return make_error(fmt::format("forward: n_out {} outside [1, {}]", n_out, nt));
+  }
+  if (cache_ == nullptr) return make_error("forward: no context set (set_n_ctx first)");
+  for (size_t i = 0; i < nt; ++i) {
+    if (positions[i] < 0 || static_cast<uint32_t>(positions[i]) >= n_ctx_) {
+      return make_error(fmt::format("forward: position {} (row {}) is outside the context "
+                                    "(n_ctx {})", positions[i], i, n_ctx_));
+    }
+  }
+  const int32_t n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
+  for (size_t i = 0; i < nt; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+      return make_error(fmt::format("forward: token id {} (row {}) outside the vocabulary "
+                                    "(n_vocab {})", tokens[i], i, n_vocab));
+    }
+  }
+
+  // Reuse decision: params only (no build, no node diff).
+  const graph::GraphParams params = params_for(static_cast<uint32_t>(nt), n_out);
+  MINFER_TRY(bool hit, cache_->try_reuse(params));
+  if (hit) {
+    stats_.reuses++;
+  } else {
+    MINFER_TRY_STATUS(rebuild(params));
+  }
+  const graph::ComputeGraph& g = cache_->current();
+  alloc::Allocator& memory = cache_->memory_as<alloc::Allocator>();
+
+  // Positions are data: choose the KV cells and windows, then fill the inputs of the
+  // graph just mapped (fills after allocation land where the kernels read).
+  batch_.resize(nt);
+  cells_.resize(nt);
+  window_.resize(2 * static_cast<size_t>(params.cparams.window.n_runs) * nt);
+  for (size_t i = 0; i < nt; ++i) batch_[i] = kv::KvToken{.seq = 0, .pos = positions[i]};
+  MINFER_TRY_STATUS(kv_->place_into(batch_, cells_));
+  MINFER_TRY_STATUS(kv_->window_into(batch_, {.n_runs = params.cparams.window.n_runs,
+                                              .causal = true},
+                                     window_));
+  MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTokenIds, tokens));
+  MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputPositions, positions));
+  MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvCells, cells_));
+  MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindow, window_));
+  if (n_out < nt) {
+    tail_.resize(n_out);
+    for (uint32_t i = 0; i < n_out; ++i) tail_[i] = static_cast<int32_t>(nt - n_out + i);
+    MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTailIds, tail_));
+  }
+
+  MINFER_TRY_STATUS(sched_.execute(g, memory));
+  stats_.executes++;
+  stats_.graph_uid = g.uid();
+  const graph::NodeId out = g.outputs().front();
+  const float* logits = memory.data_as<const float>(g, out);
+  return std::span<const float>(logits, static_cast<size_t>(n_vocab) * n_out);
+}
+
+}  // namespace minfer::engine

@@ -1,0 +1,126 @@
+// Stage 15 (the loop): Engine — one loaded model with its graph cache (allocator + KV
+// regions), KV cell store and scheduler, behind the forward(tokens, positions, n_out)
+// facade the decode loop, tests and tools call.
+// Invariants: topology depends on GraphParams only; token ids, positions, KV cells and
+// windows are filled after the reuse check / allocation (ARCHITECTURE §2.1, §2.7); a
+// position >= n_ctx is an Error before anything is placed or run (§2.4); the KV regions
+// belong to the cache's allocator and survive every rebuild (§2.3); a reused step
+// allocates nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "gguf/gguf.h"
+#include "graph/cache.h"
+#include "graph/params.h"
+#include "kv/cells.h"
+#include "model/model.h"
+#include "sched/sched.h"
+#include "tokenizer/tokenizer.h"
+
+namespace minfer::alloc {
+class Allocator;
+}
+
+namespace minfer::engine {
+
+using TokenId = tokenizer::TokenId;
+
+struct EngineOptions {
+  int32_t n_threads = 0;  // CPU worker threads including the caller; 0 = all cores
+  bool rebuild_trace = false;  // one stderr line per rebuild (Config::rebuild_trace)
+  bool graph_trace = false;    // split layout + census per execute (Config::graph_trace)
+};
+
+struct EngineStats {
+  uint64_t rebuilds = 0;  // graphs built (all contexts of this engine)
+  uint64_t reuses = 0;    // forwards that reused a cached graph
+  uint64_t executes = 0;  // forwards that ran
+  uint64_t graph_uid = 0; // uid of the graph the last forward ran
+};
+
+class Engine {
+ public:
+  // Opens a GGUF (path or first split part), loads the model and the tokenizer,
+  // creates the CPU backend. The context is sized later (set_n_ctx).
+  static Result<std::unique_ptr<Engine>> open(const std::string& path,
+                                              const EngineOptions& options = {});
+  // Same from an open file; a model without tokenizer metadata gets no tokenizer
+  // (tests of the forward alone).
+  static Result<std::unique_ptr<Engine>> create(gguf::Model file,
+                                                const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const model::Model& model() const { return *model_; }
+  const model::HParams& hparams() const { return model_->hparams(); }
+  const gguf::Model& file() const { return file_; }
+  bool has_tokenizer() const { return tokenizer_ != nullptr; }
+  const tokenizer::Tokenizer& tokenizer() const;  // MINFER_CHECK has_tokenizer()
+  int32_t n_threads() const { return n_threads_; }
+
+  // The context of a run: max(requested, n_prompt) capped at the model's
+  // context_length. The one place the CLI's n_ctx rule lives.
+  uint32_t context_for(uint32_t requested, uint32_t n_prompt) const;
+
+  // Sizes the KV for a run. A different n_ctx replaces the graph cache and its
+  // allocator (regions are sized once per n_ctx, never grown); the same n_ctx only
+  // frees every cell. Error: n_ctx 0 or beyond the model's context_length.
+  Status set_n_ctx(uint32_t n_ctx);
+  uint32_t n_ctx() const { return n_ctx_; }
+  // Frees every KV cell (regions keep stale bytes: the cells are the truth).
+  void clear_kv();
+
+  // One forward over `tokens` at `positions` (sequence 0), returning the logits of
+  // the last n_out rows: F32 [n_vocab, n_out], row i = row n_tokens - n_out + i. The
+  // span points into the graph's output buffer, valid until the next forward.
+  // Errors (nothing placed or run): empty batch, size mismatch, n_out outside
+  // [1, n_tokens], no context set, a position < 0 or >= n_ctx.
+  Result<std::span<const float>> forward(std::span<const TokenId> tokens,
+                                         std::span<const int32_t> positions, uint32_t n_out);
+
+  // The params a forward of this shape uses (the reuse identity).
+  graph::GraphParams params_for(uint32_t n_tokens, uint32_t n_out) const;
+  // The graph the runtime would run for that shape — built, placed and fused, not
+  // cached or run (--dump-graph).
+  Result<graph::ComputeGraph> runtime_graph(uint32_t n_tokens, uint32_t n_out) const;
+
+  EngineStats stats() const { return stats_; }
+  const graph::CacheStats& cache_stats() const;
+  const sched::SchedStats& sched_stats() const { return sched_.stats(); }
+  // The cache of the current context (null before set_n_ctx); tests inspect it.
+  graph::GraphCache* cache() { return cache_.get(); }
+  alloc::Allocator* allocator();
+  const kv::KvCells* kv() const { return kv_ ? &*kv_ : nullptr; }
+
+ private:
+  Engine() = default;
+  Status rebuild(const graph::GraphParams& params);
+  graph::ComputeGraph build_runtime(const graph::GraphParams& params) const;
+
+  gguf::Model file_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  EngineOptions options_;
+  int32_t n_threads_ = 0;
+  sched::Scheduler sched_;
+
+  uint32_t n_ctx_ = 0;
+  std::unique_ptr<graph::GraphCache> cache_;
+  std::optional<kv::KvCells> kv_;
+  EngineStats stats_;
+
+  // Per-step scratch, grown only when a larger batch arrives (decode never grows it).
+  std::vector<kv::KvToken> batch_;
+  std::vector<int32_t> cells_;
+  std::vector<int32_t> window_;
+  std::vector<int32_t> tail_;
+};
+
+}  // namespace minfer::engine

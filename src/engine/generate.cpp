@@ -1,0 +1,165 @@
+// Stage 15 (the loop): the single-shot generation loop (sample → gates → forward).
+#include "engine/generate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "sample/stop.h"
+
+namespace minfer::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+std::string_view stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::kNone: return "none";
+    case StopReason::kNPredict: return "n_predict";
+    case StopReason::kEog: return "eog";
+    case StopReason::kStopString: return "stop string";
+    case StopReason::kContext: return "context full";
+  }
+  return "?";
+}
+
+Result<std::unique_ptr<Generator>> Generator::create(Engine& engine,
+                                                     const GenerateOptions& options,
+                                                     TextSink sink) {
+  if (!engine.has_tokenizer()) return make_error("generate: the model has no tokenizer");
+  MINFER_TRY(sample::Sampler sampler,
+             sample::Sampler::create(options.sampler, engine.tokenizer().n_vocab()));
+  return std::unique_ptr<Generator>(
+      new Generator(engine, options, std::move(sampler), std::move(sink)));
+}
+
+Generator::Generator(Engine& engine, const GenerateOptions& options, sample::Sampler sampler,
+                     TextSink sink)
+    : engine_(engine),
+      options_(options),
+      sampler_(std::move(sampler)),
+      token_bytes_(engine.tokenizer()),
+      out_(std::move(sink)) {
+  for (const std::string& s : options_.stop) max_stop_ = std::max(max_stop_, s.size());
+  // Everything the loop appends to is sized here, so steps do not allocate.
+  const uint32_t n_ctx = engine_.n_ctx();
+  const size_t cap = options_.n_predict >= 0
+                         ? std::min<size_t>(static_cast<size_t>(options_.n_predict), n_ctx)
+                         : n_ctx;
+  generated_.reserve(cap);
+  tail_.reserve(max_stop_ + token_bytes_.max_len() + 1);
+}
+
+Status Generator::prefill(std::span<const TokenId> prompt) {
+  if (prompt.empty()) return make_error("generate: empty prompt (no tokens to condition on)");
+  if (prompt.size() > engine_.n_ctx()) {
+    return make_error(fmt::format("generate: the prompt has {} tokens, the context {}",
+                                  prompt.size(), engine_.n_ctx()));
+  }
+  std::vector<int32_t> positions(prompt.size());
+  std::iota(positions.begin(), positions.end(), 0);
+  const EngineStats before = engine_.stats();
+  const auto t0 = Clock::now();
+  MINFER_TRY(logits_, engine_.forward(prompt, positions, 1));
+  stats_.prefill_s = seconds(Clock::now() - t0);
+  after_prefill_ = engine_.stats();
+  stats_.prefill_builds = after_prefill_.rebuilds - before.rebuilds;
+  stats_.n_prompt = static_cast<int32_t>(prompt.size());
+  pos_ = static_cast<int32_t>(prompt.size());
+  // The penalty window starts with the prompt tail (llama.cpp feeds prompt tokens to
+  // the sampler), so the first generated tokens are penalized too.
+  sampler_.reset(prompt);
+  return Ok{};
+}
+
+Result<bool> Generator::step() {
+  if (done_) return false;
+  if (!decode_started_) {
+    decode_t0_ = Clock::now();  // pure-decode clock (llama.cpp "eval time" caliber)
+    decode_started_ = true;
+  }
+  // Gate: the -n cap, at the loop head.
+  if (options_.n_predict >= 0 && stats_.n_generated >= options_.n_predict) {
+    stats_.stop = StopReason::kNPredict;
+    done_ = true;
+    return false;
+  }
+
+  // Sample from the logits that exist (prefill's, or the previous step's forward).
+  const auto ts = options_.timing ? Clock::now() : Clock::time_point{};
+  MINFER_TRY(const TokenId id, sampler_.sample(logits_));
+  if (options_.timing) stats_.sample_s += seconds(Clock::now() - ts);
+  stats_.n_samples++;
+
+  // Gate: end of generation. Single-shot drops the token: not printed, not accepted,
+  // no forward (a chat session would instead decode it into the KV).
+  if (engine_.tokenizer().is_eog(id)) {
+    stats_.stop = StopReason::kEog;
+    done_ = true;
+    return false;
+  }
+  sampler_.accept(id);
+  generated_.push_back(id);
+  stats_.n_generated++;
+
+  // Gate: stop strings, over the bytes of the whole generated stream. Only the tail
+  // that can still hold a match is kept; the token's bytes are printed up to where a
+  // match starts, and bytes printed by earlier tokens stay printed.
+  const std::string_view bytes = token_bytes_[id];
+  if (max_stop_ > 0) {
+    tail_.append(bytes);
+    if (auto m = sample::find_stop(tail_, bytes.size(), options_.stop)) {
+      const size_t token_start = tail_.size() - bytes.size();
+      if (m->start > token_start) out_.feed(bytes.substr(0, m->start - token_start));
+      stats_.stop = StopReason::kStopString;
+      done_ = true;
+      return false;
+    }
+    if (tail_.size() > max_stop_) tail_.erase(0, tail_.size() - max_stop_);
+  }
+  out_.feed(bytes);
+
+  // A full KV cannot take the next position: stop before the forward would refuse it.
+  if (static_cast<uint32_t>(pos_) >= engine_.n_ctx()) {
+    stats_.stop = StopReason::kContext;
+    done_ = true;
+    return false;
+  }
+
+  // Forward last: logits for the next iteration.
+  const auto tf = options_.timing ? Clock::now() : Clock::time_point{};
+  const int32_t position = pos_;
+  MINFER_TRY(logits_, engine_.forward(std::span<const TokenId>(&id, 1),
+                                      std::span<const int32_t>(&position, 1), 1));
+  if (options_.timing) stats_.forward_s += seconds(Clock::now() - tf);
+  stats_.n_forwards++;
+  pos_++;
+  return true;
+}
+
+void Generator::finish() {
+  out_.flush();
+  if (decode_started_) stats_.decode_s = seconds(Clock::now() - decode_t0_);
+  const EngineStats now = engine_.stats();
+  stats_.decode_rebuilds = now.rebuilds - after_prefill_.rebuilds;
+  stats_.decode_reuses = now.reuses - after_prefill_.reuses;
+}
+
+Result<GenerateStats> generate(Engine& engine, std::span<const TokenId> prompt,
+                               const GenerateOptions& options, TextSink sink) {
+  MINFER_TRY(std::unique_ptr<Generator> gen, Generator::create(engine, options, std::move(sink)));
+  MINFER_TRY_STATUS(gen->prefill(prompt));
+  for (;;) {
+    MINFER_TRY(bool more, gen->step());
+    if (!more) break;
+  }
+  gen->finish();
+  return gen->stats();
+}
+
+}  // namespace minfer::engine

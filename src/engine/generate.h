@@ -1,0 +1,100 @@
+// Stage 15 (the loop): single-shot generation — prefill, then the sample-first decode
+// loop of the seed design (docs: the decode loop and graph reuse §3.2).
+// Invariants (ARCHITECTURE §2.5): each iteration samples from logits that already
+// exist, then runs the gates — the -n cap at the loop head, end-of-generation (dropped:
+// not printed, not accepted, no forward), stop strings (byte suffix of the whole
+// generated stream; bytes already printed stay printed) — and runs the forward last.
+// The penalty window (64 tokens) starts with the prompt tail. A steady-state step
+// allocates nothing (tests/engine proves it with a counting operator new).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "engine/engine.h"
+#include "engine/text.h"
+#include "sample/sampler.h"
+
+namespace minfer::engine {
+
+// kContext: the KV is full (position n_ctx would be next) — a clean stop before the
+// forward that would have to refuse the position.
+enum class StopReason : uint8_t { kNone, kNPredict, kEog, kStopString, kContext };
+std::string_view stop_reason_name(StopReason r);
+
+struct GenerateOptions {
+  int32_t n_predict = 512;         // -n: generated tokens at most (< 0: until the context is full)
+  std::vector<std::string> stop;   // --stop, byte strings
+  sample::SamplerConfig sampler;   // seed, temperature, penalties, ...
+  bool timing = false;             // MINFER_TIMING: split sampling vs forward time
+};
+
+struct GenerateStats {
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;           // tokens accepted into the output
+  double prefill_s = 0.0;            // the prompt forward
+  double decode_s = 0.0;             // the decode loop: sampling + gates + forwards
+  double sample_s = 0.0;             // MINFER_TIMING: time in sample()
+  double forward_s = 0.0;            // MINFER_TIMING: time in decode forwards
+  int32_t n_samples = 0;             // sample() calls (an EOG sample is not generated)
+  int32_t n_forwards = 0;            // decode forwards run
+  // Graph cache activity: the prefill's build (0 when a cached graph fit), then the
+  // decode loop's — one rebuild (prefill → decode shape) and reuses after it.
+  uint64_t prefill_builds = 0;
+  uint64_t decode_rebuilds = 0;
+  uint64_t decode_reuses = 0;
+  StopReason stop = StopReason::kNone;
+};
+
+class Generator {
+ public:
+  // `engine` must have a tokenizer and a context large enough for the prompt.
+  // Errors: sampler config invalid for the vocabulary.
+  static Result<std::unique_ptr<Generator>> create(Engine& engine, const GenerateOptions& options,
+                                                   TextSink sink);
+
+  // Prefill: the whole prompt in one forward at positions 0..n-1, keeping the last
+  // row's logits; resets the sampler with the prompt (penalty window).
+  Status prefill(std::span<const TokenId> prompt);
+  // One loop iteration: sample → gates → forward. false once a gate stopped the run.
+  Result<bool> step();
+  // Flushes held bytes and closes the decode clock.
+  void finish();
+
+  const GenerateStats& stats() const { return stats_; }
+  const std::vector<TokenId>& generated() const { return generated_; }
+
+ private:
+  Generator(Engine& engine, const GenerateOptions& options, sample::Sampler sampler,
+            TextSink sink);
+
+  Engine& engine_;
+  GenerateOptions options_;
+  sample::Sampler sampler_;
+  TokenBytes token_bytes_;
+  Utf8Emitter out_;
+  GenerateStats stats_;
+
+  std::span<const float> logits_;   // the last forward's last row
+  int32_t pos_ = 0;                 // KV cursor: position of the next token
+  std::vector<TokenId> generated_;  // reserved for n_predict up front
+  // Stop-string matching: the last bytes of the generated stream (enough to hold the
+  // longest stop string plus one token), and how many stream bytes exist in total.
+  std::string tail_;
+  size_t max_stop_ = 0;
+  EngineStats after_prefill_;
+  std::chrono::steady_clock::time_point decode_t0_;
+  bool decode_started_ = false;
+  bool done_ = false;
+};
+
+// prefill + step() until a gate stops + finish.
+Result<GenerateStats> generate(Engine& engine, std::span<const TokenId> prompt,
+                               const GenerateOptions& options, TextSink sink);
+
+}  // namespace minfer::engine

@@ -1,0 +1,85 @@
+// Stage 15 tests (the loop): a steady-state decode step — sample, gates, forward,
+// streaming — performs no heap allocation (ARCHITECTURE §2 / CONVENTIONS 8). The
+// global operator new of this test binary counts allocations while armed.
+// GCC pairs the library's sized delete with our malloc-based new and warns about a
+// mismatch that cannot happen: every new and delete of this binary is replaced here.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "engine/generate.h"
+#include "engine_fixture.h"
+
+namespace {
+std::atomic<bool> g_armed{false};
+std::atomic<uint64_t> g_allocs{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_armed.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void* operator new(std::size_t n, std::align_val_t al) {
+  if (g_armed.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
+  const std::size_t a = static_cast<std::size_t>(al);
+  if (void* p = std::aligned_alloc(a, (n + a - 1) / a * a)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t al) { return operator new(n, al); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace minfer::engine {
+namespace {
+
+TEST(DecodeStep, SteadyStateAllocatesNothing) {
+  for (int32_t threads : {1, 2}) {
+    auto t = testing::make_engine(testing::TinySpec{.vocab_gguf = testing::gpt2_vocab()}, threads,
+                                  128, "allocfree");
+    ASSERT_TRUE(t.engine);
+    GenerateOptions o{.n_predict = 48};
+    o.stop = {"\x01\x02never", "zzqq"};  // exercises the stop-string tail, never matches
+    for (TokenId id : t->tokenizer().special().eog) o.sampler.logit_bias.push_back({id, -100.0f});
+    std::string out;
+    out.reserve(1 << 16);
+    auto g = Generator::create(*t, o, [&](std::string_view b) { out.append(b); });
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    ASSERT_TRUE((*g)->prefill(std::vector<int32_t>{5, 17, 42, 8, 91}).ok());
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(*(*g)->step());  // includes the one rebuild
+
+    g_allocs = 0;
+    g_armed = true;
+    int steps = 0;
+    for (; steps < 32; ++steps) {
+      auto more = (*g)->step();
+      if (!more.ok() || !*more) break;
+    }
+    g_armed = false;
+    EXPECT_EQ(steps, 32);
+    EXPECT_EQ(g_allocs.load(), 0u) << "threads " << threads << ": " << g_allocs.load()
+                                   << " allocations in " << steps << " decode steps";
+    (*g)->finish();
+    // The counter does count: a rebuild (new context → new cache, new graph) allocates.
+    g_armed = true;
+    ASSERT_TRUE(t->set_n_ctx(64).ok());
+    ASSERT_TRUE(t->forward(std::vector<int32_t>{1}, std::vector<int32_t>{0}, 1).ok());
+    g_armed = false;
+    EXPECT_GT(g_allocs.load(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace minfer::engine

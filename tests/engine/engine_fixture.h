@@ -1,0 +1,76 @@
+// Tests (engine): engines over tiny random models (tests/model/tiny_model.h), with or
+// without a real vocabulary, plus helpers to compare logits bit for bit.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "../model/tiny_model.h"
+#include "engine/engine.h"
+
+namespace minfer::engine::testing {
+
+using minfer::testing::TempFile;
+using minfer::testing::TinySpec;
+
+// The GPT-2 vocabulary of llama.cpp's tokenizer tests (50257 tokens).
+inline std::string gpt2_vocab() { return minfer::testing::vocab_path("ggml-vocab-gpt-2.gguf"); }
+
+struct TinyEngine {
+  std::unique_ptr<TempFile> file;
+  std::unique_ptr<Engine> engine;
+  Engine* operator->() { return engine.get(); }
+  Engine& operator*() { return *engine; }
+};
+
+inline TinyEngine make_engine(const TinySpec& spec, int32_t n_threads, uint32_t n_ctx,
+                              const std::string& stem) {
+  TinyEngine t;
+  t.file = std::make_unique<TempFile>(stem + "-t" + std::to_string(n_threads));
+  Status w = minfer::testing::write_tiny_model(t.file->path, spec);
+  EXPECT_TRUE(w.ok()) << (w.ok() ? "" : w.error().message);
+  auto e = Engine::open(t.file->path, {.n_threads = n_threads});
+  EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
+  if (!e.ok()) return t;
+  t.engine = std::move(*e);
+  Status st = t.engine->set_n_ctx(n_ctx);
+  EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
+  return t;
+}
+
+inline std::vector<int32_t> iota_positions(size_t n, int32_t first = 0) {
+  std::vector<int32_t> p(n);
+  std::iota(p.begin(), p.end(), first);
+  return p;
+}
+
+// Copies the logits (the span dies at the next forward).
+inline std::vector<float> run(Engine& e, const std::vector<int32_t>& tokens,
+                              const std::vector<int32_t>& positions, uint32_t n_out) {
+  auto r = e.forward(tokens, positions, n_out);
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  if (!r.ok()) return {};
+  return std::vector<float>(r->begin(), r->end());
+}
+
+// Bitwise equality of two float vectors; reports the first differing element.
+inline ::testing::AssertionResult same_bits(const std::vector<float>& a,
+                                            const std::vector<float>& b) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << "first mismatch at element " << i << ": " << a[i] << " vs " << b[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace minfer::engine::testing

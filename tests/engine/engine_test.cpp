@@ -1,0 +1,290 @@
+// Stage 15 tests (the loop): one rebuild per run, KV surviving the prefill → decode
+// rebuild, n_ctx as reuse identity, loud bounds before anything runs, and determinism
+// (bitwise) across thread counts and prefill chunking; the generation loop's gates;
+// the real SmolLM2 model generating text.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "alloc/allocator.h"
+#include "engine/generate.h"
+#include "engine_fixture.h"
+
+namespace minfer::engine {
+namespace {
+
+using testing::gpt2_vocab;
+using testing::iota_positions;
+using testing::make_engine;
+using testing::run;
+using testing::same_bits;
+using testing::TinySpec;
+
+const std::vector<int32_t> kPrompt = {5, 17, 42, 8, 91, 3, 66, 12, 30};
+
+// Logit bias that keeps every end-of-generation token out of a run.
+std::vector<sample::LogitBias> no_eog(const Engine& e) {
+  std::vector<sample::LogitBias> bias;
+  for (TokenId id : e.tokenizer().special().eog) bias.push_back({.id = id, .bias = -100.0f});
+  return bias;
+}
+
+TEST(Engine, A64TokenRunRebuildsOnceThenReuses63Times) {
+  auto t = make_engine(TinySpec{.vocab_gguf = gpt2_vocab()}, 1, 256, "run64");
+  ASSERT_TRUE(t.engine);
+  GenerateOptions o{.n_predict = 64};
+  o.sampler.logit_bias = no_eog(*t);
+  std::string text;
+  auto g = Generator::create(*t, o, [&](std::string_view s) { text += s; });
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  ASSERT_TRUE((*g)->prefill(kPrompt).ok());
+  uint64_t decode_uid = 0;
+  int steps = 0;
+  for (;;) {
+    auto more = (*g)->step();
+    ASSERT_TRUE(more.ok()) << more.error().message;
+    if (!*more) break;
+    if (steps++ == 0) decode_uid = t->stats().graph_uid;
+    EXPECT_EQ(t->stats().graph_uid, decode_uid) << "graph uid changed at decode step " << steps;
+  }
+  (*g)->finish();
+  const GenerateStats& s = (*g)->stats();
+  EXPECT_EQ(s.n_generated, 64);
+  EXPECT_EQ(s.stop, StopReason::kNPredict);
+  EXPECT_EQ(s.prefill_builds, 1u);
+  EXPECT_EQ(s.decode_rebuilds, 1u);
+  EXPECT_EQ(s.decode_reuses, 63u);
+  EXPECT_EQ(s.n_forwards, 64);  // the last one's logits are dropped by the -n gate
+  EXPECT_EQ(t->cache_stats().rebuilds, 2u);  // prefill graph + decode graph
+  EXPECT_EQ(t->cache_stats().reuses, 63u);
+  EXPECT_FALSE(text.empty());
+}
+
+TEST(Engine, KvContentsSurviveThePrefillToDecodeRebuild) {
+  const uint32_t n_ctx = 32;
+  auto t = make_engine(TinySpec{}, 1, n_ctx, "kvsurvive");
+  ASSERT_TRUE(t.engine);
+  const std::vector<int32_t> prompt(kPrompt.begin(), kPrompt.begin() + 6);
+  run(*t, prompt, iota_positions(6), 1);
+  alloc::Allocator& a = *t->allocator();
+  const auto& hp = t->hparams();
+  const size_t row_bytes = hp.n_embd_kv() * sizeof(float);
+  std::vector<std::vector<std::byte>> before;
+  for (int32_t il = 0; il < static_cast<int32_t>(hp.n_layer); ++il) {
+    for (auto kind : {graph::KvKind::kK, graph::KvKind::kV}) {
+      auto cell0 = a.region_cell(il, kind, 0);
+      ASSERT_TRUE(cell0.ok());
+      before.emplace_back(*cell0, *cell0 + 6 * row_bytes);
+    }
+  }
+  const uint64_t uid_prefill = t->stats().graph_uid;
+  const std::vector<float> decoded = run(*t, {kPrompt[6]}, {6}, 1);
+  EXPECT_NE(t->stats().graph_uid, uid_prefill);  // the decode step rebuilt
+  EXPECT_EQ(t->cache_stats().rebuilds, 2u);
+  size_t i = 0;
+  for (int32_t il = 0; il < static_cast<int32_t>(hp.n_layer); ++il) {
+    for (auto kind : {graph::KvKind::kK, graph::KvKind::kV}) {
+      auto cell0 = a.region_cell(il, kind, 0);
+      ASSERT_TRUE(cell0.ok());
+      EXPECT_EQ(std::memcmp(*cell0, before[i].data(), before[i].size()), 0)
+          << "layer " << il << " region " << static_cast<int>(kind) << " changed";
+      ++i;
+    }
+  }
+  // The decode step really read the prompt's KV: it equals a 7-token prefill's last row.
+  auto fresh = make_engine(TinySpec{}, 1, n_ctx, "kvsurvive-ref");
+  ASSERT_TRUE(fresh.engine);
+  const std::vector<int32_t> seven(kPrompt.begin(), kPrompt.begin() + 7);
+  EXPECT_TRUE(same_bits(decoded, run(*fresh, seven, iota_positions(7), 1)));
+}
+
+TEST(Engine, ChangingNctxForcesARebuildWithNewRegions) {
+  auto t = make_engine(TinySpec{}, 1, 64, "nctx");
+  ASSERT_TRUE(t.engine);
+  run(*t, {1}, {0}, 1);
+  run(*t, {2}, {1}, 1);
+  EXPECT_EQ(t->stats().rebuilds, 1u);
+  EXPECT_EQ(t->stats().reuses, 1u);
+  const uint64_t uid64 = t->stats().graph_uid;
+  ASSERT_TRUE(t->set_n_ctx(64).ok());  // same context: cells freed, graph kept
+  run(*t, {1}, {0}, 1);
+  EXPECT_EQ(t->stats().rebuilds, 1u);
+  EXPECT_EQ(t->stats().graph_uid, uid64);
+  ASSERT_TRUE(t->set_n_ctx(128).ok());
+  run(*t, {1}, {0}, 1);
+  EXPECT_EQ(t->stats().rebuilds, 2u);
+  EXPECT_NE(t->stats().graph_uid, uid64);
+  EXPECT_EQ(t->cache()->current_params().cparams.n_ctx, 128u);
+  EXPECT_EQ(t->allocator()->region(0, graph::KvKind::kK)->n_cells, 128);
+  EXPECT_FALSE(t->set_n_ctx(100000).ok());  // beyond the model's context length
+  EXPECT_EQ(t->context_for(4096, 10), 512u);  // capped by context_length
+  EXPECT_EQ(t->context_for(16, 40), 40u);     // grown to the prompt
+}
+
+TEST(Engine, PositionAtOrPastNctxFailsBeforeAnythingRuns) {
+  auto t = make_engine(TinySpec{}, 1, 16, "bounds");
+  ASSERT_TRUE(t.engine);
+  run(*t, {1, 2, 3, 4}, iota_positions(4), 1);
+  const EngineStats before = t->stats();
+  const uint64_t executes = t->sched_stats().executes;
+  const uint32_t used = t->kv()->n_used();
+  const graph::CacheStats cache_before = t->cache_stats();
+  for (const auto& [tokens, positions] :
+       std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>>{
+           {{5}, {16}}, {{5, 6}, {4, 16}}, {{5}, {-1}}, {{5}, {1000}}}) {
+    auto r = t->forward(tokens, positions, 1);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error().message.find("outside the context (n_ctx 16)"), std::string::npos)
+        << r.error().message;
+  }
+  EXPECT_FALSE(t->forward(std::vector<int32_t>{96}, std::vector<int32_t>{4}, 1).ok());  // bad id
+  EXPECT_FALSE(t->forward(std::vector<int32_t>{5, 6}, std::vector<int32_t>{4}, 1).ok());
+  EXPECT_FALSE(t->forward(std::vector<int32_t>{5, 6}, iota_positions(2, 4), 3).ok());
+  EXPECT_EQ(t->sched_stats().executes, executes);  // no kernel ran
+  EXPECT_EQ(t->stats().executes, before.executes);
+  EXPECT_EQ(t->kv()->n_used(), used);              // no cell was placed
+  EXPECT_EQ(t->cache_stats().rebuilds, cache_before.rebuilds);
+  EXPECT_EQ(t->cache_stats().reuses, cache_before.reuses);
+  EXPECT_EQ(run(*t, {5}, {15}, 1).size(), 96u);    // the last cell is fine
+}
+
+TEST(Engine, LogitsAreBitIdenticalWith1And2Threads) {
+  for (const char* arch : {"llama", "qwen2"}) {
+    const TinySpec spec{.arch = arch, .qkv_bias = std::string(arch) == "qwen2"};
+    auto t1 = make_engine(spec, 1, 64, std::string("thr1-") + arch);
+    auto t2 = make_engine(spec, 2, 64, std::string("thr2-") + arch);
+    ASSERT_TRUE(t1.engine && t2.engine);
+    const uint32_t n = static_cast<uint32_t>(kPrompt.size());
+    EXPECT_TRUE(same_bits(run(*t1, kPrompt, iota_positions(n), n),
+                          run(*t2, kPrompt, iota_positions(n), n)))
+        << arch << " prefill";
+    for (int32_t pos = static_cast<int32_t>(n); pos < static_cast<int32_t>(n) + 4; ++pos) {
+      EXPECT_TRUE(same_bits(run(*t1, {pos % 96}, {pos}, 1), run(*t2, {pos % 96}, {pos}, 1)))
+          << arch << " decode at " << pos;
+    }
+  }
+}
+
+TEST(Engine, PrefillAtOnceEqualsTokenByTokenBitwise) {
+  for (const char* arch : {"llama", "qwen2"}) {
+    const TinySpec spec{.arch = arch, .tied = false, .qkv_bias = std::string(arch) == "qwen2"};
+    auto whole = make_engine(spec, 2, 64, std::string("whole-") + arch);
+    auto steps = make_engine(spec, 2, 64, std::string("steps-") + arch);
+    ASSERT_TRUE(whole.engine && steps.engine);
+    const size_t n = kPrompt.size();
+    const size_t nv = whole->hparams().n_vocab;
+    // Every prompt position's logits in one forward (n_out = n) ...
+    const std::vector<float> all = run(*whole, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
+    ASSERT_EQ(all.size(), n * nv);
+    for (size_t i = 0; i < n; ++i) {
+      // ... equal the logits of the same token decoded alone at its position.
+      const std::vector<float> one = run(*steps, {kPrompt[i]}, {static_cast<int32_t>(i)}, 1);
+      const std::vector<float> row(all.begin() + static_cast<std::ptrdiff_t>(i * nv),
+                                   all.begin() + static_cast<std::ptrdiff_t>((i + 1) * nv));
+      EXPECT_TRUE(same_bits(row, one)) << arch << " position " << i;
+    }
+    // The tail-row graph (n_out = 1) gives the last row bit for bit too.
+    auto tail = make_engine(spec, 1, 64, std::string("tail-") + arch);
+    ASSERT_TRUE(tail.engine);
+    const std::vector<float> last(all.end() - static_cast<std::ptrdiff_t>(nv), all.end());
+    EXPECT_TRUE(same_bits(run(*tail, kPrompt, iota_positions(n), 1), last)) << arch;
+  }
+}
+
+TEST(Generate, EndOfGenerationIsDroppedWithoutAForward) {
+  auto t = make_engine(TinySpec{.vocab_gguf = gpt2_vocab()}, 1, 64, "eog");
+  ASSERT_TRUE(t.engine);
+  GenerateOptions o{.n_predict = 16};
+  for (TokenId id : t->tokenizer().special().eog) o.sampler.logit_bias.push_back({id, 100.0f});
+  std::string text;
+  auto s = generate(*t, kPrompt, o, [&](std::string_view b) { text += b; });
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->stop, StopReason::kEog);
+  EXPECT_EQ(s->n_generated, 0);
+  EXPECT_EQ(s->n_forwards, 0);
+  EXPECT_EQ(t->stats().executes, 1u);  // the prefill only
+  EXPECT_TRUE(text.empty());
+}
+
+TEST(Generate, StopStringTruncatesTheStreamButKeepsPrintedBytes) {
+  auto t = make_engine(TinySpec{.vocab_gguf = gpt2_vocab()}, 1, 128, "stop");
+  ASSERT_TRUE(t.engine);
+  GenerateOptions o{.n_predict = 24};
+  o.sampler.temp = 0.0f;
+  o.sampler.logit_bias = no_eog(*t);
+  std::string full;
+  auto s = generate(*t, kPrompt, o, [&](std::string_view b) { full += b; });
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  // Token boundaries of the greedy stream.
+  std::vector<size_t> token_end;
+  {
+    auto g = Generator::create(*t, o, [](std::string_view) {});
+    ASSERT_TRUE(g.ok());
+    ASSERT_TRUE(t->set_n_ctx(128).ok());
+    ASSERT_TRUE((*g)->prefill(kPrompt).ok());
+    size_t bytes = 0;
+    while (*(*g)->step()) {
+      bytes += t->tokenizer().token_to_bytes((*g)->generated().back()).size();
+      token_end.push_back(bytes);
+    }
+    (*g)->finish();
+  }
+  ASSERT_EQ(token_end.back(), full.size());
+  // A stop string starting in the middle of the stream, spanning a token boundary if
+  // one exists: the earliest occurrence decides.
+  const size_t k = full.size() / 2, len = std::min<size_t>(4, full.size() - k);
+  ASSERT_GT(len, 0u);
+  o.stop = {full.substr(k, len)};
+  const size_t match = full.find(o.stop[0]);
+  size_t j = 0;
+  while (token_end[j] < match + len) ++j;  // the token that completes the match
+  const size_t token_start = j == 0 ? 0 : token_end[j - 1];
+  const std::string expected = full.substr(0, std::max(match, token_start));
+  ASSERT_TRUE(t->set_n_ctx(128).ok());
+  std::string out;
+  auto s2 = generate(*t, kPrompt, o, [&](std::string_view b) { out += b; });
+  ASSERT_TRUE(s2.ok()) << s2.error().message;
+  EXPECT_EQ(s2->stop, StopReason::kStopString);
+  EXPECT_EQ(s2->n_generated, static_cast<int32_t>(j + 1));
+  EXPECT_EQ(out, expected);
+}
+
+TEST(Generate, ContextFullStopsCleanly) {
+  auto t = make_engine(TinySpec{.vocab_gguf = gpt2_vocab()}, 1, 12, "ctxfull");
+  ASSERT_TRUE(t.engine);
+  GenerateOptions o{.n_predict = -1};
+  o.sampler.logit_bias = no_eog(*t);
+  auto s = generate(*t, kPrompt, o, [](std::string_view) {});
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->stop, StopReason::kContext);
+  EXPECT_EQ(s->n_generated, 12 - static_cast<int32_t>(kPrompt.size()) + 1);
+}
+
+TEST(RealModel, SmolLM2GeneratesText) {
+  const std::string path =
+      std::string(MINFER_CACHE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present (scripts/setup.sh)";
+  auto e = Engine::open(path, {.n_threads = 2});
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  Engine& eng = **e;
+  auto ids = eng.tokenizer().encode("The capital of France is", {.add_special = true});
+  ASSERT_TRUE(ids.ok());
+  ASSERT_TRUE(eng.set_n_ctx(eng.context_for(256, static_cast<uint32_t>(ids->size()))).ok());
+  GenerateOptions o{.n_predict = 12};
+  o.sampler.temp = 0.0f;
+  std::string text;
+  auto s = generate(eng, *ids, o, [&](std::string_view b) { text += b; });
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_GT(s->n_generated, 0);
+  EXPECT_NE(text.find("Paris"), std::string::npos) << text;
+  if (s->stop == StopReason::kNPredict) {
+    EXPECT_EQ(s->decode_rebuilds, 1u);
+    EXPECT_EQ(s->decode_reuses, 11u);
+  }
+}
+
+}  // namespace
+}  // namespace minfer::engine
