@@ -11,6 +11,7 @@ int run_info(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
 int run_generate(const std::vector<std::string>& args);
+std::string generate_help();  // the generation flags, for `minfer --help`
 
 // Shared error path: "minfer: error: <message>" on stderr, exit code 1.
 int fail(const std::string& message);

@@ -36,7 +36,10 @@ int fail(const std::string& message) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    std::FILE* out = args.empty() ? stderr : stdout;
+    std::fputs(kUsage, out);
+    std::fputc('\n', out);
+    std::fputs(minfer::cli::generate_help().c_str(), out);
     return args.empty() ? 1 : 0;
   }
   if (args[0] == "-V" || args[0] == "--version") {

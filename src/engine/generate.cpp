@@ -91,6 +91,7 @@ Result<bool> Generator::step() {
   }
 
   // Sample from the logits that exist (prefill's, or the previous step's forward).
+  if (options_.on_logits) options_.on_logits(logits_);
   const auto ts = options_.timing ? Clock::now() : Clock::time_point{};
   MINFER_TRY(const TokenId id, sampler_.sample(logits_));
   if (options_.timing) stats_.sample_s += seconds(Clock::now() - ts);

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -32,6 +33,10 @@ struct GenerateOptions {
   std::vector<std::string> stop;   // --stop, byte strings
   sample::SamplerConfig sampler;   // seed, temperature, penalties, ...
   bool timing = false;             // MINFER_TIMING: split sampling vs forward time
+  // Called with the raw logits (F32 [n_vocab]) each time the loop samples, before the
+  // sampler sees them — step 0 is the last prompt position; the step that samples an
+  // end-of-generation token is included. For golden dumps and tracing.
+  std::function<void(std::span<const float>)> on_logits;
 };
 
 struct GenerateStats {
