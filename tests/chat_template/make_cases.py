@@ -69,6 +69,25 @@ CONVERSATIONS = {
     "double_user": [U1, U2],
 }
 
+# Tool use: a function schema in `tools` and one call/result round trip. Exercises
+# tojson, dictsort, macros and namespaces far more than plain chat does.
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. \"Paris\""},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Unit"},
+        "days": {"type": "integer", "description": "Forecast days"}},
+        "required": ["city"]}}}]
+CALL = {"role": "assistant", "content": "", "tool_calls": [{"id": "call12345", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]}
+RESULT = {"role": "tool", "tool_call_id": "call12345", "name": "get_weather",
+          "content": "{\"temp\": 21.5, \"sky\": \"clear\"}"}
+TOOL_CONVERSATIONS = {
+    "tools_single": [U1],
+    "tools_system_roundtrip": [SYSTEM, U1, CALL, RESULT],
+    "tools_roundtrip_answer": [U1, CALL, RESULT, {"role": "assistant", "content": "21.5 °C and clear."}, U3],
+}
+
 
 def token_text(tok):
     if isinstance(tok, dict):
@@ -126,9 +145,17 @@ def main():
     for name, src, bos, eos in collect_templates():
         tmpl = env.from_string(src)
         cases = []
-        for conv_name, messages in CONVERSATIONS.items():
+        convs = [(n, m, None) for n, m in CONVERSATIONS.items()]
+        convs += [(n, m, TOOLS) for n, m in TOOL_CONVERSATIONS.items()]
+        # enable_thinking=False: the switch Qwen3 / SmolLM3 / DeepSeek templates read.
+        convs += [("no_thinking_" + n, CONVERSATIONS[n], None) for n in ("system_single", "multi")]
+        for conv_name, messages, tools in convs:
             for agp in (False, True):
                 ctx = {"messages": messages, "add_generation_prompt": agp}
+                if tools is not None:
+                    ctx["tools"] = tools
+                if conv_name.startswith("no_thinking_"):
+                    ctx["enable_thinking"] = False
                 if bos is not None:
                     ctx["bos_token"] = bos
                 if eos is not None:
