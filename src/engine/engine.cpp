@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "alloc/allocator.h"
@@ -232,6 +233,87 @@ Result<std::span<const float>> Engine::forward(std::span<const TokenId> tokens,
   const graph::NodeId out = g.outputs().front();
   const float* logits = memory.data_as<const float>(g, out);
   return std::span<const float>(logits, static_cast<size_t>(n_vocab) * n_out);
+}
+
+}  // namespace minfer::engine
+
+namespace minfer::engine {
+
+// Session KV records: per position, layer 0 K, layer 0 V, layer 1 K, ... The regions
+// are addressed by cell (ARCHITECTURE §2.3), so export looks each position's cell up
+// and import places positions first, then writes the cells it was given.
+uint64_t Engine::kv_token_bytes() const {
+  if (cache_ == nullptr) return 0;
+  const auto& memory = cache_->memory_as<alloc::Allocator>();
+  uint64_t bytes = 0;
+  for (uint32_t il = 0; il < model_->hparams().n_layer; ++il) {
+    for (graph::KvKind kind : {graph::KvKind::kK, graph::KvKind::kV}) {
+      const alloc::RegionInfo* r = memory.region(static_cast<int32_t>(il), kind);
+      if (r == nullptr) return 0;
+      bytes += r->row_bytes;
+    }
+  }
+  return bytes;
+}
+
+Result<std::vector<std::byte>> Engine::kv_export(uint32_t n_tokens) const {
+  if (cache_ == nullptr) return make_error("kv_export: no context set");
+  if (n_tokens > n_ctx_) {
+    return make_error(fmt::format("kv_export: {} positions, n_ctx {}", n_tokens, n_ctx_));
+  }
+  const uint64_t rec = kv_token_bytes();
+  if (rec == 0 && n_tokens > 0) return make_error("kv_export: no KV region exists yet");
+  const auto& memory = cache_->memory_as<alloc::Allocator>();
+  std::vector<std::byte> out(rec * n_tokens);
+  std::byte* dst = out.data();
+  for (uint32_t p = 0; p < n_tokens; ++p) {
+    const auto cell = kv_->find(0, static_cast<kv::Pos>(p));
+    if (!cell) return make_error(fmt::format("kv_export: no cell holds position {}", p));
+    for (uint32_t il = 0; il < model_->hparams().n_layer; ++il) {
+      for (graph::KvKind kind : {graph::KvKind::kK, graph::KvKind::kV}) {
+        MINFER_TRY(std::byte * src, memory.region_cell(static_cast<int32_t>(il), kind, *cell));
+        const uint64_t n = memory.region(static_cast<int32_t>(il), kind)->row_bytes;
+        std::memcpy(dst, src, n);
+        dst += n;
+      }
+    }
+  }
+  return out;
+}
+
+Status Engine::kv_import(uint32_t n_tokens, std::span<const std::byte> data) {
+  if (cache_ == nullptr) return make_error("kv_import: no context set");
+  if (n_tokens > n_ctx_) {
+    return make_error(fmt::format("kv_import: {} positions, n_ctx {}", n_tokens, n_ctx_));
+  }
+  auto& memory = cache_->memory_as<alloc::Allocator>();
+  if (memory.n_regions() == 0) {
+    // Regions come into being when a graph is first mapped: build the decode graph
+    // (the next turn needs it anyway) without running it.
+    MINFER_TRY_STATUS(rebuild(params_for(1, 1)));
+  }
+  const uint64_t rec = kv_token_bytes();
+  if (data.size() != rec * n_tokens) {
+    return make_error(fmt::format("kv_import: {} bytes for {} positions of {} bytes",
+                                  data.size(), n_tokens, rec));
+  }
+  kv_->clear();
+  if (n_tokens == 0) return Ok{};
+  std::vector<kv::KvToken> batch(n_tokens);
+  for (uint32_t p = 0; p < n_tokens; ++p) batch[p] = {.seq = 0, .pos = static_cast<kv::Pos>(p)};
+  MINFER_TRY(std::vector<int32_t> cells, kv_->place(batch));
+  const std::byte* src = data.data();
+  for (uint32_t p = 0; p < n_tokens; ++p) {
+    for (uint32_t il = 0; il < model_->hparams().n_layer; ++il) {
+      for (graph::KvKind kind : {graph::KvKind::kK, graph::KvKind::kV}) {
+        MINFER_TRY(std::byte * dst, memory.region_cell(static_cast<int32_t>(il), kind, cells[p]));
+        const uint64_t n = memory.region(static_cast<int32_t>(il), kind)->row_bytes;
+        std::memcpy(dst, src, n);
+        src += n;
+      }
+    }
+  }
+  return Ok{};
 }
 
 }  // namespace minfer::engine

@@ -85,6 +85,18 @@ class Engine {
   Result<std::span<const float>> forward(std::span<const TokenId> tokens,
                                          std::span<const int32_t> positions, uint32_t n_out);
 
+  // Session files (src/chat): the K and V bytes of positions [0, n_tokens) of
+  // sequence 0 — for each position, every layer's K row then V row, as stored.
+  // kv_token_bytes() is the size of one position's record (0 before any forward has
+  // created the regions). Error: no context, or a position in range that no cell holds.
+  uint64_t kv_token_bytes() const;
+  Result<std::vector<std::byte>> kv_export(uint32_t n_tokens) const;
+  // Restores positions [0, n_tokens) from kv_export bytes (same model and n_ctx; the
+  // caller checks that): frees every cell, creates the regions if no graph has run
+  // yet, places the positions and copies the rows. No forward runs. Error: size
+  // mismatch, n_tokens > n_ctx.
+  Status kv_import(uint32_t n_tokens, std::span<const std::byte> data);
+
   // The params a forward of this shape uses (the reuse identity).
   graph::GraphParams params_for(uint32_t n_tokens, uint32_t n_out) const;
   // The graph the runtime would run for that shape — built, placed and fused, not

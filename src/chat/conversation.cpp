@@ -1,0 +1,336 @@
+// Stage 16 (sessions): the conversation state machine (conversation.h).
+//
+// Overflow policy (docs/USAGE.md "Conversation mode"): when the canonical render of
+// [system?, turns..., new user message] plus a reply reserve does not fit n_ctx, the
+// oldest turns (a user message and the replies after it) are dropped, oldest first,
+// the system prompt always kept, until it fits. The render then diverges from the KV
+// right after the system prompt, so the common-prefix rule below keeps the system
+// prompt's KV rows and re-prefills the rest once — the KV always equals a prefix of
+// the canonical render, no re-roped rows with stale context (unlike a context shift,
+// which keeps rows computed while the dropped turns were visible). Only
+// [system?, new message] not fitting even without the reserve is an error.
+#include "chat/conversation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "chat/session_file.h"
+#include "sample/sampler.h"
+#include "sample/stop.h"
+
+namespace minfer::chat {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Offsets of reply_seed: odd 64-bit constants (splitmix64's), so distinct (turn,
+// attempt) pairs of a session get distinct seeds.
+constexpr uint64_t kTurnStride = 0x9E3779B97F4A7C15ull;
+constexpr uint64_t kAttemptStride = 0xBF58476D1CE4E5B9ull;
+
+}  // namespace
+
+std::string_view reply_end_name(ReplyEnd e) {
+  switch (e) {
+    case ReplyEnd::kEog: return "end of turn";
+    case ReplyEnd::kNPredict: return "n_predict";
+    case ReplyEnd::kStopString: return "stop string";
+    case ReplyEnd::kContext: return "context full";
+    case ReplyEnd::kInterrupted: return "interrupted";
+  }
+  return "?";
+}
+
+uint64_t Conversation::reply_seed(uint64_t seed, int32_t turn, int32_t attempt) {
+  return seed + kTurnStride * static_cast<uint64_t>(std::max(turn - 1, 0)) +
+         kAttemptStride * static_cast<uint64_t>(std::max(attempt, 0));
+}
+
+Result<std::unique_ptr<Conversation>> Conversation::create(engine::Engine& engine,
+                                                           const ChatRenderer& renderer,
+                                                           ConversationOptions options) {
+  if (!engine.has_tokenizer()) return make_error("conversation: the model has no tokenizer");
+  if (engine.n_ctx() == 0) return make_error("conversation: no context set (set_n_ctx)");
+  MINFER_TRY_STATUS(options.sampler.validate_for_vocab(engine.tokenizer().n_vocab()));
+  return std::unique_ptr<Conversation>(new Conversation(engine, renderer, std::move(options)));
+}
+
+Conversation::Conversation(engine::Engine& engine, const ChatRenderer& renderer,
+                           ConversationOptions options)
+    : engine_(engine),
+      renderer_(renderer),
+      options_(std::move(options)),
+      token_bytes_(engine.tokenizer()) {
+  if (!options_.system.empty()) messages_.push_back({.role = "system", .content = options_.system});
+  stream_.reserve(engine_.n_ctx());
+}
+
+Result<std::string> Conversation::render(bool add_generation_prompt) const {
+  return renderer_.render(messages_, add_generation_prompt);
+}
+
+Result<std::vector<TokenId>> Conversation::tokenize(const std::string& text) const {
+  const tokenizer::Tokenizer& tok = engine_.tokenizer();
+  const tokenizer::SpecialIds& sp = tok.special();
+  // Templates that print {{ bos_token }} themselves must not get a second BOS.
+  bool add_special = true;
+  if (sp.add_bos && sp.bos != tokenizer::kNoToken) {
+    const std::string bos = tok.token_to_bytes(sp.bos, true);
+    if (!bos.empty() && text.starts_with(bos)) add_special = false;
+  }
+  return tok.encode(text, {.add_special = add_special, .parse_special = true});
+}
+
+uint32_t Conversation::reply_reserve() const {
+  const uint32_t quarter = engine_.n_ctx() / 4;
+  if (options_.n_predict >= 0) return std::min(quarter, static_cast<uint32_t>(options_.n_predict));
+  return quarter;
+}
+
+Status Conversation::prefill_from(const std::vector<TokenId>& tokens, size_t from) {
+  MINFER_CHECK(from < tokens.size() && from == stream_.size(),
+               "prefill_from: from %zu, tokens %zu, cursor %zu", from, tokens.size(),
+               stream_.size());
+  const std::span<const TokenId> delta(tokens.data() + from, tokens.size() - from);
+  std::vector<int32_t> positions(delta.size());
+  std::iota(positions.begin(), positions.end(), static_cast<int32_t>(from));
+  MINFER_TRY(logits_, engine_.forward(delta, positions, 1));
+  stream_.insert(stream_.end(), delta.begin(), delta.end());
+  return Ok{};
+}
+
+Status Conversation::decode_one(TokenId id) {
+  const auto pos = static_cast<int32_t>(stream_.size());
+  MINFER_TRY(logits_, engine_.forward(std::span<const TokenId>(&id, 1),
+                                      std::span<const int32_t>(&pos, 1), 1));
+  stream_.push_back(id);
+  return Ok{};
+}
+
+Status Conversation::prefill_turn(TurnStats& stats) {
+  const uint32_t n_ctx = engine_.n_ctx();
+  MINFER_TRY(std::string text, render(true));
+  MINFER_TRY(std::vector<TokenId> tokens, tokenize(text));
+  // Overflow policy (file comment): drop the oldest turns, system prompt kept.
+  const size_t first_turn = !messages_.empty() && messages_[0].role == "system" ? 1 : 0;
+  while (tokens.size() + reply_reserve() > n_ctx) {
+    // The current message is the last one; a droppable turn must start before it.
+    size_t end = first_turn + 1;
+    while (end < messages_.size() && messages_[end].role != "user") ++end;
+    if (end >= messages_.size()) break;  // only [system?, current message] is left
+    messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first_turn),
+                    messages_.begin() + static_cast<std::ptrdiff_t>(end));
+    stats.n_dropped_turns++;
+    MINFER_TRY(text, render(true));
+    MINFER_TRY(tokens, tokenize(text));
+  }
+  if (tokens.size() >= n_ctx) {
+    return make_error(fmt::format("context full: need {} tokens, have {} (--n-ctx)",
+                                  tokens.size() + 1, n_ctx));
+  }
+
+  // The KV keeps its longest common prefix with the canonical render; everything
+  // after it is rewound (cursor moved back, rows left stale) and re-prefilled. At
+  // least one token is prefilled: its logits start the reply.
+  size_t common = 0;
+  const size_t limit = std::min(tokens.size() - 1, stream_.size());
+  while (common < limit && stream_[common] == tokens[common]) ++common;
+  stats.n_rewound = static_cast<int32_t>(stream_.size() - common);
+  stats.seam = need_seam_ && stats.n_rewound == 0;
+  stream_.resize(common);
+  turn_pos_ = static_cast<uint32_t>(common);
+  stats.n_prompt = static_cast<int32_t>(tokens.size());
+  stats.n_reused = static_cast<int32_t>(common);
+  stats.n_prefilled = static_cast<int32_t>(tokens.size() - common);
+  const auto t0 = Clock::now();
+  MINFER_TRY_STATUS(prefill_from(tokens, common));
+  stats.prefill_s = seconds(Clock::now() - t0);
+  need_seam_ = false;
+  return Ok{};
+}
+
+Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink) {
+  const tokenizer::Tokenizer& tok = engine_.tokenizer();
+  sample::SamplerConfig sc = options_.sampler;
+  sc.seed = reply_seed(sc.seed, stats.turn, stats.attempt);
+  MINFER_TRY(sample::Sampler sampler, sample::Sampler::create(sc, tok.n_vocab()));
+  // The penalty window starts with the tail of the whole KV stream (llama.cpp feeds
+  // the prompt to the sampler), seeded after the delta is in.
+  sampler.reset(stream_);
+  interrupted_.store(false, std::memory_order_relaxed);
+
+  engine::Utf8Emitter out(sink);
+  std::string& reply = stats.reply;
+  reply.clear();
+  const auto t0 = Clock::now();
+  for (;;) {
+    // Gates at the loop head: -n, Ctrl-C, and a full context (no position is left
+    // for the token this step would sample) — all clean ends of the turn.
+    if (options_.n_predict >= 0 && stats.n_generated >= options_.n_predict) {
+      stats.end = ReplyEnd::kNPredict;
+      break;
+    }
+    if (interrupted_.load(std::memory_order_relaxed)) {
+      stats.end = ReplyEnd::kInterrupted;
+      break;
+    }
+    if (stream_.size() >= engine_.n_ctx()) {
+      stats.end = ReplyEnd::kContext;
+      break;
+    }
+    if (options_.on_logits) options_.on_logits(logits_);
+    MINFER_TRY(const TokenId id, sampler.sample(logits_));
+    if (tok.is_eog(id)) {
+      // Unlike single-shot, the end-of-generation token joins the KV: the next turn's
+      // canonical render contains it (seed design §3.3, "two stop policies").
+      MINFER_TRY_STATUS(decode_one(id));
+      stats.end = ReplyEnd::kEog;
+      break;
+    }
+    sampler.accept(id);
+    const std::string_view bytes = token_bytes_[id];
+    reply.append(bytes);
+    if (auto m = sample::find_stop(reply, bytes.size(), options_.stop)) {
+      // The stop string is not part of the reply; its token is not decoded. The KV
+      // then differs from the canonical render and the next turn rewinds to match.
+      const size_t token_start = reply.size() - bytes.size();
+      if (m->start > token_start) out.feed(std::string_view(reply).substr(token_start, m->start - token_start));
+      reply.resize(m->start);
+      stats.n_generated++;
+      stats.end = ReplyEnd::kStopString;
+      break;
+    }
+    out.feed(bytes);
+    stats.n_generated++;
+    MINFER_TRY_STATUS(decode_one(id));
+  }
+  out.flush();
+  stats.decode_s = seconds(Clock::now() - t0);
+  need_seam_ = stats.end != ReplyEnd::kEog;
+  return Ok{};
+}
+
+Result<TurnStats> Conversation::user_turn(std::string_view text, const engine::TextSink& sink) {
+  if (text.empty()) return make_error("empty message");
+  const std::vector<Message> saved = messages_;
+  messages_.push_back({.role = "user", .content = std::string(text)});
+  TurnStats stats;
+  stats.turn = n_turns_ + 1;
+  stats.attempt = 0;
+  if (auto st = prefill_turn(stats); !st.ok()) {
+    messages_ = saved;
+    return st.error();
+  }
+  n_turns_++;
+  attempt_ = 0;
+  MINFER_TRY_STATUS(decode_reply(stats, sink));
+  messages_.push_back({.role = "assistant", .content = stats.reply});
+  return stats;
+}
+
+Result<TurnStats> Conversation::regen(const engine::TextSink& sink, int32_t attempt) {
+  if (n_turns_ == 0 || messages_.empty() || messages_.back().role != "assistant") {
+    return make_error("no assistant reply to regenerate");
+  }
+  // O(1) rollback: drop the reply and move the cursor back to where the turn's delta
+  // began. Nothing is erased; the replayed delta overwrites the stale rows.
+  const Message dropped = messages_.back();
+  messages_.pop_back();
+  stream_.resize(std::min<size_t>(turn_pos_, stream_.size()));
+  need_seam_ = false;
+  TurnStats stats;
+  stats.turn = n_turns_;
+  stats.regen = true;
+  stats.attempt = attempt >= 0 ? attempt : attempt_ + 1;
+  if (auto st = prefill_turn(stats); !st.ok()) {
+    messages_.push_back(dropped);
+    return st.error();
+  }
+  attempt_ = stats.attempt;
+  MINFER_TRY_STATUS(decode_reply(stats, sink));
+  messages_.push_back({.role = "assistant", .content = stats.reply});
+  return stats;
+}
+
+void Conversation::clear() {
+  messages_.clear();
+  if (!options_.system.empty()) messages_.push_back({.role = "system", .content = options_.system});
+  stream_.clear();
+  engine_.clear_kv();
+  turn_pos_ = 0;
+  n_turns_ = 0;
+  attempt_ = 0;
+  need_seam_ = false;
+}
+
+Status Conversation::save(const std::string& path) const {
+  SessionData d;
+  d.model_hash = model_hash(engine_.file());
+  d.state = {{"messages", to_json(messages_)},
+             {"stream", stream_},
+             {"turn_pos", turn_pos_},
+             {"n_turns", n_turns_},
+             {"attempt", attempt_},
+             {"need_seam", need_seam_}};
+  d.n_kv_tokens = stream_.size();
+  d.kv_token_bytes = engine_.kv_token_bytes();
+  if (d.n_kv_tokens > 0) {
+    MINFER_TRY(d.kv, engine_.kv_export(static_cast<uint32_t>(d.n_kv_tokens)));
+  } else {
+    d.kv_token_bytes = 0;
+  }
+  return write_session(path, d);
+}
+
+Result<SessionInfo> Conversation::load(const std::string& path) {
+  MINFER_TRY(SessionData d, read_session(path));
+  const uint64_t want = model_hash(engine_.file());
+  if (d.model_hash != want) {
+    return make_error(fmt::format("session: '{}' was saved for another model (hash {:016x}, "
+                                  "this model {:016x})",
+                                  path, d.model_hash, want));
+  }
+  std::vector<Message> messages;
+  std::vector<TokenId> stream;
+  uint32_t turn_pos = 0;
+  int32_t n_turns = 0, attempt = 0;
+  bool need_seam = false;
+  try {
+    MINFER_TRY(messages, messages_from_json(d.state.at("messages")));
+    stream = d.state.at("stream").get<std::vector<TokenId>>();
+    turn_pos = d.state.at("turn_pos").get<uint32_t>();
+    n_turns = d.state.at("n_turns").get<int32_t>();
+    attempt = d.state.at("attempt").get<int32_t>();
+    need_seam = d.state.at("need_seam").get<bool>();
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(fmt::format("session: '{}': bad state: {}", path, e.what()));
+  }
+  if (stream.size() != d.n_kv_tokens || turn_pos > stream.size()) {
+    return make_error(fmt::format("session: '{}': {} stream tokens but {} KV rows (turn at {})",
+                                  path, stream.size(), d.n_kv_tokens, turn_pos));
+  }
+  if (stream.size() > engine_.n_ctx()) {
+    return make_error(fmt::format("session: '{}' holds {} tokens, more than n_ctx {} (--n-ctx)",
+                                  path, stream.size(), engine_.n_ctx()));
+  }
+  for (TokenId id : stream) {
+    if (id < 0 || id >= engine_.tokenizer().n_vocab()) {
+      return make_error(fmt::format("session: '{}': token id {} outside the vocabulary", path, id));
+    }
+  }
+  MINFER_TRY_STATUS(engine_.kv_import(static_cast<uint32_t>(stream.size()), d.kv));
+  messages_ = std::move(messages);
+  stream_ = std::move(stream);
+  stream_.reserve(engine_.n_ctx());
+  turn_pos_ = turn_pos;
+  n_turns_ = n_turns;
+  attempt_ = attempt;
+  need_seam_ = need_seam;
+  return SessionInfo{.n_messages = messages_.size(), .n_kv_tokens = cursor()};
+}
+
+}  // namespace minfer::chat

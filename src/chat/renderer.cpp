@@ -1,0 +1,60 @@
+// Stage 16 (sessions): message JSON and the built-in ChatML renderer.
+#include "chat/renderer.h"
+
+#include <fmt/format.h>
+
+namespace minfer::chat {
+
+nlohmann::ordered_json to_json(std::span<const Message> messages) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  for (const Message& m : messages) {
+    j.push_back(nlohmann::ordered_json{{"role", m.role}, {"content", m.content}});
+  }
+  return j;
+}
+
+Result<std::vector<Message>> messages_from_json(const nlohmann::ordered_json& j) {
+  if (!j.is_array()) return make_error("messages: expected a JSON array of {role, content}");
+  std::vector<Message> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto& m = j[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return make_error(fmt::format("messages[{}]: expected an object with a string \"role\"", i));
+    }
+    Message msg{.role = m["role"].get<std::string>(), .content = {}};
+    if (m.contains("content") && !m["content"].is_null()) {
+      if (!m["content"].is_string()) {
+        return make_error(fmt::format("messages[{}].content: expected a string", i));
+      }
+      msg.content = m["content"].get<std::string>();
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+Result<std::string> ChatMlRenderer::render(std::span<const Message> messages,
+                                           bool add_generation_prompt) const {
+  std::string out;
+  for (const Message& m : messages) {
+    out += "<|im_start|>";
+    out += m.role;
+    out += '\n';
+    out += m.content;
+    out += "<|im_end|>\n";
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+Status validate_renderer(const ChatRenderer& renderer) {
+  const std::vector<Message> example = {{.role = "system", .content = "s"},
+                                        {.role = "user", .content = "u"},
+                                        {.role = "assistant", .content = "a"},
+                                        {.role = "user", .content = "v"}};
+  auto r = renderer.render(example, true);
+  if (!r) return r.error().context("the chat template cannot be rendered");
+  return Ok{};
+}
+
+}  // namespace minfer::chat

@@ -1,0 +1,61 @@
+// Stage 16 (sessions): the seam between a conversation and its chat template — a
+// list of messages in, the exact prompt text out.
+// Invariants: rendering is a pure function of (messages, add_generation_prompt); the
+// conversation relies on it (a non-deterministic template shows up as a rewind, never
+// as silently inconsistent KV). The ChatML renderer is the fallback for a model
+// without `tokenizer.chat_template`, byte-identical to the common ChatML template.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/result.h"
+
+namespace minfer::chat {
+
+struct Message {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+  bool operator==(const Message&) const = default;
+};
+
+// OpenAI-style [{"role": ..., "content": ...}] (the shape of session files and of
+// `minfer template --messages`).
+nlohmann::ordered_json to_json(std::span<const Message> messages);
+Result<std::vector<Message>> messages_from_json(const nlohmann::ordered_json& j);
+
+class ChatRenderer {
+ public:
+  virtual ~ChatRenderer() = default;
+  virtual Result<std::string> render(std::span<const Message> messages,
+                                     bool add_generation_prompt) const = 0;
+  // A one-word description for notices ("model template", "ChatML fallback").
+  virtual std::string name() const = 0;
+};
+
+// <|im_start|>ROLE\nCONTENT<|im_end|>\n per message, then <|im_start|>assistant\n.
+class ChatMlRenderer final : public ChatRenderer {
+ public:
+  Result<std::string> render(std::span<const Message> messages,
+                             bool add_generation_prompt) const override;
+  std::string name() const override { return "ChatML fallback"; }
+};
+
+// A Jinja chat template (tokenizer.chat_template or a file) rendered by
+// src/chat/template with the model's BOS/EOS texts.
+struct TemplateSpec {
+  std::string source;     // the template text
+  std::string bos_token;  // text of the BOS token ("" if none)
+  std::string eos_token;  // text of the EOS token
+};
+std::unique_ptr<ChatRenderer> make_template_renderer(TemplateSpec spec);
+
+// Renders once on an example conversation so a template the interpreter cannot run
+// fails at startup, naming the construct, instead of at the first turn.
+Status validate_renderer(const ChatRenderer& renderer);
+
+}  // namespace minfer::chat

@@ -1,0 +1,176 @@
+// Stage 16 (sessions): reading and writing --session files (layout in session_file.h).
+#include "chat/session_file.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <span>
+#include <string_view>
+
+namespace minfer::chat {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'I', 'N', 'F', 'S', 'E', 'S', 'S'};
+constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8 + 8;
+constexpr uint64_t kWeightSample = 256;  // bytes of each tensor in the model hash
+
+// FNV-1a 64 (http://www.isthe.com/chongo/tech/comp/fnv/): fast, dependency-free and
+// enough to catch truncation and bit rot; this is not a defence against tampering.
+struct Fnv {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) {
+      h ^= b[i];
+      h *= 0x100000001b3ull;
+    }
+  }
+  template <typename T>
+  void pod(T v) {
+    bytes(&v, sizeof v);
+  }
+  void str(std::string_view s) {
+    pod<uint64_t>(s.size());
+    bytes(s.data(), s.size());
+  }
+};
+
+void hash_value(Fnv& f, const gguf::Value& v) {
+  f.pod(static_cast<uint32_t>(v.type));
+  switch (v.type) {
+    case gguf::ValueType::kString: f.str(v.str); break;
+    case gguf::ValueType::kArray:
+      f.pod(static_cast<uint32_t>(v.array_type));
+      f.pod<uint64_t>(v.array.size());
+      for (const gguf::Value& e : v.array) hash_value(f, e);
+      break;
+    case gguf::ValueType::kFloat32:
+    case gguf::ValueType::kFloat64: f.pod(v.f); break;
+    default: f.pod(v.u); f.pod(v.i); break;
+  }
+}
+
+template <typename T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+template <typename T>
+T get(const std::string& in, size_t& off) {
+  T v;
+  std::memcpy(&v, in.data() + off, sizeof v);
+  off += sizeof v;
+  return v;
+}
+
+}  // namespace
+
+uint64_t model_hash(const gguf::Model& model) {
+  Fnv f;
+  for (const gguf::KeyValue& kv : model.metadata()) {
+    f.str(kv.key);
+    hash_value(f, kv.value);
+  }
+  for (const gguf::TensorInfo& t : model.tensors()) {
+    f.str(t.name);
+    f.pod(static_cast<uint32_t>(t.type));
+    f.pod<uint64_t>(t.dims.size());
+    for (uint64_t d : t.dims) f.pod(d);
+    f.pod(t.offset);
+    f.pod(t.split_index);
+    // The first bytes of every tensor: same-shaped models with other weights (another
+    // fine-tune, another quantization run) differ here, at the cost of one page each.
+    if (t.data != nullptr) f.bytes(t.data, std::min<uint64_t>(t.n_bytes, kWeightSample));
+  }
+  return f.h;
+}
+
+Status write_session(const std::string& path, const SessionData& data) {
+  if (data.kv.size() != data.n_kv_tokens * data.kv_token_bytes) {
+    return make_error(fmt::format("session: {} KV bytes for {} tokens of {} bytes",
+                                  data.kv.size(), data.n_kv_tokens, data.kv_token_bytes));
+  }
+  const std::string state = data.state.dump();
+  std::string head;
+  head.append(kMagic, sizeof kMagic);
+  put<uint32_t>(head, kSessionVersion);
+  put<uint32_t>(head, 0);
+  put<uint64_t>(head, data.model_hash);
+  put<uint64_t>(head, state.size());
+  put<uint64_t>(head, data.n_kv_tokens);
+  put<uint64_t>(head, data.kv_token_bytes);
+  Fnv sum;
+  sum.bytes(head.data(), head.size());
+  sum.bytes(state.data(), state.size());
+  sum.bytes(data.kv.data(), data.kv.size());
+
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return make_error(fmt::format("session: cannot open '{}' for writing", tmp));
+    f.write(head.data(), static_cast<std::streamsize>(head.size()));
+    f.write(state.data(), static_cast<std::streamsize>(state.size()));
+    f.write(reinterpret_cast<const char*>(data.kv.data()),
+            static_cast<std::streamsize>(data.kv.size()));
+    f.write(reinterpret_cast<const char*>(&sum.h), sizeof sum.h);
+    f.close();
+    if (!f) return make_error(fmt::format("session: error writing '{}'", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return make_error(fmt::format("session: cannot rename '{}' to '{}': {}", tmp, path,
+                                        ec.message()));
+  return Ok{};
+}
+
+Result<SessionData> read_session(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return make_error(fmt::format("session: cannot open '{}'", path));
+  const std::string in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (in.size() < kHeaderBytes + 8 || std::memcmp(in.data(), kMagic, sizeof kMagic) != 0) {
+    return make_error(fmt::format("session: '{}' is not a minfer session file", path));
+  }
+  size_t off = sizeof kMagic;
+  const auto version = get<uint32_t>(in, off);
+  if (version != kSessionVersion) {
+    return make_error(fmt::format("session: '{}' has version {}, this build reads {}", path,
+                                  version, kSessionVersion));
+  }
+  (void)get<uint32_t>(in, off);  // flags
+  SessionData d;
+  d.model_hash = get<uint64_t>(in, off);
+  const auto state_len = get<uint64_t>(in, off);
+  d.n_kv_tokens = get<uint64_t>(in, off);
+  d.kv_token_bytes = get<uint64_t>(in, off);
+  // Overflow-safe size check: every field must fit the bytes that are there.
+  const uint64_t body = in.size() - kHeaderBytes - 8;
+  if (state_len > body || (d.kv_token_bytes != 0 && d.n_kv_tokens > body / d.kv_token_bytes) ||
+      state_len + d.n_kv_tokens * d.kv_token_bytes != body) {
+    return make_error(fmt::format("session: '{}' is truncated or corrupt (sizes do not add up)",
+                                  path));
+  }
+  Fnv sum;
+  sum.bytes(in.data(), in.size() - 8);
+  uint64_t stored = 0;
+  std::memcpy(&stored, in.data() + in.size() - 8, 8);
+  if (stored != sum.h) {
+    return make_error(fmt::format("session: '{}' fails its checksum (corrupt file)", path));
+  }
+  try {
+    d.state = nlohmann::ordered_json::parse(in.begin() + static_cast<std::ptrdiff_t>(off),
+                                            in.begin() + static_cast<std::ptrdiff_t>(off + state_len));
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(fmt::format("session: '{}': bad state JSON: {}", path, e.what()));
+  }
+  off += state_len;
+  d.kv.resize(d.n_kv_tokens * d.kv_token_bytes);
+  std::memcpy(d.kv.data(), in.data() + off, d.kv.size());
+  return d;
+}
+
+}  // namespace minfer::chat

@@ -1,0 +1,47 @@
+// Stage 16 (sessions): the --session file — one conversation's host state and KV rows.
+// Invariants: a file is read back only if its magic, version and checksum match and it
+// was written for the same model (a hash of the GGUF's metadata and tensor table);
+// anything else is an Error naming what differed, never a partial restore. Writes go
+// to a temporary file renamed over the target, so a crash never leaves half a session.
+//
+// Layout (little-endian, as written by the host):
+//   "MINFSESS"  u32 version  u32 flags(0)  u64 model_hash
+//   u64 state_len  u64 n_kv_tokens  u64 kv_token_bytes
+//   state (JSON text, state_len bytes)  KV (n_kv_tokens * kv_token_bytes bytes)
+//   u64 checksum (FNV-1a 64 of every byte before it)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/result.h"
+#include "gguf/gguf.h"
+
+namespace minfer::chat {
+
+inline constexpr uint32_t kSessionVersion = 1;
+
+// FNV-1a 64 over metadata (key, type, value; arrays element by element), the tensor
+// table (name, type, dims, offset) and the first 256 bytes of every tensor. Editing
+// metadata, re-quantizing or other weights of the same shapes change it; reading it
+// touches one page per tensor, not the whole file.
+uint64_t model_hash(const gguf::Model& model);
+
+struct SessionData {
+  uint64_t model_hash = 0;
+  nlohmann::ordered_json state;  // messages, stream, cursor state (conversation.cpp)
+  uint64_t n_kv_tokens = 0;
+  uint64_t kv_token_bytes = 0;
+  std::vector<std::byte> kv;     // n_kv_tokens * kv_token_bytes
+};
+
+Status write_session(const std::string& path, const SessionData& data);
+// Error: missing/short file, wrong magic or version, checksum mismatch, sizes that do
+// not add up. The model hash is returned, not checked (the caller names both).
+Result<SessionData> read_session(const std::string& path);
+
+}  // namespace minfer::chat

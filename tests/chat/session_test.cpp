@@ -1,0 +1,174 @@
+// Stage 16 tests (sessions): --session files — resume with zero prefill and continue
+// exactly as a conversation that never stopped (tokens and logits, bitwise); refusal
+// of corrupt files, other models and contexts too small.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "chat/session_file.h"
+#include "chat_fixture.h"
+
+namespace minfer::chat {
+namespace {
+
+using testing::chat_engine;
+using testing::make_conversation;
+using testing::same_bits;
+using testing::turn;
+
+const ChatMlRenderer kChatMl;
+
+struct TempPath {
+  std::string path;
+  explicit TempPath(const std::string& stem)
+      : path(::testing::TempDir() + stem + "-" + std::to_string(::getpid()) + ".session") {}
+  ~TempPath() { std::remove(path.c_str()); }
+};
+
+ConversationOptions sampled(std::vector<float>* first_logits, bool* want) {
+  ConversationOptions o;
+  o.n_predict = 6;
+  o.sampler.seed = 99;
+  o.sampler.temp = 0.7f;
+  o.system = "You answer in riddles.";
+  o.on_logits = [first_logits, want](std::span<const float> l) {
+    if (*want) first_logits->assign(l.begin(), l.end());
+    *want = false;
+  };
+  return o;
+}
+
+TEST(Session, ResumeRunsZeroForwardsAndContinuesLikeAnUninterruptedSessionBitwise) {
+  TempPath file("resume");
+  auto a = chat_engine(512, "sess-a");
+  auto b = chat_engine(512, "sess-b");
+  ASSERT_TRUE(a.engine && b.engine);
+  std::vector<float> la, lb;
+  bool wa = false, wb = false;
+  auto ca = make_conversation(*a, kChatMl, sampled(&la, &wa));
+  turn(*ca, "first");
+  turn(*ca, "second message");
+  ASSERT_TRUE(ca->save(file.path).ok());
+
+  auto cb = make_conversation(*b, kChatMl, sampled(&lb, &wb));
+  const uint64_t executes = b->stats().executes;
+  auto info = cb->load(file.path);
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  EXPECT_EQ(b->stats().executes, executes) << "resuming ran a forward";
+  EXPECT_EQ(info->n_kv_tokens, ca->cursor());
+  EXPECT_EQ(info->n_messages, ca->messages().size());
+  EXPECT_EQ(cb->stream(), ca->stream());
+  EXPECT_EQ(cb->messages(), ca->messages());
+  EXPECT_EQ(cb->n_turns(), 2);
+
+  // Both continue: same delta, same logits bit for bit, same sampled reply.
+  wa = wb = true;
+  const TurnStats sa = turn(*ca, "third");
+  const TurnStats sb = turn(*cb, "third");
+  EXPECT_EQ(sb.n_prefilled, sa.n_prefilled);
+  EXPECT_EQ(sb.n_reused, sa.n_reused);
+  EXPECT_TRUE(same_bits(la, lb));
+  EXPECT_EQ(sb.reply, sa.reply);
+  EXPECT_EQ(cb->stream(), ca->stream());
+  // /regen right after a resume rewinds into restored rows.
+  auto ra = ca->regen([](std::string_view) {});
+  auto rb = cb->regen([](std::string_view) {});
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(rb->reply, ra->reply);
+}
+
+TEST(Session, ResumeIntoALargerContextWorksAndIntoATooSmallOneIsRefused) {
+  TempPath file("ctx");
+  auto a = chat_engine(256, "sess-ctx-a");
+  ASSERT_TRUE(a.engine);
+  std::vector<float> l;
+  bool w = false;
+  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
+  turn(*ca, "hello");
+  ASSERT_TRUE(ca->save(file.path).ok());
+  {
+    auto big = chat_engine(1024, "sess-ctx-big");
+    auto c = make_conversation(*big, kChatMl, sampled(&l, &w));
+    auto info = c->load(file.path);
+    ASSERT_TRUE(info.ok()) << info.error().message;
+    EXPECT_EQ(info->n_kv_tokens, ca->cursor());
+  }
+  auto small = chat_engine(16, "sess-ctx-small");
+  auto c = make_conversation(*small, kChatMl, sampled(&l, &w));
+  auto info = c->load(file.path);
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.error().message.find("more than n_ctx 16"), std::string::npos)
+      << info.error().message;
+  EXPECT_EQ(c->cursor(), 0u);
+}
+
+TEST(Session, CorruptFileFailsItsChecksumAndNothingChanges) {
+  TempPath file("corrupt");
+  auto a = chat_engine(256, "sess-corrupt");
+  ASSERT_TRUE(a.engine);
+  std::vector<float> l;
+  bool w = false;
+  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
+  turn(*ca, "hello");
+  ASSERT_TRUE(ca->save(file.path).ok());
+  {
+    std::fstream f(file.path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(200);
+    const char x = 0x5a;
+    f.write(&x, 1);
+  }
+  auto c = make_conversation(*a, kChatMl, sampled(&l, &w));
+  auto info = c->load(file.path);
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.error().message.find("checksum"), std::string::npos) << info.error().message;
+  EXPECT_EQ(c->cursor(), 0u);
+
+  std::ofstream(file.path, std::ios::binary) << "not a session";
+  info = c->load(file.path);
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.error().message.find("not a minfer session file"), std::string::npos);
+}
+
+TEST(Session, ModelHashCoversMetadataTensorTableAndWeightSamples) {
+  auto a = chat_engine(64, "hash-a");
+  minfer::testing::TinySpec more = testing::chat_spec();
+  more.n_layer = 3;
+  auto b = engine::testing::make_engine(more, 1, 64, "hash-b");
+  minfer::testing::TinySpec renamed = testing::chat_spec();
+  renamed.extra_kv = {{"general.name", gguf::Value::string("another")}};
+  auto c = engine::testing::make_engine(renamed, 1, 64, "hash-c");
+  minfer::testing::TinySpec reseeded = testing::chat_spec();
+  reseeded.seed = 4;  // same metadata and tensor table, other weights
+  auto d = engine::testing::make_engine(reseeded, 1, 64, "hash-d");
+  ASSERT_TRUE(a.engine && b.engine && c.engine && d.engine);
+  const uint64_t ha = model_hash(a->file());
+  EXPECT_EQ(ha, model_hash(a->file()));
+  EXPECT_NE(ha, model_hash(b->file()));
+  EXPECT_NE(ha, model_hash(c->file()));
+  EXPECT_NE(ha, model_hash(d->file()));
+}
+
+TEST(Session, AFileSavedForAnotherModelIsRefused) {
+  TempPath file("model");
+  auto a = chat_engine(256, "sess-refuse-a");
+  minfer::testing::TinySpec more = testing::chat_spec();
+  more.n_layer = 3;
+  auto b = engine::testing::make_engine(more, 1, 256, "sess-refuse-b");
+  ASSERT_TRUE(a.engine && b.engine);
+  std::vector<float> l;
+  bool w = false;
+  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
+  turn(*ca, "hello");
+  ASSERT_TRUE(ca->save(file.path).ok());
+  auto cb = make_conversation(*b, kChatMl, sampled(&l, &w));
+  auto info = cb->load(file.path);
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.error().message.find("another model"), std::string::npos)
+      << info.error().message;
+}
+
+}  // namespace
+}  // namespace minfer::chat
