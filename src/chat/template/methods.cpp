@@ -2,6 +2,7 @@
 // methods chat templates call (`content.split('</think>')`, `message.get('x')`).
 // Invariant: results equal CPython's; mutating methods fail, as the sandbox refuses them.
 #include <algorithm>
+#include <cstdio>
 
 #include "chat/template/builtins.h"
 
@@ -72,34 +73,132 @@ std::string py_strip(std::string_view s, const Value& chars, bool left, bool rig
                      static_cast<size_t>(cs[e - 1].data() + cs[e - 1].size() - cs[b].data()));
 }
 
+// Case mapping by code point for ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic,
+// the scripts chat content and tool schemas meet in practice; other code points pass
+// through unchanged (true for Python too for every uncased script: CJK, emoji, ...).
+namespace {
+uint32_t decode_cp(std::string_view c) {
+  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(c[i])); };
+  if (c.size() == 1) return b(0);
+  if (c.size() == 2) return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+  if (c.size() == 3) return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+  return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+}
+void encode_cp(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+// Latin Extended-A pairs upper/lower as even/odd, except two runs that pair odd/even.
+bool odd_is_upper(uint32_t c) {
+  return (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+}
+bool is_lower_cp(uint32_t c) {
+  return (c >= 'a' && c <= 'z') || c == 0xB5 || (c >= 0xDF && c <= 0xFF && c != 0xF7) ||
+         (c >= 0x100 && c <= 0x17F && (c & 1) == (odd_is_upper(c) ? 0u : 1u) && c != 0x131 &&
+          c != 0x138 && c != 0x149 && c != 0x17F) ||
+         (c >= 0x3B1 && c <= 0x3C9) || (c >= 0x430 && c <= 0x45F);
+}
+bool is_upper_cp(uint32_t c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 0xC0 && c <= 0xDE && c != 0xD7) ||
+         (c >= 0x100 && c <= 0x17F && (c & 1) == (odd_is_upper(c) ? 1u : 0u) && c != 0x130 &&
+          c != 0x138 && c != 0x149 && c != 0x178 && c != 0x17F) ||
+         c == 0x178 || (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) || (c >= 0x400 && c <= 0x42F);
+}
+// Code points no Unicode case mapping touches (CJK, kana, hangul, Arabic, Hebrew,
+// Indic, Thai, punctuation, emoji, ...), so passing them through is what Python does.
+bool is_uncased_block(uint32_t c) {
+  return (c >= 0x590 && c <= 0x10FF) || (c >= 0x2000 && c <= 0x206F) ||
+         (c >= 0x2190 && c <= 0x23FF) || (c >= 0x2500 && c <= 0x2BFF) ||
+         (c >= 0x2E80 && c <= 0xA63F) || (c >= 0xAC00 && c <= 0xD7FF) ||
+         (c >= 0xE000 && c <= 0xFAFF) || (c >= 0xFE00 && c <= 0xFE4F) || c >= 0x1F000;
+}
+// Appends the mapped text of one code point (ß upper-cases to "SS", as in Python).
+// A code point outside the tables above fails loudly instead of printing a guess.
+void map_case(std::string& out, std::string_view ch, bool to_upper) {
+  uint32_t c = decode_cp(ch);
+  if (c < 0x80) {
+    char a = ch[0];
+    if (to_upper && a >= 'a' && a <= 'z') a = static_cast<char>(a - 32);
+    if (!to_upper && a >= 'A' && a <= 'Z') a = static_cast<char>(a + 32);
+    out += a;
+    return;
+  }
+  bool covered = c <= 0x17F || (c >= 0x391 && c <= 0x3A9) || (c >= 0x3B1 && c <= 0x3C9) ||
+                 (c >= 0x400 && c <= 0x45F) || is_uncased_block(c);
+  if (!covered) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "U+%04X", c);
+    fail(std::string("unsupported template feature: upper/lower case mapping of ") + buf);
+  }
+  if (to_upper) {
+    if (c == 0xDF) return void(out += "SS");
+    if (c == 0x149) return void(out += "\xca\xbcN");  // ŉ → ʼN
+    if (c == 0x131) return void(out += "I");
+    if (c == 0x17F) return void(out += "S");
+  } else if (c == 0x130) {
+    return void(out += "i\xcc\x87");  // İ → i + combining dot above
+  }
+  uint32_t m = c;
+  if (to_upper && is_lower_cp(c)) {
+    m = c == 0xB5    ? 0x39C
+        : c == 0xFF  ? 0x178
+        : c <= 0xFE  ? c - 32
+        : c <= 0x17F ? c - 1
+        : c == 0x3C2 ? 0x3A3
+        : c <= 0x3C9 ? c - 32
+        : c <= 0x44F ? c - 32
+                     : c - 80;
+  } else if (!to_upper && is_upper_cp(c)) {
+    m = c == 0x178   ? 0xFF
+        : c <= 0xDE  ? c + 32
+        : c <= 0x17F ? c + 1
+        : c <= 0x3A9 ? c + 32
+        : c <= 0x40F ? c + 80
+                     : c + 32;
+  }
+  if (m == c)
+    out += ch;  // unchanged: keep the original bytes
+  else
+    encode_cp(out, m);
+}
+bool is_cased(std::string_view ch) {
+  uint32_t c = decode_cp(ch);
+  return is_lower_cp(c) || is_upper_cp(c) || c == 0xAA || c == 0xBA || c == 0x130 || c == 0x131 ||
+         c == 0x138 || c == 0x149 || c == 0x17F;
+}
+}  // namespace
+
 std::string py_upper(std::string_view s) {
-  std::string o(s);
-  for (char& c : o)
-    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
+  std::string o;
+  for (auto ch : utf8_chars(s)) map_case(o, ch, true);
   return o;
 }
 std::string py_lower(std::string_view s) {
-  std::string o(s);
-  for (char& c : o)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+  std::string o;
+  for (auto ch : utf8_chars(s)) map_case(o, ch, false);
   return o;
 }
 std::string py_capitalize(std::string_view s) {
-  std::string o = py_lower(s);
-  if (!o.empty() && o[0] >= 'a' && o[0] <= 'z') o[0] = static_cast<char>(o[0] - 32);
+  auto cs = utf8_chars(s);
+  std::string o;
+  for (size_t i = 0; i < cs.size(); ++i) map_case(o, cs[i], i == 0);
   return o;
 }
 // str.title(): a cased letter after an uncased character starts a word.
 std::string py_title(std::string_view s) {
-  std::string o(s);
+  std::string o;
   bool prev_cased = false;
-  for (char& c : o) {
-    bool lower = c >= 'a' && c <= 'z', upper = c >= 'A' && c <= 'Z';
-    if (lower && !prev_cased)
-      c = static_cast<char>(c - 32);
-    else if (upper && prev_cased)
-      c = static_cast<char>(c + 32);
-    prev_cased = lower || upper;
+  for (auto ch : utf8_chars(s)) {
+    map_case(o, ch, !prev_cased);
+    prev_cased = is_cased(ch);
   }
   return o;
 }
