@@ -9,6 +9,10 @@ namespace minfer::cli {
 
 int run_info(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
+// `minfer template (MODEL | --template FILE) --messages FILE.json`: the exact render.
+int run_template(const std::vector<std::string>& args);
+// `minfer MODEL --cnv [flags]`: interactive conversation (run_generate dispatches here).
+int run_chat(const std::vector<std::string>& args);
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
 int run_generate(const std::vector<std::string>& args);
 std::string generate_help();  // the generation flags, for `minfer --help`

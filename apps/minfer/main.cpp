@@ -17,6 +17,9 @@ constexpr const char* kUsage =
     "  minfer MODEL [PROMPT] [flags]                     generate (minfer MODEL --help for flags)\n"
     "  minfer info [MODEL] [--json]                      metadata, tensors, totals\n"
     "  minfer tokenize MODEL [TEXT] [--file PATH] [--ids] [--no-special] [--parse-special]\n"
+    "  minfer MODEL --cnv [--system TEXT] [--session FILE] [-n N] [sampling flags]   chat\n"
+    "  minfer template (MODEL | --template FILE) --messages FILE.json [--add-generation-prompt]\n"
+    "                  [--bos TEXT] [--eos TEXT]        print a chat template's exact render\n"
     "  minfer --help | --version\n"
     "\n"
     "MODEL is a path, or a file name in the model cache ($MINFER_MODEL_DIR,\n"
@@ -50,5 +53,6 @@ int main(int argc, char** argv) {
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "info") return minfer::cli::run_info(rest);
   if (cmd == "tokenize") return minfer::cli::run_tokenize(rest);
+  if (cmd == "template") return minfer::cli::run_template(rest);
   return minfer::cli::run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }

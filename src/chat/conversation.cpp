@@ -74,15 +74,7 @@ Result<std::string> Conversation::render(bool add_generation_prompt) const {
 }
 
 Result<std::vector<TokenId>> Conversation::tokenize(const std::string& text) const {
-  const tokenizer::Tokenizer& tok = engine_.tokenizer();
-  const tokenizer::SpecialIds& sp = tok.special();
-  // Templates that print {{ bos_token }} themselves must not get a second BOS.
-  bool add_special = true;
-  if (sp.add_bos && sp.bos != tokenizer::kNoToken) {
-    const std::string bos = tok.token_to_bytes(sp.bos, true);
-    if (!bos.empty() && text.starts_with(bos)) add_special = false;
-  }
-  return tok.encode(text, {.add_special = add_special, .parse_special = true});
+  return tokenize_prompt(engine_.tokenizer(), text);
 }
 
 uint32_t Conversation::reply_reserve() const {

@@ -57,4 +57,25 @@ Status validate_renderer(const ChatRenderer& renderer) {
   return Ok{};
 }
 
+RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source) {
+  if (template_source.empty()) template_source = tok.chat_template();
+  if (template_source.empty()) return {.renderer = std::make_unique<ChatMlRenderer>(), .fallback = true};
+  const tokenizer::SpecialIds& sp = tok.special();
+  TemplateSpec spec{.source = std::move(template_source)};
+  if (sp.bos != tokenizer::kNoToken) spec.bos_token = tok.token_text(sp.bos);
+  if (sp.eos != tokenizer::kNoToken) spec.eos_token = tok.token_text(sp.eos);
+  return {.renderer = make_template_renderer(std::move(spec)), .fallback = false};
+}
+
+Result<std::vector<tokenizer::TokenId>> tokenize_prompt(const tokenizer::Tokenizer& tok,
+                                                        const std::string& text) {
+  const tokenizer::SpecialIds& sp = tok.special();
+  bool add_special = true;
+  if (sp.add_bos && sp.bos != tokenizer::kNoToken) {
+    const std::string& bos = tok.token_text(sp.bos);
+    if (!bos.empty() && text.starts_with(bos)) add_special = false;
+  }
+  return tok.encode(text, {.add_special = add_special, .parse_special = true});
+}
+
 }  // namespace minfer::chat

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/result.h"
+#include "tokenizer/tokenizer.h"
 
 namespace minfer::chat {
 
@@ -57,5 +58,20 @@ std::unique_ptr<ChatRenderer> make_template_renderer(TemplateSpec spec);
 // Renders once on an example conversation so a template the interpreter cannot run
 // fails at startup, naming the construct, instead of at the first turn.
 Status validate_renderer(const ChatRenderer& renderer);
+
+// The renderer a model gets: its own tokenizer.chat_template (with its BOS/EOS token
+// texts), or — when it has none — ChatML, with fallback = true so the CLI can say so.
+// A non-empty `template_source` (a template file) replaces the model's.
+struct RendererChoice {
+  std::unique_ptr<ChatRenderer> renderer;
+  bool fallback = false;
+};
+RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source = {});
+
+// A rendered prompt's tokens: special-token text parsed as specials; BOS added when the
+// vocabulary asks for it and the render does not already start with its text (a
+// template that prints {{ bos_token }} must not get a second one).
+Result<std::vector<tokenizer::TokenId>> tokenize_prompt(const tokenizer::Tokenizer& tok,
+                                                        const std::string& text);
 
 }  // namespace minfer::chat

@@ -53,10 +53,10 @@ def test_output_bytes_do_not_depend_on_the_thread_count():
 def test_prompt_from_stdin_and_flags_form():
     a = minfer(MODEL, PROMPT, "--greedy", "-n", 6, "--no-template")
     b = minfer("-m", MODEL, "--greedy", "-n", 6, "--no-template", stdin=PROMPT.encode())
-    c = minfer("-m", MODEL, "-p", PROMPT, "--greedy", "-n", 6)
+    c = minfer("-m", MODEL, "-p", PROMPT, "--greedy", "-n", 6, "--no-template")
     assert a.returncode == b.returncode == c.returncode == 0
     assert a.stdout == b.stdout == c.stdout
-    assert "chat templates are not implemented" in c.stderr.decode()
+    assert "Notice" not in c.stderr.decode()  # SmolLM2 has a template: no fallback notice
 
 
 @needs_model

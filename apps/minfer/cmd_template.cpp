@@ -1,0 +1,110 @@
+// Stage 18 (CLI): `minfer template (MODEL | --template FILE) --messages FILE.json
+// [--add-generation-prompt] [--bos TEXT] [--eos TEXT]` — prints the exact text a chat
+// template renders for a conversation (no trailing newline added), so a render can be
+// diffed against transformers' apply_chat_template byte for byte.
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "chat/renderer.h"
+#include "chat/template/template.h"
+#include "commands.h"
+#include "gguf/gguf.h"
+#include "model_path.h"
+
+namespace minfer::cli {
+namespace {
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return make_error("cannot open '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// A special token's text from the GGUF vocabulary, by the id stored under `key`.
+std::optional<std::string> token_text(const gguf::Model& m, const char* key) {
+  auto id = m.get_u64(key);
+  if (!id) return std::nullopt;
+  auto tokens = m.get_string_array("tokenizer.ggml.tokens");
+  if (!tokens || *id >= tokens->size()) return std::nullopt;
+  return (*tokens)[*id];
+}
+
+}  // namespace
+
+int run_template(const std::vector<std::string>& args) {
+  CLI::App app{"print the exact render of a chat template",
+               "minfer template (MODEL | --template FILE) --messages FILE.json"};
+  std::vector<std::string> positionals;
+  std::string template_file, messages_file;
+  std::optional<std::string> bos, eos;
+  bool add_generation_prompt = false;
+  app.add_option("model", positionals, "GGUF whose tokenizer.chat_template is rendered")
+      ->expected(0, 1);
+  app.add_option("--template", template_file, "Jinja template file (instead of a model)");
+  app.add_option("--messages", messages_file, "JSON array of {role, content}")->required();
+  app.add_flag("--add-generation-prompt", add_generation_prompt,
+               "end with the assistant turn's opening");
+  app.add_option("--bos", bos, "bos_token text (default: the model's)");
+  app.add_option("--eos", eos, "eos_token text (default: the model's)");
+  try {
+    std::vector<std::string> rev(args.rbegin(), args.rend());
+    app.parse(rev);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (positionals.empty() == template_file.empty()) {
+    return fail("give either a MODEL or --template FILE");
+  }
+
+  chat::TemplateSpec spec;
+  if (!template_file.empty()) {
+    auto src = read_file(template_file);
+    if (!src) return fail(src.error().message);
+    spec.source = std::move(*src);
+  } else {
+    auto path = resolve_model_path(positionals[0]);
+    if (!path) return fail(path.error().message);
+    auto m = gguf::Model::open(*path);
+    if (!m) return fail(m.error().message);
+    if (!m->has("tokenizer.chat_template")) {
+      return fail("'" + *path + "' has no tokenizer.chat_template (use --template FILE)");
+    }
+    auto src = m->get_string("tokenizer.chat_template");
+    if (!src) return fail(src.error().message);
+    spec.source = std::move(*src);
+    spec.bos_token = token_text(*m, "tokenizer.ggml.bos_token_id").value_or("");
+    spec.eos_token = token_text(*m, "tokenizer.ggml.eos_token_id").value_or("");
+  }
+  if (bos) spec.bos_token = *bos;
+  if (eos) spec.eos_token = *eos;
+
+  auto text = read_file(messages_file);
+  if (!text) return fail(text.error().message);
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(*text);
+  } catch (const nlohmann::json::exception& e) {
+    return fail(fmt::format("{}: {}", messages_file, e.what()));
+  }
+  if (!j.is_array()) return fail(messages_file + ": expected a JSON array of messages");
+  // The messages go to the interpreter as written (tool calls and any other fields
+  // included), not through the conversation's {role, content} pairs.
+  chat_template::ChatContext ctx;
+  ctx.messages = std::move(j);
+  ctx.add_generation_prompt = add_generation_prompt;
+  ctx.bos_token = spec.bos_token;
+  ctx.eos_token = spec.eos_token;
+  auto out = chat_template::render_chat_template(spec.source, ctx);
+  if (!out) return fail(out.error().message);
+  std::fwrite(out->data(), 1, out->size(), stdout);
+  return 0;
+}
+
+}  // namespace minfer::cli
