@@ -43,6 +43,7 @@ struct ChatArgs {
 };
 
 void add_flags(CLI::App& app, ChatArgs& a) {
+  a.conv.n_predict = 512;  // the CLI's -n default (docs/USAGE.md), per reply
   sample::SamplerConfig& sc = a.conv.sampler;
   app.add_option("args", a.positionals, "MODEL [FIRST MESSAGE]")->expected(0, 2);
   app.add_option("-m,--model", a.model_opt, "GGUF file");
