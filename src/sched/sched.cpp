@@ -166,12 +166,21 @@ Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
   }
   stats_.executes++;
 
-  // Resolve node memory once per step (the arena may have moved since the last map).
-  node_data_.resize(g.size());
-  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
-    node_data_[static_cast<size_t>(id)] = allocator.data(g, id);
+  // Resolve node memory on the first execute of a uid, and again only when the
+  // allocator's arenas moved; a cached decode step reuses the pointers as they are.
+  const SplitPlan& plan_mut = *p;  // node_data and its key are mutable caches
+  const uint64_t arena_gen = allocator.stats().arena_generation;
+  if (g.uid() == 0 || plan_mut.data_allocator != &allocator ||
+      plan_mut.data_arena_generation != arena_gen || plan_mut.node_data.size() != g.size()) {
+    plan_mut.node_data.resize(g.size());
+    for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+      plan_mut.node_data[static_cast<size_t>(id)] = allocator.data(g, id);
+    }
+    plan_mut.data_allocator = &allocator;
+    plan_mut.data_arena_generation = arena_gen;
+    stats_.data_resolves++;
   }
-  const backend::NodeData data{.ptr = node_data_};
+  const backend::NodeData data{.ptr = plan_mut.node_data};
 
   for (const Split& s : p->splits) {
     if (!s.foreign_srcs.empty()) {

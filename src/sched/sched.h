@@ -40,6 +40,13 @@ struct SplitPlan {
   std::vector<Split> splits;
   std::array<int32_t, static_cast<size_t>(graph::Op::kCount)> op_census{};  // every node
   int32_t n_compute = 0;                                                    // non-leaf nodes
+  // Node memory resolved by the first execute of this uid, reused while the allocator
+  // and its arena generation are unchanged (a reused decode step does no lookups).
+  // Weights are bound once before the first execute (Engine::create); KV regions never
+  // move; arenas move only with a new arena_generation.
+  mutable std::vector<std::byte*> node_data;
+  mutable const alloc::Allocator* data_allocator = nullptr;
+  mutable uint64_t data_arena_generation = 0;
 };
 
 // What the per-execute trace hook sees (MINFER_GRAPH_TRACE): the plan and whether it
@@ -63,6 +70,7 @@ struct SchedStats {
   uint64_t executes = 0;
   uint64_t plans_built = 0;
   uint64_t plans_reused = 0;
+  uint64_t data_resolves = 0;  // executes that resolved node memory (not a cached step)
 };
 
 class Scheduler {
@@ -106,8 +114,7 @@ class Scheduler {
 
   std::vector<std::unique_ptr<backend::Backend>> backends_;
   std::unordered_map<uint64_t, SplitPlan> plans_;
-  SplitPlan scratch_plan_;             // uid-0 graphs
-  std::vector<std::byte*> node_data_;  // resolved node memory, reused across steps
+  SplitPlan scratch_plan_;  // uid-0 graphs
   std::vector<DType> src_dtypes_;
   TraceHook trace_;
   SchedStats stats_;

@@ -5,6 +5,7 @@
 // (ith, nth) and never one reduction, so every result is independent of nth.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +25,7 @@ struct IsaKernels {
 };
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();
+IsaKernels avx512_kernels();
 
 // Growable per-backend work memory: resized only when a node needs more than any
 // before it, so the steady-state decode step allocates nothing.
@@ -58,6 +60,24 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id);
 inline void split_range(int64_t n, int32_t ith, int32_t nth, int64_t* lo, int64_t* hi) {
   *lo = n * ith / nth;
   *hi = n * (ith + 1) / nth;
+}
+
+// Work of [0, n) items in chunks of at least `min_items` (small ops run inline on the
+// caller: waking a worker costs more than they do), at most kChunksPerThread per
+// thread so a preempted worker leaves the rest to the others. body(lo, hi, thread)
+// sees a contiguous item range; which thread runs it never changes what it computes.
+constexpr int64_t kChunksPerThread = 4;
+template <typename F>
+void parallel_range(ThreadPool& pool, int64_t n, int64_t min_items, F&& body) {
+  if (n <= 0) return;
+  const int64_t max_chunks = int64_t{pool.n_threads()} * kChunksPerThread;
+  const int64_t n_chunks = std::clamp<int64_t>(n / std::max<int64_t>(1, min_items), 1, max_chunks);
+  auto chunk = [&](int64_t i, int32_t thread) {
+    int64_t lo, hi;
+    split_range(n, static_cast<int32_t>(i), static_cast<int32_t>(n_chunks), &lo, &hi);
+    if (lo < hi) body(lo, hi, thread);
+  };
+  pool.for_each(n_chunks, chunk);
 }
 
 }  // namespace minfer::backend::cpu

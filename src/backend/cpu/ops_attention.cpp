@@ -66,11 +66,9 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   float* acc_all = reinterpret_cast<float*>(
       c.scratch.get(static_cast<size_t>(c.pool.n_threads() * hd_v) * sizeof(float)));
 
-  auto body = [&](int32_t ith, int32_t nth) {
-    float* acc = acc_all + ith * hd_v;
+  auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
+    float* acc = acc_all + thread * hd_v;
     float s[kChunk];
-    int64_t lo, hi;
-    split_range(n_tok * n_head, ith, nth, &lo, &hi);
     for (int64_t item = lo; item < hi; ++item) {
       const int64_t t = item / n_head;
       const int64_t h = item % n_head;
@@ -109,7 +107,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       for (int64_t i = 0; i < hd_v; ++i) o[i] = acc[i] * inv;
     }
   };
-  c.pool.run(body);
+  parallel_range(c.pool, n_tok * n_head, 1, body);
   return Ok{};
 }
 

@@ -27,9 +27,7 @@ void binary_rows(const OpCtx& c, NodeId id, F f) {
   float* out = c.data.as<float>(id);
   const auto& ea = a.shape.ne;
   const auto& eb = b.shape.ne;
-  auto body = [&](int32_t ith, int32_t nth) {
-    int64_t lo, hi;
-    split_range(a.shape.n_rows(), ith, nth, &lo, &hi);
+  auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t i1 = r % ea[1], i2 = (r / ea[1]) % ea[2], i3 = r / (ea[1] * ea[2]);
       const int64_t rb = (i1 % eb[1]) + eb[1] * ((i2 % eb[2]) + eb[2] * (i3 % eb[3]));
@@ -43,7 +41,7 @@ void binary_rows(const OpCtx& c, NodeId id, F f) {
       }
     }
   };
-  c.pool.run(body);
+  parallel_range(c.pool, a.shape.n_rows(), std::max<int64_t>(1, 16384 / ea[0]), body);
 }
 
 template <typename F>
@@ -52,12 +50,10 @@ void unary(const OpCtx& c, NodeId id, F f) {
   const float* x = c.data.as<const float>(n.src[0]);
   float* o = c.data.as<float>(id);
   const int64_t ne = n.shape.n_elements();
-  auto body = [&](int32_t ith, int32_t nth) {
-    int64_t lo, hi;
-    split_range(ne, ith, nth, &lo, &hi);
+  auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
     for (int64_t i = lo; i < hi; ++i) o[i] = f(x[i]);
   };
-  c.pool.run(body);
+  parallel_range(c.pool, ne, 16384, body);
 }
 
 }  // namespace
@@ -84,12 +80,10 @@ Status op_elementwise(const OpCtx& c, NodeId id) {
       const float* gate = c.data.as<const float>(n.src[0]);
       float* o = c.data.as<float>(id);
       const int64_t ne = n.shape.n_elements();
-      auto body = [&](int32_t ith, int32_t nth) {
-        int64_t lo, hi;
-        split_range(ne, ith, nth, &lo, &hi);
+      auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
         for (int64_t i = lo; i < hi; ++i) o[i] = silu(gate[i]) * up[i];
       };
-      c.pool.run(body);
+      parallel_range(c.pool, ne, 16384, body);
       return Ok{};
     }
     case Op::kCont: {

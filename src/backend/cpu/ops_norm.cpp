@@ -26,9 +26,7 @@ Status op_norm(const OpCtx& c, NodeId id) {
   const float scale = n.params.scale;
   const Node* wn = op == Op::kRmsNormMul ? &c.graph.node(n.src[1]) : nullptr;
   const float* w = wn ? c.data.as<const float>(n.src[1]) : nullptr;
-  auto body = [&](int32_t ith, int32_t nth) {
-    int64_t lo, hi;
-    split_range(rows, ith, nth, &lo, &hi);
+  auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
     for (int64_t r = lo; r < hi; ++r) {
       const float* xr = x + r * ne0;
       float* o = out + r * ne0;
@@ -63,7 +61,7 @@ Status op_norm(const OpCtx& c, NodeId id) {
       }
     }
   };
-  c.pool.run(body);
+  parallel_range(c.pool, rows, std::max<int64_t>(1, 16384 / ne0), body);
   return Ok{};
 }
 

@@ -21,9 +21,7 @@ Status op_rope(const OpCtx& c, graph::NodeId id) {
   const bool neox = n.params.rope_mode == graph::RopeMode::kNeox;
   const float theta_scale = std::pow(n.params.freq_base, -2.0f / static_cast<float>(n_rot));
   const float freq_scale = n.params.freq_scale;
-  auto body = [&](int32_t ith, int32_t nth) {
-    int64_t lo, hi;
-    split_range(n_tok * n_head, ith, nth, &lo, &hi);
+  auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
     for (int64_t r = lo; r < hi; ++r) {
       const int64_t t = r / n_head;
       const float* xr = x + r * hd;
@@ -46,7 +44,7 @@ Status op_rope(const OpCtx& c, graph::NodeId id) {
       }
     }
   };
-  c.pool.run(body);
+  parallel_range(c.pool, n_tok * n_head, 64, body);
   return Ok{};
 }
 

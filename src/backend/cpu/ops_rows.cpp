@@ -35,14 +35,12 @@ Status op_get_rows(const OpCtx& c, NodeId id) {
   const uint64_t row_bytes = graph::tensor_bytes(table.dtype, graph::Shape{ne0});
   const std::byte* src = c.data[n.src[0]];
   float* out = c.data.as<float>(id);
-  auto body = [&](int32_t ith, int32_t nth) {
-    int64_t lo, hi;
-    split_range(n_ids, ith, nth, &lo, &hi);
+  auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
     for (int64_t i = lo; i < hi; ++i) {
       tt->dequantize(src + static_cast<uint64_t>(ids[i]) * row_bytes, out + i * ne0, ne0);
     }
   };
-  c.pool.run(body);
+  parallel_range(c.pool, n_ids, 4, body);
   return Ok{};
 }
 

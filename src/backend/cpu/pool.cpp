@@ -1,22 +1,43 @@
-// Stage 12 (kernels): persistent worker pool — spin briefly, then sleep on the
-// generation counter (C++20 atomic wait: a futex on Linux), so a decode step costs one
-// wake-up per worker and nothing else.
+// Stage 12 (kernels): persistent worker pool — workers spin briefly on the generation
+// counter, then sleep on it (futex); the caller issues a wake syscall only when a
+// worker is known to sleep (Dekker-style: sleepers_ and generation_ both seq_cst), so
+// a steady decode step with busy workers makes no syscall. Dynamic chunks: one atomic
+// fetch per chunk; a late or preempted worker simply claims nothing.
 #include "backend/cpu/pool.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
 
 #include "core/check.h"
 
 namespace minfer::backend::cpu {
 namespace {
 
-// Spins before sleeping: long enough to cover the gap between two nodes of one step,
-// short enough not to steal a shared core for long from other processes.
-constexpr int kSpinIterations = 2000;
+// Spins before sleeping: long enough to cover the gap between two nodes of one step
+// (microseconds), short enough not to steal a shared core for long.
+constexpr int kSpinIterations = 4000;
+// Waiting for the last chunks of a task: spin, then yield the core to the thread we
+// wait for (it may share the core on an oversubscribed machine).
+constexpr int kDoneSpinIterations = 20000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
 }
+
+void futex_wait(std::atomic<uint32_t>* addr, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected, nullptr,
+          nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>* addr) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 
 }  // namespace
 
@@ -27,10 +48,26 @@ ThreadPool::ThreadPool(int32_t n_threads) : n_threads_(n_threads) {
 }
 
 ThreadPool::~ThreadPool() {
-  stop_.store(true, std::memory_order_release);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
+  stop_.store(true, std::memory_order_seq_cst);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(&generation_);
   for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::publish() {
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake_all(&generation_);
+}
+
+void ThreadPool::wait_done(int64_t want) {
+  int spins = 0;
+  while (n_done_.load(std::memory_order_acquire) != want) {
+    if (++spins < kDoneSpinIterations) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::run(TaskFn fn, void* ctx) {
@@ -38,21 +75,53 @@ void ThreadPool::run(TaskFn fn, void* ctx) {
     fn(ctx, 0, 1);
     return;
   }
-  fn_ = fn;
-  ctx_ = ctx;
+  static_fn_.store(fn, std::memory_order_relaxed);
+  ctx_.store(ctx, std::memory_order_relaxed);
   n_done_.store(0, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
-  generation_.notify_all();
+  static_gen_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  publish();
   fn(ctx, 0, n_threads_);
-  const int32_t want = n_threads_ - 1;
-  int spins = 0;
-  while (n_done_.load(std::memory_order_acquire) != want) {
-    if (++spins < kSpinIterations) {
-      cpu_relax();
-    } else {
-      std::this_thread::yield();
-    }
+  wait_done(n_threads_ - 1);
+}
+
+void ThreadPool::for_each(int64_t n_chunks, ChunkFn fn, void* ctx) {
+  MINFER_CHECK(n_chunks >= 0 && n_chunks < (int64_t{1} << 31), "for_each: %lld chunks",
+               static_cast<long long>(n_chunks));
+  if (n_threads_ == 1 || n_chunks <= 1) {
+    for (int64_t i = 0; i < n_chunks; ++i) fn(ctx, i, 0);
+    return;
   }
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  chunk_fn_.store(fn, std::memory_order_relaxed);
+  ctx_.store(ctx, std::memory_order_relaxed);
+  n_chunks_.store(n_chunks, std::memory_order_relaxed);
+  n_done_.store(0, std::memory_order_relaxed);
+  claim_.store(uint64_t{gen} << 32, std::memory_order_release);
+  publish();
+  work_chunks(gen, 0);
+  wait_done(n_chunks);
+}
+
+void ThreadPool::work_chunks(uint32_t gen, int32_t thread) {
+  int64_t done = 0;
+  for (;;) {
+    uint64_t v = claim_.load(std::memory_order_acquire);
+    // Claim the next chunk of generation `gen` (a stale generation claims nothing).
+    for (;;) {
+      if (static_cast<uint32_t>(v >> 32) != gen) goto out;
+      if (static_cast<int64_t>(v & 0xFFFFFFFFu) >= n_chunks_.load(std::memory_order_relaxed))
+        goto out;
+      if (claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel,
+                                       std::memory_order_acquire))
+        break;
+    }
+    // The claim succeeded while the task was live: fn/ctx are this generation's.
+    chunk_fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed),
+                                              static_cast<int64_t>(v & 0xFFFFFFFFu), thread);
+    ++done;
+  }
+out:
+  if (done > 0) n_done_.fetch_add(done, std::memory_order_acq_rel);
 }
 
 void ThreadPool::worker(int32_t ith) {
@@ -64,14 +133,25 @@ void ThreadPool::worker(int32_t ith) {
       if (++spins < kSpinIterations) {
         cpu_relax();
       } else {
-        generation_.wait(seen, std::memory_order_acquire);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        if (generation_.load(std::memory_order_seq_cst) == seen) futex_wait(&generation_, seen);
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        spins = 0;
       }
       g = generation_.load(std::memory_order_acquire);
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
-    fn_(ctx_, ith, n_threads_);
-    n_done_.fetch_add(1, std::memory_order_acq_rel);
+    // A run() task of this generation: every worker takes part and the caller waits
+    // for all, so its fields are stable. Otherwise a for_each() (possibly already
+    // finished: then no claim succeeds).
+    if (static_gen_.load(std::memory_order_acquire) == g) {
+      static_fn_.load(std::memory_order_relaxed)(ctx_.load(std::memory_order_relaxed), ith,
+                                                 n_threads_);
+      n_done_.fetch_add(1, std::memory_order_acq_rel);
+    } else {
+      work_chunks(g, ith);
+    }
   }
 }
 
