@@ -129,7 +129,7 @@ TEST(MulMat, ScalarIsaAlsoMatchesReference) {
 }
 
 TEST(MulMat, ThreadCountAndBatchingAreBitwiseInvariant_bitwise) {
-  const int64_t k = 512, n = 37, m = 5;
+  const int64_t k = 512, n = 37, m = 9;  // m 9: 4 × 4 tiles, a remainder row, chunks
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K,
                   DType::kQ5_K, DType::kF16, DType::kF32}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
@@ -159,7 +159,10 @@ TEST(MulMat, ThreadCountAndBatchingAreBitwiseInvariant_bitwise) {
 // ---- SIMD vs scalar twins ---------------------------------------------------------
 
 bool have_avx2() {
-  return detect_isa() == CpuIsa::kAvx2;
+  return detect_isa() != CpuIsa::kScalar;  // kAvx512 includes the AVX2 set
+}
+bool have_avx512() {
+  return detect_isa() == CpuIsa::kAvx512;
 }
 
 // Cause: Q4_0/Q4_1/Q8_0 AVX2 dots keep 8 float lanes with FMA per block where the
@@ -211,6 +214,79 @@ TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
     axpy_f32_scalar(n, 0.37f, a.data(), y1.data());
     axpy_f32_avx2(n, 0.37f, a.data(), y2.data());
     EXPECT_EQ(0, std::memcmp(y1.data(), y2.data(), static_cast<size_t>(n) * 4));
+  }
+}
+
+// The AVX-512 VNNI kernels keep the AVX2 lane partition and float expression, so
+// they equal the AVX2 twin bitwise (and so the scalar twin within kLegacySimdRel, or
+// bitwise for the K-quants).
+TEST(VecDotSimd, EveryAvx512DotEqualsAvx2Twin_bitwise) {
+  if (!have_avx512()) GTEST_SKIP() << "CPU lacks AVX512F/BW/VL/VNNI";
+  const int64_t k = 1024;
+  int n_checked = 0;
+  for (DType t : kAllWeightTypes) {
+    DotKernel fast = avx512_dot_kernel(t);
+    if (fast.vec_dot == nullptr) continue;
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    DotKernel twin = avx2_dot_kernel(t);
+    DotKernel ref = scalar_dot_kernel(t);
+    ASSERT_NE(twin.vec_dot, nullptr);
+    ASSERT_EQ(fast.vec_dot_type, ref.vec_dot_type);
+    ASSERT_NE(fast.gemm, nullptr);
+    ++n_checked;
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+      std::vector<uint8_t> wb = encode(t, random_floats(static_cast<size_t>(k), seed, -2.0f, 2.0f));
+      std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 100, -3.0f, 3.0f);
+      std::vector<uint8_t> xa(*quant::row_bytes(ref.vec_dot_type, k));
+      fast.from_f32(x.data(), xa.data(), k);
+      const float a = fast.vec_dot(k, wb.data(), xa.data());
+      const float b = twin.vec_dot(k, wb.data(), xa.data());
+      ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
+      if (t == DType::kQ4_K || t == DType::kQ6_K) {
+        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(ref.vec_dot(k, wb.data(), xa.data())));
+      }
+    }
+  }
+  EXPECT_EQ(n_checked, 5);  // Q4_0 Q4_1 Q8_0 Q4_K Q6_K
+}
+
+// The register-blocked GEMM of every SIMD table equals its vec_dot element by element,
+// for every tile shape and remainder (invariant 8: prefill GEMM == decode GEMV).
+TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const int64_t k = 512;
+  for (DType t : kAllWeightTypes) {
+    DotKernel dk = have_avx512() ? avx512_dot_kernel(t) : avx2_dot_kernel(t);
+    if (dk.gemm == nullptr) continue;
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const uint64_t w_row = *quant::row_bytes(t, k);
+    const uint64_t x_row = *quant::row_bytes(dk.vec_dot_type, k);
+    for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16}) {
+      for (int64_t n_x : {1, 2, 3, 4, 5, 7}) {
+        std::vector<uint8_t> wb =
+            encode(t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));
+        std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 5);
+        std::vector<uint8_t> xq(x_row * static_cast<uint64_t>(n_x));
+        for (int64_t j = 0; j < n_x; ++j) dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
+        std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
+        dk.gemm(GemmArgs{.k = k,
+                         .w = wb.data(),
+                         .w_stride = w_row,
+                         .n_w = n_w,
+                         .x = xq.data(),
+                         .x_stride = x_row,
+                         .n_x = n_x,
+                         .y = y.data(),
+                         .y_stride = n_w});
+        for (int64_t j = 0; j < n_x; ++j) {
+          for (int64_t i = 0; i < n_w; ++i) {
+            const float v = dk.vec_dot(k, wb.data() + i * w_row, xq.data() + j * x_row);
+            ASSERT_EQ(fp32_to_bits(v), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
+                << "n_w " << n_w << " n_x " << n_x << " i " << i << " j " << j;
+          }
+        }
+      }
+    }
   }
 }
 

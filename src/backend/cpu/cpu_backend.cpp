@@ -25,6 +25,8 @@ std::string_view isa_name(CpuIsa isa) {
       return "scalar";
     case CpuIsa::kAvx2:
       return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -34,6 +36,10 @@ CpuIsa detect_isa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c")) {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+      return CpuIsa::kAvx512;
+    }
     return CpuIsa::kAvx2;
   }
 #endif
@@ -53,6 +59,17 @@ DotKernel avx2_or_scalar(DType t) {
   return k.vec_dot != nullptr ? k : scalar_dot_kernel(t);
 }
 }  // namespace
+
+// AVX-512 where a kernel exists, else the AVX2 table's choice (again once per type).
+DotKernel avx512_or_avx2(DType t) {
+  DotKernel k = avx512_dot_kernel(t);
+  return k.vec_dot != nullptr ? k : avx2_or_scalar(t);
+}
+
+IsaKernels avx512_kernels() {
+  return IsaKernels{
+      .dot_kernel = avx512_or_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2};
+}
 
 IsaKernels avx2_kernels() {
   return IsaKernels{
@@ -109,15 +126,21 @@ struct CpuBackend::Impl {
   Impl(CpuIsa i, graph::BackendId b, int32_t n_threads)
       : isa(i),
         id(b),
-        kernels(i == CpuIsa::kAvx2 ? avx2_kernels() : scalar_kernels()),
+        kernels(i == CpuIsa::kAvx512 ? avx512_kernels()
+                : i == CpuIsa::kAvx2 ? avx2_kernels()
+                                     : scalar_kernels()),
         pool(n_threads) {}
 };
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions& o) {
   const CpuIsa best = detect_isa();
   CpuIsa isa = o.isa == CpuIsa::kAuto ? best : o.isa;
-  if (isa == CpuIsa::kAvx2 && best != CpuIsa::kAvx2) {
+  if (isa == CpuIsa::kAvx2 && best == CpuIsa::kScalar) {
     return make_error("cpu backend: AVX2 kernels requested but this CPU lacks AVX2/FMA/F16C");
+  }
+  if (isa == CpuIsa::kAvx512 && best != CpuIsa::kAvx512) {
+    return make_error(
+        "cpu backend: AVX-512 kernels requested but this CPU lacks AVX512F/BW/VL/VNNI");
   }
   int32_t n_threads = o.n_threads;
   if (n_threads < 0) return make_error(fmt::format("cpu backend: n_threads {} < 0", n_threads));

@@ -19,9 +19,10 @@ namespace minfer::backend::cpu {
 
 // Kernel family. kAuto: the best the CPU supports (cpuid, once); an explicit ISA the
 // CPU lacks is an Error at creation (never a silent downgrade).
-enum class CpuIsa : uint8_t { kAuto, kScalar, kAvx2 };
+enum class CpuIsa : uint8_t { kAuto, kScalar, kAvx2, kAvx512 };
 std::string_view isa_name(CpuIsa isa);
-// The best ISA this CPU runs (kScalar or kAvx2; AVX2 requires FMA and F16C too).
+// The best ISA this CPU runs: kAvx512 (F, BW, VL, VNNI + the AVX2 set), kAvx2 (with
+// FMA and F16C), else kScalar.
 CpuIsa detect_isa();
 
 struct CpuBackendOptions {

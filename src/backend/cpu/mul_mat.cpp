@@ -16,7 +16,9 @@ namespace minfer::backend::cpu {
 namespace {
 
 // Weight rows per tile: a tile's rows stay in cache while every activation row passes.
-constexpr int64_t kTileRows = 8;
+constexpr int64_t kTileRows = 16;
+// Activation rows quantized per chunk (each costs about a microsecond).
+constexpr int64_t kQuantRowsPerChunk = 8;
 
 }  // namespace
 
@@ -44,28 +46,39 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
                              : c.scratch.get(static_cast<size_t>(x_row * m_rows));
   ThreadPool& pool = c.pool;
 
-  auto body = [&](int32_t ith, int32_t nth) {
-    if (!direct) {
-      uint8_t* dst = const_cast<uint8_t*>(xq);
-      for (int64_t m = ith; m < m_rows; m += nth)
-        dk.from_f32(x + m * k_dim, dst + m * x_row, k_dim);
-      pool.barrier();
-    }
-    // Weight rows in tiles; a thread owns whole output rows.
-    const int64_t n_tiles = (n_out + kTileRows - 1) / kTileRows;
-    int64_t t_lo, t_hi;
-    split_range(n_tiles, ith, nth, &t_lo, &t_hi);
+  if (!direct) {
+    // F32 → vec_dot_type, one activation row at a time (a row's bytes never depend on
+    // its batch); a decode row is quantized by the caller alone.
+    uint8_t* dst = const_cast<uint8_t*>(xq);
+    parallel_range(pool, m_rows, kQuantRowsPerChunk, [&](int64_t lo, int64_t hi, int32_t) {
+      for (int64_t m = lo; m < hi; ++m) dk.from_f32(x + m * k_dim, dst + m * x_row, k_dim);
+    });
+  }
+  // Weight rows in tiles; a chunk owns whole output rows for every activation row.
+  const int64_t n_tiles = (n_out + kTileRows - 1) / kTileRows;
+  parallel_range(pool, n_tiles, 1, [&](int64_t t_lo, int64_t t_hi, int32_t) {
     for (int64_t tile = t_lo; tile < t_hi; ++tile) {
       const int64_t r0 = tile * kTileRows;
       const int64_t r1 = std::min(n_out, r0 + kTileRows);
+      if (dk.gemm != nullptr) {
+        dk.gemm(GemmArgs{.k = k_dim,
+                         .w = w + r0 * w_row,
+                         .w_stride = w_row,
+                         .n_w = r1 - r0,
+                         .x = xq,
+                         .x_stride = x_row,
+                         .n_x = m_rows,
+                         .y = y + r0,
+                         .y_stride = n_out});
+        continue;
+      }
       for (int64_t m = 0; m < m_rows; ++m) {
         const uint8_t* xr = xq + m * x_row;
         float* yr = y + m * n_out;
         for (int64_t r = r0; r < r1; ++r) yr[r] = dk.vec_dot(k_dim, w + r * w_row, xr);
       }
     }
-  };
-  pool.run(body);
+  });
   return Ok{};
 }
 

@@ -26,10 +26,29 @@ using FromF32Fn = void (*)(const float* x, void* y, int64_t n);
 // Dot product of n elements: w (weight row, its own type) · x (vec_dot_type row).
 using VecDotFn = float (*)(int64_t n, const void* w, const void* x);
 
+// A block of dot products: y[j * y_stride + i] = vec_dot(k, w_i, x_j) for n_w weight
+// rows w_i (w_stride bytes apart) and n_x activation rows x_j (x_stride bytes apart),
+// every element computed with exactly the operations, in the order, of the same ISA's
+// vec_dot (invariant 8: the prefill GEMM equals the decode GEMV bit for bit); only the
+// loop nest differs, so a weight block is loaded once for several activation rows.
+struct GemmArgs {
+  int64_t k = 0;
+  const void* w = nullptr;
+  uint64_t w_stride = 0;
+  int64_t n_w = 0;
+  const void* x = nullptr;
+  uint64_t x_stride = 0;
+  int64_t n_x = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0;  // in floats
+};
+using GemmFn = void (*)(const GemmArgs& a);
+
 struct DotKernel {
   DType vec_dot_type = DType::kF32;
   FromF32Fn from_f32 = nullptr;
   VecDotFn vec_dot = nullptr;
+  GemmFn gemm = nullptr;  // optional register-blocked form of vec_dot (nullptr: loop)
 };
 
 // Activation converters, shared by every ISA so SIMD and scalar dots read identical
@@ -47,6 +66,9 @@ DotKernel scalar_dot_kernel(DType weight_type);
 // AVX2+FMA+F16C entries for the types that have one (vec_dot nullptr otherwise);
 // only call on a CPU that supports them (vec_dot_avx2.cpp is built with -mavx2).
 DotKernel avx2_dot_kernel(DType weight_type);
+// AVX-512 VNNI entries (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; vec_dot nullptr otherwise), each
+// with a register-blocked gemm; only call when detect_isa() says kAvx512.
+DotKernel avx512_dot_kernel(DType weight_type);
 
 // F32 · F32 dot of n elements (attention scores); scalar and AVX2 variants.
 float dot_f32_scalar(int64_t n, const float* a, const float* b);

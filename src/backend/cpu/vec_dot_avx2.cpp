@@ -27,7 +27,7 @@ using quant::kQK;
 using quant::kQKK;
 
 inline float h2f(quant::Half h) {
-  return fp16_to_fp32(h);
+  return _cvtsh_ss(h);  // F16C: exact, equal to core/fp16.h's software conversion
 }
 
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): the tree the scalar lanes8 twin uses.
