@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "  minfer MODEL [PROMPT] [flags]                     generate (minfer MODEL --help for flags)\n"
     "  minfer info [MODEL] [--json]                      metadata, tensors, totals\n"
     "  minfer tokenize MODEL [TEXT] [--file PATH] [--ids] [--no-special] [--parse-special]\n"
+    "  minfer bench MODEL [-p N] [-n N] [-r N] [-t N] [-o md|csv|json] [--n-ctx N]\n"
     "  minfer MODEL --cnv [--system TEXT] [--session FILE] [-n N] [sampling flags]   chat\n"
     "  minfer template (MODEL | --template FILE) --messages FILE.json [--add-generation-prompt]\n"
     "                  [--bos TEXT] [--eos TEXT]        print a chat template's exact render\n"
@@ -54,5 +55,6 @@ int main(int argc, char** argv) {
   if (cmd == "info") return minfer::cli::run_info(rest);
   if (cmd == "tokenize") return minfer::cli::run_tokenize(rest);
   if (cmd == "template") return minfer::cli::run_template(rest);
+  if (cmd == "bench") return minfer::cli::run_bench(rest);
   return minfer::cli::run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }
