@@ -130,8 +130,8 @@ TEST(MulMat, ScalarIsaAlsoMatchesReference) {
 
 TEST(MulMat, ThreadCountAndBatchingAreBitwiseInvariant_bitwise) {
   const int64_t k = 512, n = 37, m = 9;  // m 9: 4 × 4 tiles, a remainder row, chunks
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K,
-                  DType::kQ5_K, DType::kF16, DType::kF32}) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
+                  DType::kQ6_K, DType::kQ5_K, DType::kF16, DType::kF32}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     MatMulCase one = run_mul_mat(t, k, n, m, 1);
     for (int32_t threads : {2, 3}) {
@@ -218,9 +218,10 @@ TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
 }
 
 // The AVX-512 VNNI kernels keep the AVX2 lane partition and float expression, so
-// they equal the AVX2 twin bitwise (and so the scalar twin within kLegacySimdRel, or
-// bitwise for the K-quants).
-TEST(VecDotSimd, EveryAvx512DotEqualsAvx2Twin_bitwise) {
+// they equal the AVX2 twin bitwise where one exists (the K-quants also equal the
+// scalar twin bitwise); Q5_0 has no AVX2 twin and meets the scalar one within
+// kLegacySimdRel (8 float lanes vs one float per block: reassociation only).
+TEST(VecDotSimd, EveryAvx512DotEqualsAvx2TwinBitwiseOrScalarWithinTolerance) {
   if (!have_avx512()) GTEST_SKIP() << "CPU lacks AVX512F/BW/VL/VNNI";
   const int64_t k = 1024;
   int n_checked = 0;
@@ -230,7 +231,6 @@ TEST(VecDotSimd, EveryAvx512DotEqualsAvx2Twin_bitwise) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     DotKernel twin = avx2_dot_kernel(t);
     DotKernel ref = scalar_dot_kernel(t);
-    ASSERT_NE(twin.vec_dot, nullptr);
     ASSERT_EQ(fast.vec_dot_type, ref.vec_dot_type);
     ASSERT_NE(fast.gemm, nullptr);
     ++n_checked;
@@ -240,14 +240,22 @@ TEST(VecDotSimd, EveryAvx512DotEqualsAvx2Twin_bitwise) {
       std::vector<uint8_t> xa(*quant::row_bytes(ref.vec_dot_type, k));
       fast.from_f32(x.data(), xa.data(), k);
       const float a = fast.vec_dot(k, wb.data(), xa.data());
-      const float b = twin.vec_dot(k, wb.data(), xa.data());
-      ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
+      const float r = ref.vec_dot(k, wb.data(), xa.data());
+      if (twin.vec_dot != nullptr) {
+        const float b = twin.vec_dot(k, wb.data(), xa.data());
+        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
+      }
       if (t == DType::kQ4_K || t == DType::kQ6_K) {
-        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(ref.vec_dot(k, wb.data(), xa.data())));
+        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r));
+      } else {
+        std::vector<float> wd = decode(t, wb, static_cast<size_t>(k));
+        double mag = 0.0;
+        for (int64_t i = 0; i < k; ++i) mag += std::fabs(double{wd[i]} * x[i]);
+        ASSERT_LE(std::fabs(double{a} - r), kLegacySimdRel * mag) << "seed " << seed;
       }
     }
   }
-  EXPECT_EQ(n_checked, 5);  // Q4_0 Q4_1 Q8_0 Q4_K Q6_K
+  EXPECT_EQ(n_checked, 6);  // Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K
 }
 
 // The register-blocked GEMM of every SIMD table equals its vec_dot element by element,

@@ -1,6 +1,6 @@
 // Stage 12 (kernels): AVX-512 VNNI (256-bit EVEX forms: AVX512VL + AVX512_VNNI + BW,
 // with F16C and FMA) dot products and their register-blocked GEMM, for Q4_0, Q4_1,
-// Q8_0, Q4_K and Q6_K weights. This file alone is compiled with those flags; callers
+// Q5_0, Q8_0, Q4_K and Q6_K weights. This file alone is compiled with those flags; callers
 // reach it only after cpuid said yes, once, at startup.
 // Why 256-bit lanes: one legacy block is 32 bytes of activation codes, so a ymm holds
 // exactly one block and the lane partition (4 bytes per int32 lane) is the AVX2
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 
@@ -28,6 +29,7 @@ namespace {
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
 using quant::BlockQ4_K;
+using quant::BlockQ5_0;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 using quant::BlockQ8_K;
@@ -152,6 +154,44 @@ struct Q8_0Fmt {
   static XP prep_x(const XB& b) { return {load256(b.qs), h2f(b.d)}; }
   static void step(Acc& a, const WP& w, const XP& x) {
     const __m256i s = dp_us8(w.abs, _mm256_sign_epi8(x.q, w.sgn));
+    a.v = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(s), a.v);
+  }
+  static float finish(const Acc& a) { return hsum_f32x8(a.v); }
+};
+
+// Q5_0 (no AVX2 twin: the scalar one adds one float per block, this one keeps the 8
+// float lanes of Q4_0 — equal within the legacy SIMD tolerance). Bit 4 of element j is
+// bit j of qh, and byte j of the unpacked nibbles is element j, so the 32-bit qh is
+// directly a byte mask.
+struct Q5_0Fmt {
+  using WB = BlockQ5_0;
+  using XB = BlockQ8_0;
+  static constexpr int64_t kBlock = kQK;
+  struct Acc {
+    __m256 v;
+  };
+  struct WP {
+    __m256i q;  // 0..31 (the code is q − 16)
+    float d;
+  };
+  struct XP {
+    __m256i q;
+    __m256i corr;  // 16 · Σ x per lane
+    float d;
+  };
+  static void init(Acc& a) { a.v = _mm256_setzero_ps(); }
+  static WP prep_w(const WB& b) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const __m256i hi = _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10));
+    return {_mm256_or_si256(unpack_nibbles(b.qs), hi), h2f(b.d)};
+  }
+  static XP prep_x(const XB& b) {
+    const __m256i q = load256(b.qs);
+    return {q, dp_us8(_mm256_set1_epi8(16), q), h2f(b.d)};
+  }
+  static void step(Acc& a, const WP& w, const XP& x) {
+    const __m256i s = _mm256_sub_epi32(dp_us8(w.q, x.q), x.corr);
     a.v = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(s), a.v);
   }
   static float finish(const Acc& a) { return hsum_f32x8(a.v); }
@@ -378,6 +418,8 @@ DotKernel avx512_dot_kernel(DType t) {
       return kernel<Q4_0Fmt>(from_f32_q8_0);
     case DType::kQ4_1:
       return kernel<Q4_1Fmt>(from_f32_q8_1);
+    case DType::kQ5_0:
+      return kernel<Q5_0Fmt>(from_f32_q8_0);
     case DType::kQ8_0:
       return kernel<Q8_0Fmt>(from_f32_q8_0);
     case DType::kQ4_K:
