@@ -16,6 +16,15 @@ Engine contract (apps/minfer), detected from `minfer --help`:
                position; n_vocab floats per step, including the step that chose EOG).
 Without generation the comparisons skip with a message; with it, any disagreement
 beyond the named tolerances below fails and prints the first mismatch.
+
+Three bars (tests/data/golden/README.md has the measured numbers):
+  accuracy   last-prompt logits against exact f64 math on the same dequantized weights
+             (exact.f16, tools/reference/exact_logits.py): within the family's max/rms
+             bounds, and on the whole not further from exact math than llama.cpp is;
+  agreement  rms(ours - llama.cpp) within the two engines' combined error budget
+             (float models: every logit within kLogitAbsTolFloat);
+  greedy     ids equal to llama.cpp's up to the first step where llama.cpp's own margin
+             between its choice and ours is a near tie (float models: all ids).
 """
 from __future__ import annotations
 
@@ -28,8 +37,10 @@ import os
 import struct
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,22 +52,60 @@ CACHE = Path(os.environ.get("MINFER_CACHE_DIR", Path.home() / ".cache" / "minfer
 FIXTURE_BIN = BUILD / "tools" / "model_fixture" / "minfer-model-fixture"
 MINFER_BIN = Path(os.environ.get("MINFER_BIN", BUILD / "apps" / "minfer" / "minfer"))
 
-# Tolerances, each with its cause.
-# Float weights (f32/f16/bf16): llama.cpp keeps the KV cache in f16, rounds activations
-# to f16 for F16 matmuls and runs flash attention with f16 K/V; an engine that rounds
-# at the same points differs only by summation order.
+# Tolerances, each with its cause. Numbers measured on the committed goldens are in
+# tests/data/golden/README.md; each bound sits ~25% above the worst measured value.
+#
+# The reference for accuracy is exact math: tools/reference/exact_logits.py runs the
+# model in f64 on the dequantized weights (bit-exact with ggml's dequantization) and
+# stores the last-prompt logits (exact.f16). Both engines are measured against it:
+# llama.cpp (K/V and Q rounded to f16, f16 V accumulation in its decode flash
+# attention, batch-dependent tiling) and ours (f32 attention, fixed reduction order,
+# invariant 8) differ from it by their own rounding, and from each other by both.
+#
+# Float weights (f32/f16/bf16): strict bar against llama.cpp. llama.cpp's f16 KV cache
+# and f16 flash attention are its only difference from exact math; ours differs by
+# summation order. Every logit within this of llama.cpp's, every greedy token equal.
 kLogitAbsTolFloat = 2e-2
-# Quantized weights: llama.cpp quantizes activations to Q8_0/Q8_K blocks before the
-# dot products (vec_dot_type); an engine that quantizes activations the same way
-# lands well inside this, one that keeps them in f32 lands near its edge.
-kLogitAbsTolQuant = 1e-1
-# The committed full-logit vectors are stored as IEEE half floats: relative rounding
-# of 2^-11 on top of the tolerance above.
+# The committed logits (llama.cpp's and the exact ones) are IEEE half floats: relative
+# rounding of 2^-11 (0.008 on a logit of 16) on top of every absolute bound below.
 kF16StorageRelTol = 2.0 ** -11
-# A greedy step whose golden top-1/top-2 gap is below this many tolerances is a near
-# tie: a different choice there is not an error, and the run is compared only up to it.
-kNearTieGapInTols = 2.0
 
+
+@dataclass(frozen=True)
+class Bar:
+    """Per-family bounds against exact math and llama.cpp (quantized families)."""
+    max_abs_vs_exact: float  # max |ours - exact| over the vocabulary, every prompt
+    rms_vs_exact: float      # rms budget of a correct engine vs exact, every prompt
+    near_tie_gap: float      # a llama.cpp top-1/choice gap below this is a near tie
+
+
+# Families. The error of a quantized model against exact math is dominated by the
+# activation rounding both engines share (activations quantized to the weight type's
+# vec_dot_type blocks: Q8_0/Q8_1/Q8_K), amplified through the layers; llama.cpp adds
+# its f16 attention. max_abs / rms: ~25% above the worst of both engines measured.
+# near_tie_gap: ~25% above llama.cpp's largest measured error on a logit difference
+# among its top-10 (step 0, against exact): below it llama.cpp's own choice between two
+# tokens is not reliable, so a different choice there is not evidence of a bug.
+kBars = {
+    # Float weights: both engines within a few 1e-3 of exact (mostly the f16 storage
+    # of exact.f16 itself); near ties do not apply, every token must match.
+    "float": Bar(max_abs_vs_exact=1.2e-2, rms_vs_exact=4.5e-3, near_tie_gap=0.0),
+    # Tiny random-weight fixtures, Q8_0/Q4_0/Q4_K_M: measured max |ours-exact| 0.364,
+    # rms ours 0.082 / llama.cpp 0.084, llama.cpp top-10 difference error 0.293.
+    "tiny-quant": Bar(max_abs_vs_exact=0.45, rms_vs_exact=0.105, near_tie_gap=0.37),
+    # SmolLM2-135M Q4_1 (real weights, logits up to ~35): measured max |ours-exact|
+    # 0.876, rms ours 0.301 / llama.cpp 0.326, llama.cpp top-10 difference error 0.437.
+    "smollm2-q4_1": Bar(max_abs_vs_exact=1.1, rms_vs_exact=0.41, near_tie_gap=0.55),
+}
+# Pooled over a model's prompts that carry llama.cpp's full logits, rms(ours - exact)
+# must not exceed rms(llama.cpp - exact) by more than this fraction. Measured ratios:
+# 0.79 (SmolLM2, 4 prompts; per prompt 0.52..1.34), 0.92..1.05 on the tiny fixtures:
+# both engines share the dominant activation rounding, so per prompt the ratio is noise
+# around 1; ours is not allowed to be systematically worse than llama.cpp's.
+kRmsVsLlamaCppMargin = 0.25
+# Two engines each within rms budget B of exact, with independent rounding, differ by
+# rms <= sqrt(2) * B (measured: 0.245 on SmolLM2, 0.087 on the tiny fixtures).
+kRmsVsLlamaCppFactor = math.sqrt(2.0)
 
 def manifest() -> dict[str, dict]:
     rows = {}
@@ -186,20 +235,33 @@ def model_for(golden: dict) -> Path:
     return p
 
 
-def tolerance(golden: dict) -> float:
+def weight_type(golden: dict) -> str:
     fx = golden["model"].get("fixture")
-    typ = manifest()[fx]["type"] if fx else golden["model"]["file"].rsplit(".", 2)[-2].lower()
-    return kLogitAbsTolFloat if typ in ("f32", "f16", "bf16") else kLogitAbsTolQuant
+    return manifest()[fx]["type"] if fx else golden["model"]["file"].rsplit(".", 2)[-2].lower()
 
 
-def read_f16(path: Path, offset: int, count: int) -> list[float]:
-    with open(path, "rb") as f:
-        f.seek(offset * 2)
-        return list(struct.unpack(f"<{count}e", f.read(count * 2)))
+def is_float(golden: dict) -> bool:
+    return weight_type(golden) in ("f32", "f16", "bf16")
+
+
+def bar_for(gdir: Path, golden: dict) -> Bar:
+    if is_float(golden):
+        return kBars["float"]
+    fx = golden["model"].get("fixture")
+    family = "tiny-quant" if fx and manifest()[fx]["preset"] == "tiny" else {
+        "smollm2-135m-instruct-q4_1": "smollm2-q4_1"}.get(gdir.name)
+    assert family, (f"{gdir.name}: no measured bar for this quantized model; measure ours and llama.cpp "
+                    "against exact (tests/data/golden/README.md) and add a family to kBars")
+    return kBars[family]
+
+
+def read_f16(path: Path, offset: int, count: int) -> np.ndarray:
+    return np.fromfile(path, dtype="<f2", count=count, offset=2 * offset).astype(np.float64)
 
 
 def run_engine(model: Path, prompt: dict, n: int, dump: bool, tmp: Path):
-    args = [str(MINFER_BIN), str(model), prompt["text"], "--no-template", "--temp", "0", "-n", str(n)]
+    args = [str(MINFER_BIN), str(model), prompt["text"], "--no-template", "--temp", "0",
+            "--repeat-penalty", "1", "-t", "2", "-n", str(n)]  # llama.cpp's greedy: no penalty
     if dump:
         args += ["--dump-json", str(tmp / "out.json"), "--dump-logits", str(tmp / "out.f32")]
     r = subprocess.run(args, capture_output=True, timeout=600)
@@ -207,74 +269,199 @@ def run_engine(model: Path, prompt: dict, n: int, dump: bool, tmp: Path):
     return r.stdout
 
 
-def compare_prompt(golden: dict, gdir: Path, p: dict, model: Path, caps: dict, tmp: Path) -> list[str]:
-    """Returns notes; raises AssertionError on a real mismatch."""
-    notes = []
-    tol = tolerance(golden)
-    n = golden["settings"]["n_predict"]
-    stdout = run_engine(model, p, n, caps["dump"], tmp)
-    want_text = base64.b64decode(p["generated_text_b64"])
-    if not caps["dump"]:
-        # Text tier: the printed continuation (a prompt echo before it is allowed).
-        assert stdout.endswith(want_text) or stdout.rstrip(b"\n").endswith(want_text.rstrip(b"\n")), (
-            f"{gdir.name}/{p['name']}: greedy text differs\n want {want_text!r}\n got  {stdout!r}")
-        return notes
-    out = json.loads((tmp / "out.json").read_text())
-    assert out["prompt_ids"] == p["prompt_ids"], (
-        f"{gdir.name}/{p['name']}: prompt ids differ\n want {p['prompt_ids']}\n got  {out['prompt_ids']}")
-    n_vocab = golden["model"]["n_vocab"]
-    raw = (tmp / "out.f32").read_bytes()
-    n_steps = len(raw) // (4 * n_vocab)
-
-    def step_logits(k: int) -> list[float]:
-        return list(struct.unpack_from(f"<{n_vocab}f", raw, 4 * n_vocab * k))
-
-    if "full_logits" in p:
-        want = read_f16(gdir / "logits.f16", p["full_logits"]["offset"], p["full_logits"]["count"])
-        got = step_logits(0)
-        worst = max(range(n_vocab), key=lambda i: abs(got[i] - want[i]) - kF16StorageRelTol * abs(want[i]))
-        err = abs(got[worst] - want[worst])
-        assert err <= tol + kF16StorageRelTol * abs(want[worst]), (
-            f"{gdir.name}/{p['name']}: last-prompt logits differ: id {worst} want {want[worst]:.5f} "
-            f"got {got[worst]:.5f} (|diff| {err:.5f} > tol {tol})")
-    want_ids, got_ids = p["generated_ids"], out["generated_ids"]
-    for k, step in enumerate(p["steps"]):
-        if k >= n_steps:
-            break
-        got = step_logits(k)
-        for tid, tval in zip(step["top_ids"], step["top_logits"]):
-            assert abs(got[tid] - tval) <= tol, (
-                f"{gdir.name}/{p['name']} step {k}: logit of id {tid} want {tval:.5f} got {got[tid]:.5f} "
-                f"(tol {tol})")
-        want_tok = want_ids[k] if k < len(want_ids) else p["eog_id"]
-        got_tok = got_ids[k] if k < len(got_ids) else None
-        if got_tok != want_tok:
-            gap = step["top_logits"][0] - step["top_logits"][1]
-            assert gap < kNearTieGapInTols * tol, (
-                f"{gdir.name}/{p['name']}: first greedy mismatch at step {k}: want {want_tok} got {got_tok} "
-                f"(golden top-2 gap {gap:.4f})\n want {want_ids}\n got  {got_ids}")
-            notes.append(f"{p['name']}: near tie at step {k} (gap {gap:.4f}); compared up to it")
-            return notes
-    assert got_ids == want_ids, f"{gdir.name}/{p['name']}: generated ids differ\n want {want_ids}\n got  {got_ids}"
-    assert bool(out["stopped_at_eog"]) == p["stopped_at_eog"], f"{gdir.name}/{p['name']}: EOG stop differs"
-    return notes
+@dataclass
+class Run:
+    stdout: bytes
+    ids: list[int] | None = None          # generated ids (dump tier)
+    eog: bool | None = None
+    logits0: np.ndarray | None = None     # f64 [n_vocab]: last prompt position
+    at_top: list[np.ndarray] = field(default_factory=list)  # per step: ours at llama.cpp's top ids
 
 
-@pytest.mark.parametrize("gdir", golden_dirs(), ids=lambda d: d.name)
-def test_engine_matches_llamacpp(gdir):
+_runs: dict[str, list[Run]] = {}
+
+
+def engine_runs(gdir: Path) -> tuple[dict, list[Run], dict]:
+    """Our engine on every prompt of a golden (once per session, shared by the tests)."""
     caps = engine_caps()
     if not caps["generate"]:
         pytest.skip(caps["why"])
     golden = load_golden(gdir)
+    if gdir.name in _runs:
+        return golden, _runs[gdir.name], caps
     model = model_for(golden)
     if golden["model"].get("fixture") is None and sha256(model) != golden["model"]["sha256"]:
         pytest.skip(f"{model} is not the file the goldens were recorded on (sha256 differs)")
-    notes = []
+    n_vocab, n = golden["model"]["n_vocab"], golden["settings"]["n_predict"]
+    runs = []
     for p in golden["prompts"]:
         with tempfile.TemporaryDirectory() as t:
-            notes += compare_prompt(golden, gdir, p, model, caps, Path(t))
-    for n in notes:
-        print(n)
+            tmp = Path(t)
+            run = Run(stdout=run_engine(model, p, n, caps["dump"], tmp))
+            if caps["dump"]:
+                out = json.loads((tmp / "out.json").read_text())
+                assert out["prompt_ids"] == p["prompt_ids"], (
+                    f"{gdir.name}/{p['name']}: prompt ids differ\n want {p['prompt_ids']}\n got  {out['prompt_ids']}")
+                lg = np.fromfile(tmp / "out.f32", dtype="<f4").reshape(-1, n_vocab).astype(np.float64)
+                run.ids, run.eog, run.logits0 = out["generated_ids"], bool(out["stopped_at_eog"]), lg[0]
+                run.at_top = [lg[k][s["top_ids"]] for k, s in enumerate(p["steps"]) if k < len(lg)]
+            runs.append(run)
+    _runs[gdir.name] = runs
+    return golden, runs, caps
+
+
+def exact_logits(gdir: Path, golden: dict) -> list[np.ndarray | None]:
+    """Per golden prompt, the exact logits, or None for a prompt exact.json leaves out."""
+    idx_path = gdir / "exact.json"
+    if not idx_path.exists():
+        pytest.skip(f"{gdir.name}: no exact.json; run tools/reference/exact_logits.py {gdir}")
+    idx = json.loads(idx_path.read_text(encoding="utf-8"))
+    assert idx["model"]["sha256"] == golden["model"]["sha256"], f"{idx_path} was computed on another file"
+    by_name = {e["name"]: e for e in idx["prompts"]}
+    assert set(by_name) <= {p["name"] for p in golden["prompts"]}, idx_path
+    out = []
+    for p in golden["prompts"]:
+        e = by_name.get(p["name"])
+        ex = read_f16(gdir / "exact.f16", e["offset"], e["count"]) if e else None
+        if e:
+            assert len(ex) == golden["model"]["n_vocab"] and ex[e["argmax"]] == pytest.approx(
+                e["max"], rel=kF16StorageRelTol), (gdir.name, p["name"])
+        out.append(ex)
+    return out
+
+
+def llamacpp_logits(gdir: Path, p: dict) -> np.ndarray | None:
+    fl = p.get("full_logits")
+    return read_f16(gdir / "logits.f16", fl["offset"], fl["count"]) if fl else None
+
+
+def rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(x * x)))
+
+
+def need_dumps(caps: dict):
+    if not caps["dump"]:
+        pytest.skip("`minfer --help` shows no --dump-logits/--dump-json: logits cannot be compared")
+
+
+@pytest.mark.parametrize("gdir", golden_dirs(), ids=lambda d: d.name)
+def test_logits_closer_to_exact_math_than_llamacpp_within_family_bar(gdir):
+    """Last-prompt logits against the exact f64 forward: per prompt, max |ours - exact|
+    and rms within the family bar and our greedy choice exact's (or within a near tie of
+    it); pooled over the prompts with llama.cpp's full logits, rms(ours - exact) at most
+    (1 + kRmsVsLlamaCppMargin) x rms(llama.cpp - exact)."""
+    golden, runs, caps = engine_runs(gdir)
+    need_dumps(caps)
+    exact = exact_logits(gdir, golden)
+    bar = bar_for(gdir, golden)
+    sq_ours, sq_ref, lines = [], [], []
+    for p, run, ex in zip(golden["prompts"], runs, exact):
+        if ex is None:
+            continue
+        d = run.logits0 - ex
+        slack = bar.max_abs_vs_exact + kF16StorageRelTol * np.abs(ex)
+        worst = int(np.argmax(np.abs(d) - slack))
+        line = f"{gdir.name}/{p['name']}: ours-exact rms {rms(d):.4f} max {abs(d).max():.4f}"
+        assert abs(d[worst]) <= slack[worst], (
+            f"{gdir.name}/{p['name']}: logit of id {worst} is {run.logits0[worst]:.5f}, exact math gives "
+            f"{ex[worst]:.5f} (|diff| {abs(d[worst]):.5f} > max_abs_vs_exact {bar.max_abs_vs_exact})")
+        assert rms(d) <= bar.rms_vs_exact, (
+            f"{gdir.name}/{p['name']}: rms(ours - exact) {rms(d):.5f} > rms_vs_exact {bar.rms_vs_exact}")
+        ours_top, ex_top = int(np.argmax(run.logits0)), int(np.argmax(ex))
+        assert ex[ex_top] - ex[ours_top] <= max(bar.near_tie_gap, kLogitAbsTolFloat), (
+            f"{gdir.name}/{p['name']}: our step-0 choice {ours_top} is {ex[ex_top] - ex[ours_top]:.4f} below "
+            f"exact math's {ex_top}")
+        lc = llamacpp_logits(gdir, p)
+        if lc is not None:
+            dl = lc - ex
+            line += f" | llama.cpp-exact rms {rms(dl):.4f} max {abs(dl).max():.4f}"
+            sq_ours.append(float(np.mean(d * d)))
+            sq_ref.append(float(np.mean(dl * dl)))
+        lines.append(line)
+    print("\n".join(lines))
+    if sq_ours:
+        ours, ref = math.sqrt(np.mean(sq_ours)), math.sqrt(np.mean(sq_ref))
+        print(f"{gdir.name}: pooled rms vs exact: ours {ours:.4f}, llama.cpp {ref:.4f} (ratio {ours / ref:.2f})")
+        assert ours <= ref * (1 + kRmsVsLlamaCppMargin), (
+            f"{gdir.name}: pooled rms(ours - exact) {ours:.5f} > (1 + {kRmsVsLlamaCppMargin}) x "
+            f"rms(llama.cpp - exact) {ref:.5f}: further from exact math than llama.cpp")
+
+
+@pytest.mark.parametrize("gdir", golden_dirs(), ids=lambda d: d.name)
+def test_logits_agree_with_llamacpp_within_error_budgets(gdir):
+    """Full last-prompt logits (prompts that carry them): rms(ours - llama.cpp) within
+    kRmsVsLlamaCppFactor x the family's rms budget; float models also element-wise within
+    kLogitAbsTolFloat, at the last prompt position and at llama.cpp's top ids of every
+    step of the greedy run."""
+    golden, runs, caps = engine_runs(gdir)
+    need_dumps(caps)
+    bar, strict = bar_for(gdir, golden), is_float(golden)
+    tol = kRmsVsLlamaCppFactor * bar.rms_vs_exact
+    for p, run in zip(golden["prompts"], runs):
+        lc = llamacpp_logits(gdir, p)
+        if lc is not None:
+            d = run.logits0 - lc
+            print(f"{gdir.name}/{p['name']}: ours-llama.cpp rms {rms(d):.4f} max {abs(d).max():.4f}")
+            assert rms(d) <= tol, (
+                f"{gdir.name}/{p['name']}: rms(ours - llama.cpp) {rms(d):.5f} > {tol:.5f} "
+                f"(sqrt(2) x rms_vs_exact {bar.rms_vs_exact})")
+            if strict:
+                slack = kLogitAbsTolFloat + kF16StorageRelTol * np.abs(lc)
+                worst = int(np.argmax(np.abs(d) - slack))
+                assert abs(d[worst]) <= slack[worst], (
+                    f"{gdir.name}/{p['name']}: last-prompt logit of id {worst}: llama.cpp {lc[worst]:.5f} "
+                    f"ours {run.logits0[worst]:.5f} (|diff| {abs(d[worst]):.5f} > tol {kLogitAbsTolFloat})")
+        if strict:
+            for k, (s, got) in enumerate(zip(p["steps"], run.at_top)):
+                want = np.array(s["top_logits"])
+                j = int(np.argmax(np.abs(got - want)))
+                assert abs(got[j] - want[j]) <= kLogitAbsTolFloat, (
+                    f"{gdir.name}/{p['name']} step {k}: logit of id {s['top_ids'][j]}: llama.cpp {want[j]:.5f} "
+                    f"ours {got[j]:.5f} (tol {kLogitAbsTolFloat})")
+
+
+@pytest.mark.parametrize("gdir", golden_dirs(), ids=lambda d: d.name)
+def test_greedy_ids_match_llamacpp_up_to_its_first_near_tie(gdir):
+    """Greedy ids equal llama.cpp's step by step. At a step where they differ, llama.cpp's
+    own logit gap between its choice and ours must be below the family's near_tie_gap
+    (its choice there is within its measured error); the comparison stops there. Float
+    models: every token equal, no near ties excused."""
+    golden, runs, caps = engine_runs(gdir)
+    bar = bar_for(gdir, golden)
+    identical, notes = 0, []
+    for p, run in zip(golden["prompts"], runs):
+        want_ids = p["generated_ids"]
+        if not caps["dump"]:
+            # Text tier: the printed continuation (a prompt echo before it is allowed).
+            want_text = base64.b64decode(p["generated_text_b64"])
+            assert run.stdout.endswith(want_text) or run.stdout.rstrip(b"\n").endswith(want_text.rstrip(b"\n")), (
+                f"{gdir.name}/{p['name']}: greedy text differs\n want {want_text!r}\n got  {run.stdout!r}")
+            continue
+        got_ids = run.ids
+        if got_ids == want_ids and run.eog == p["stopped_at_eog"]:
+            identical += 1
+            continue
+        k = next(i for i in range(len(p["steps"]))
+                 if i >= len(got_ids) or i >= len(want_ids) or got_ids[i] != want_ids[i])
+        step = p["steps"][k]
+        want_tok = want_ids[k] if k < len(want_ids) else p["eog_id"]
+        got_tok = got_ids[k] if k < len(got_ids) else None  # None: we stopped at EOG
+        lt = dict(zip(step["top_ids"], step["top_logits"]))
+        # llama.cpp's gap between its choice and ours; when ours is outside its top-10,
+        # the top-1/top-10 gap is a lower bound.
+        gap = step["top_logits"][0] - lt.get(got_tok, step["top_logits"][-1])
+        assert gap < bar.near_tie_gap, (
+            f"{gdir.name}/{p['name']}: first greedy mismatch at step {k}: llama.cpp {want_tok} ours {got_tok}, "
+            f"llama.cpp's gap between them {gap:.4f} >= near_tie_gap {bar.near_tie_gap}"
+            f"{' (float model: every token must match)' if bar.near_tie_gap == 0 else ''}\n"
+            f" want {want_ids}\n got  {got_ids}")
+        notes.append(f"{p['name']}: near tie at step {k} (llama.cpp {want_tok} vs ours {got_tok}, "
+                     f"gap {gap:.4f} < {bar.near_tie_gap}); compared up to it")
+    n = len(golden["prompts"])
+    print(f"{gdir.name}: {identical}/{n} prompts identical to llama.cpp over all "
+          f"{golden['settings']['n_predict']} tokens")
+    for line in notes:
+        print(f"  {line}")
 
 
 def test_goldens_are_well_formed():
@@ -291,6 +478,16 @@ def test_goldens_are_well_formed():
                 assert all(math.isfinite(v) for v in s["top_logits"])
             if "full_logits" in p:
                 vals = read_f16(d / "logits.f16", p["full_logits"]["offset"], p["full_logits"]["count"])
-                best = max(range(len(vals)), key=lambda i: vals[i])
-                assert vals[best] == pytest.approx(p["steps"][0]["top_logits"][0], abs=0.02)
-    assert total < 4 << 20, f"committed goldens grew to {total} bytes"
+                assert vals.max() == pytest.approx(p["steps"][0]["top_logits"][0], abs=0.02)
+        if (d / "exact.json").exists():
+            # The exact logits belong to this golden, and llama.cpp's recorded logits
+            # sit inside the family's rms budget (the budget holds for the reference too).
+            bar = bar_for(d, g)
+            for p, ex in zip(g["prompts"], exact_logits(d, g)):
+                lc = llamacpp_logits(d, p)
+                if lc is not None and ex is not None:
+                    assert rms(lc - ex) <= bar.rms_vs_exact, (d, p["name"], rms(lc - ex))
+    # llama.cpp's logits (~0.1-0.4 MB per model) and the exact ones (n_vocab f16 per
+    # prompt: 1.3 MB for SmolLM2's 13 prompts, 0.2-0.3 MB per tiny fixture) dominate;
+    # large vocabularies store exact logits for the full-logit prompts only.
+    assert total < 6 << 20, f"committed goldens grew to {total} bytes"
