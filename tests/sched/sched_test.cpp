@@ -136,6 +136,7 @@ TEST(Sched, ExecuteRunsEveryComputeNodeOnceAndReusesThePlanPerUid) {
   EXPECT_EQ(f->ran, (std::vector<NodeId>{1, 2, 3, 1, 2, 3}));
   EXPECT_EQ(s.stats().plans_built, 1u);
   EXPECT_EQ(s.stats().plans_reused, 1u);
+  EXPECT_EQ(s.stats().data_resolves, 1u);  // the reused step looked nothing up
   ASSERT_EQ(traces.size(), 2u);
   EXPECT_NE(traces[0].find("planned now"), std::string::npos) << traces[0];
   EXPECT_NE(traces[1].find("plan reused"), std::string::npos) << traces[1];

@@ -2,16 +2,15 @@
 // with F16C and FMA) dot products and their register-blocked GEMM, for Q4_0, Q4_1,
 // Q5_0, Q8_0, Q4_K and Q6_K weights. This file alone is compiled with those flags; callers
 // reach it only after cpuid said yes, once, at startup.
-// Why 256-bit lanes: one legacy block is 32 bytes of activation codes, so a ymm holds
-// exactly one block and the lane partition (4 bytes per int32 lane) is the AVX2
-// kernels' — the integer lane sums are exact and the float expression per block is
-// the AVX2 twin's, so these kernels equal the AVX2 ones bit for bit (tested), and the
-// K-quants equal the scalar reference bit for bit. The speed comes from vpdpbusd (one
-// instruction for u8·s8 → int32), hardware fp16 scale conversion, and register
-// blocking: gemm computes an NW × NX tile of outputs per pass over the blocks, each
-// output with its own accumulator and exactly vec_dot's operations in vec_dot's order
-// (invariant 8: prefill GEMM == decode GEMV, bitwise); NW weight rows per activation
-// row give the decode GEMV independent FMA chains.
+// Legacy types run two blocks per zmm (see PairFmt) and meet the scalar reference
+// within the legacy SIMD tolerance; the K-quants keep exact integer super-block sums
+// and the scalar float expression on 256-bit lanes, so they equal the scalar (and
+// AVX2) twins bit for bit. The speed comes from vpdpbusd (one instruction for
+// u8·s8 → int32, with the code offsets folded into its accumulator), hardware fp16
+// scale conversion, and register blocking: gemm computes an NW × NX tile of outputs per pass over
+// the blocks, each output with its own accumulator and exactly vec_dot's operations in vec_dot's
+// order (invariant 8: prefill GEMM == decode GEMV, bitwise); NW weight rows per activation row give
+// the decode GEMV independent FMA chains.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -72,137 +71,149 @@ inline __m256i dp_us8(__m256i u, __m256i s) {
 }
 
 // ---- per-format policies: prep_w / prep_x once per block, step per (w, x) pair ----
+// Legacy formats (32-element blocks): two consecutive blocks per 512-bit register —
+// block 2p in int32/float lanes 0-7, block 2p+1 in lanes 8-15 — so one vpdpbusd does
+// 64 multiply-adds. Per block the int32 lane sums are exact (any method gives the same
+// integers); the float part is fixed: lane += (d_w · d_x) · float(lane sum) with FMA,
+// 16 lanes, then lanes i and i+8 added and the 8-lane tree. An odd last block runs
+// with an all-zero upper half. The offsets (Q4_0: −8, Q5_0: −16, Q8_0: w+128 as u8)
+// are folded into the accumulator vpdpbusd starts from: −k·Σx, computed per activation
+// block once and shared by every weight row of a tile.
 
-struct Q4_0Fmt {
-  using WB = BlockQ4_0;
-  using XB = BlockQ8_0;
-  static constexpr int64_t kBlock = kQK;
-  struct Acc {
-    __m256 v;
-  };
-  struct WP {
-    __m256i q;  // nibbles 0..15 (the code is q − 8)
-    float d;
-  };
-  struct XP {
-    __m256i q;
-    __m256i corr;  // 8 · Σ x per lane: Σ (q − 8)·x = Σ q·x − corr, exact
-    float d;
-  };
-  static void init(Acc& a) { a.v = _mm256_setzero_ps(); }
-  static WP prep_w(const WB& b) { return {unpack_nibbles(b.qs), h2f(b.d)}; }
-  static XP prep_x(const XB& b) {
-    const __m256i q = load256(b.qs);
-    return {q, dp_us8(_mm256_set1_epi8(8), q), h2f(b.d)};
-  }
-  static void step(Acc& a, const WP& w, const XP& x) {
-    const __m256i s = _mm256_sub_epi32(dp_us8(w.q, x.q), x.corr);
-    a.v = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(s), a.v);
-  }
-  static float finish(const Acc& a) { return hsum_f32x8(a.v); }
-};
+// Masked loads, broadcasts and blends build the 512-bit operands from 256-bit halves
+// (AVX512F + BW only: no DQ inserts/extracts).
+inline __m512i load2x256(const int8_t* p0, const int8_t* p1) {
+  // lanes 4-7 load p1[0..31] (address p1 − 32 + 32); masked-off lanes never fault
+  return _mm512_mask_loadu_epi64(_mm512_maskz_loadu_epi64(0x0F, p0), 0xF0, p1 - 32);
+}
+// Two blocks' 16 packed bytes → 64 bytes: block 0 elements 0-31, then block 1's.
+inline __m512i unpack_nibbles2(const uint8_t* p0, const uint8_t* p1) {
+  const __m256i t = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)),
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0)));
+  const __m512i tt = _mm512_broadcast_i64x4(t);
+  // 128-bit lanes [b0 lo, b1 lo, b0 hi, b1 hi] → [b0 lo, b0 hi, b1 lo, b1 hi]
+  const __m512i z = _mm512_mask_srli_epi16(tt, 0xFFFF0000u, tt, 4);
+  return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)),
+                          _mm512_set1_epi8(0x0F));
+}
+inline __m512 splat2(float a, float b) {
+  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+inline float hsum_f32x16(__m512 v) {
+  const __m512 hi = _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2));
+  return hsum_f32x8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(hi)));
+}
+// −k · Σ x over each group of 4 bytes (int32 lanes), the start of the pair's vpdpbusd.
+inline __m512i neg_k_sum(int8_t k, __m512i x) {
+  return _mm512_sub_epi32(_mm512_setzero_si512(),
+                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(k), x));
+}
 
-struct Q4_1Fmt {
-  using WB = BlockQ4_1;
-  using XB = BlockQ8_1;
-  static constexpr int64_t kBlock = kQK;
+// The shared pair machinery. W::load2(b0, b1) → u8 codes (64 bytes) and W::kOffset
+// (0, 8, 16 or 128); X is always Q8_0 / Q8_1 codes.
+template <class WBlock, class XBlock, class Codes, bool kHasMin>
+struct PairFmt {
+  using WB = WBlock;
+  using XB = XBlock;
+  static constexpr int64_t kElems = kQK;  // per block
+  static constexpr int64_t kStep = 2;     // blocks per step
+  static constexpr int kTileX = 3;        // 12 accumulators + operands fit 32 zmm
   struct Acc {
-    __m256 v;
+    __m512 v;
     float summs;
   };
   struct WP {
-    __m256i q;
-    float d, m;
+    __m512i q;  // u8 codes, offset Codes::kOffset
+    __m512 d;
+    float m0, m1;
   };
   struct XP {
-    __m256i q;
-    float d, s;
+    __m512i q;
+    __m512i start;  // −offset · Σx per lane (0 without offset)
+    __m512 d;
+    float s0, s1;
   };
   static void init(Acc& a) {
-    a.v = _mm256_setzero_ps();
+    a.v = _mm512_setzero_ps();
     a.summs = 0.0f;
   }
-  static WP prep_w(const WB& b) { return {unpack_nibbles(b.qs), h2f(b.d), h2f(b.m)}; }
-  static XP prep_x(const XB& b) { return {load256(b.qs), h2f(b.d), h2f(b.s)}; }
-  static void step(Acc& a, const WP& w, const XP& x) {
-    a.summs += w.m * x.s;
-    a.v = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(dp_us8(w.q, x.q)), a.v);
+  static WP prep(const WB* b, bool two) {
+    WP p;
+    p.q = Codes::load2(b[0], two ? b[1] : b[0], two);
+    p.d = splat2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
+    if constexpr (kHasMin) {
+      p.m0 = h2f(b[0].m);
+      p.m1 = two ? h2f(b[1].m) : 0.0f;
+    }
+    return p;
   }
-  static float finish(const Acc& a) { return hsum_f32x8(a.v) + a.summs; }
+  static XP prepx(const XB* b, bool two) {
+    XP p;
+    p.q = two ? load2x256(b[0].qs, b[1].qs) : _mm512_maskz_loadu_epi64(0x0F, b[0].qs);
+    p.start = Codes::kOffset ? neg_k_sum(static_cast<int8_t>(Codes::kOffset), p.q)
+                             : _mm512_setzero_si512();
+    p.d = splat2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
+    if constexpr (kHasMin) {
+      p.s0 = h2f(b[0].s);
+      p.s1 = two ? h2f(b[1].s) : 0.0f;
+    }
+    return p;
+  }
+  static void step(Acc& a, const WP& w, const XP& x) {
+    if constexpr (kHasMin) {
+      a.summs += w.m0 * x.s0;
+      a.summs += w.m1 * x.s1;
+    }
+    const __m512i s = _mm512_dpbusd_epi32(x.start, w.q, x.q);
+    a.v = _mm512_fmadd_ps(_mm512_mul_ps(w.d, x.d), _mm512_cvtepi32_ps(s), a.v);
+  }
+  static float finish(const Acc& a) { return hsum_f32x16(a.v) + a.summs; }
 };
 
-struct Q8_0Fmt {
-  using WB = BlockQ8_0;
-  using XB = BlockQ8_0;
-  static constexpr int64_t kBlock = kQK;
-  struct Acc {
-    __m256 v;
-  };
-  struct WP {
-    __m256i abs, sgn;  // |w| as u8; w for the sign transfer onto x
-    float d;
-  };
-  struct XP {
-    __m256i q;
-    float d;
-  };
-  static void init(Acc& a) { a.v = _mm256_setzero_ps(); }
-  static WP prep_w(const WB& b) {
-    const __m256i q = load256(b.qs);
-    return {_mm256_sign_epi8(q, q), q, h2f(b.d)};
+struct Q4Codes {  // Q4_0 / Q4_1 nibbles
+  static constexpr int kOffset = 8;
+  template <class B>
+  static __m512i load2(const B& b0, const B& b1, bool) {
+    return unpack_nibbles2(b0.qs, b1.qs);
   }
-  static XP prep_x(const XB& b) { return {load256(b.qs), h2f(b.d)}; }
-  static void step(Acc& a, const WP& w, const XP& x) {
-    const __m256i s = dp_us8(w.abs, _mm256_sign_epi8(x.q, w.sgn));
-    a.v = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(s), a.v);
+};
+struct Q4_1Codes {
+  static constexpr int kOffset = 0;
+  static __m512i load2(const BlockQ4_1& b0, const BlockQ4_1& b1, bool) {
+    return unpack_nibbles2(b0.qs, b1.qs);
   }
-  static float finish(const Acc& a) { return hsum_f32x8(a.v); }
+};
+struct Q5Codes {  // Q5_0: bit 4 of element j is bit j of qh (a byte mask)
+  static constexpr int kOffset = 16;
+  static __m512i load2(const BlockQ5_0& b0, const BlockQ5_0& b1, bool) {
+    uint32_t h0, h1;
+    std::memcpy(&h0, b0.qh, 4);
+    std::memcpy(&h1, b1.qh, 4);
+    const __mmask64 m = static_cast<__mmask64>(h0) | (static_cast<__mmask64>(h1) << 32);
+    return _mm512_or_si512(unpack_nibbles2(b0.qs, b1.qs),
+                           _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10)));
+  }
+};
+struct Q8Codes {  // Q8_0 weights as u8: w + 128
+  static constexpr int kOffset = 128;
+  static __m512i load2(const BlockQ8_0& b0, const BlockQ8_0& b1, bool) {
+    return _mm512_xor_si512(load2x256(b0.qs, b1.qs), _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
 };
 
-// Q5_0 (no AVX2 twin: the scalar one adds one float per block, this one keeps the 8
-// float lanes of Q4_0 — equal within the legacy SIMD tolerance). Bit 4 of element j is
-// bit j of qh, and byte j of the unpacked nibbles is element j, so the 32-bit qh is
-// directly a byte mask.
-struct Q5_0Fmt {
-  using WB = BlockQ5_0;
-  using XB = BlockQ8_0;
-  static constexpr int64_t kBlock = kQK;
-  struct Acc {
-    __m256 v;
-  };
-  struct WP {
-    __m256i q;  // 0..31 (the code is q − 16)
-    float d;
-  };
-  struct XP {
-    __m256i q;
-    __m256i corr;  // 16 · Σ x per lane
-    float d;
-  };
-  static void init(Acc& a) { a.v = _mm256_setzero_ps(); }
-  static WP prep_w(const WB& b) {
-    uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    const __m256i hi = _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(0x10));
-    return {_mm256_or_si256(unpack_nibbles(b.qs), hi), h2f(b.d)};
-  }
-  static XP prep_x(const XB& b) {
-    const __m256i q = load256(b.qs);
-    return {q, dp_us8(_mm256_set1_epi8(16), q), h2f(b.d)};
-  }
-  static void step(Acc& a, const WP& w, const XP& x) {
-    const __m256i s = _mm256_sub_epi32(dp_us8(w.q, x.q), x.corr);
-    a.v = _mm256_fmadd_ps(_mm256_set1_ps(w.d * x.d), _mm256_cvtepi32_ps(s), a.v);
-  }
-  static float finish(const Acc& a) { return hsum_f32x8(a.v); }
-};
+using Q4_0Fmt = PairFmt<BlockQ4_0, BlockQ8_0, Q4Codes, false>;
+using Q4_1Fmt = PairFmt<BlockQ4_1, BlockQ8_1, Q4_1Codes, true>;
+using Q5_0Fmt = PairFmt<BlockQ5_0, BlockQ8_0, Q5Codes, false>;
+using Q8_0Fmt = PairFmt<BlockQ8_0, BlockQ8_0, Q8Codes, false>;
 
 // Q4_K: per super-block d·Σ(sc·Σq·y) − dmin·Σ(m·bsum) in exact integers, then the
 // scalar twin's float expression; sumf accumulates in super-block order.
 struct Q4_KFmt {
   using WB = BlockQ4_K;
   using XB = BlockQ8_K;
-  static constexpr int64_t kBlock = kQKK;
+  static constexpr int64_t kElems = kQKK;
+  static constexpr int64_t kStep = 1;
+  static constexpr int kTileX = 4;
   struct Acc {
     float sumf;
   };
@@ -218,7 +229,8 @@ struct Q4_KFmt {
     float d;
   };
   static void init(Acc& a) { a.sumf = 0.0f; }
-  static WP prep_w(const WB& b) {
+  static WP prep(const WB* pb, bool) {
+    const WB& b = *pb;
     WP p;
     p.qs = b.qs;
     alignas(32) int32_t mins[8];
@@ -233,7 +245,8 @@ struct Q4_KFmt {
     p.dmin = h2f(b.dmin);
     return p;
   }
-  static XP prep_x(const XB& b) {
+  static XP prepx(const XB* pb, bool) {
+    const XB& b = *pb;
     const __m256i bs = _mm256_cvtepi16_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.bsums)));  // bsums 0..7
     const __m256i bs2 = _mm256_cvtepi16_epi32(
@@ -265,7 +278,9 @@ struct Q4_KFmt {
 struct Q6_KFmt {
   using WB = BlockQ6_K;
   using XB = BlockQ8_K;
-  static constexpr int64_t kBlock = kQKK;
+  static constexpr int64_t kElems = kQKK;
+  static constexpr int64_t kStep = 1;
+  static constexpr int kTileX = 4;
   struct Acc {
     float sumf;
   };
@@ -279,8 +294,9 @@ struct Q6_KFmt {
     float d;
   };
   static void init(Acc& a) { a.sumf = 0.0f; }
-  static WP prep_w(const WB& b) { return {&b, h2f(b.d)}; }
-  static XP prep_x(const XB& b) {
+  static WP prep(const WB* b, bool) { return {b, h2f(b->d)}; }
+  static XP prepx(const XB* pb, bool) {
+    const XB& b = *pb;
     XP p;
     p.qs = b.qs;
     const __m256i k32 = _mm256_set1_epi8(32);
@@ -322,25 +338,28 @@ struct Q6_KFmt {
 
 // ---- the blocked tile and the kernels built from it ----
 
-// y[j * ys + i] for i < NW weight rows, j < NX activation rows.
+// y[j * ys + i] for i < NW weight rows, j < NX activation rows, over n elements.
 template <class F, int NW, int NX>
-void tile(int64_t nb, const uint8_t* w, uint64_t ws, const uint8_t* x, uint64_t xs, float* y,
+void tile(int64_t n, const uint8_t* w, uint64_t ws, const uint8_t* x, uint64_t xs, float* y,
           int64_t ys) {
   using WB = typename F::WB;
   using XB = typename F::XB;
+  const int64_t nb = n / F::kElems;
   typename F::Acc acc[NW][NX];
 #pragma GCC unroll 8
   for (int i = 0; i < NW; ++i) {
 #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j) F::init(acc[i][j]);
   }
-  for (int64_t ib = 0; ib < nb; ++ib) {
+  for (int64_t ib = 0; ib < nb; ib += F::kStep) {
+    const bool two = F::kStep == 1 || ib + 1 < nb;
     typename F::XP xp[NX];
 #pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) xp[j] = F::prep_x(reinterpret_cast<const XB*>(x + j * xs)[ib]);
+    for (int j = 0; j < NX; ++j)
+      xp[j] = F::prepx(reinterpret_cast<const XB*>(x + j * xs) + ib, two);
 #pragma GCC unroll 8
     for (int i = 0; i < NW; ++i) {
-      const typename F::WP wp = F::prep_w(reinterpret_cast<const WB*>(w + i * ws)[ib]);
+      const typename F::WP wp = F::prep(reinterpret_cast<const WB*>(w + i * ws) + ib, two);
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) F::step(acc[i][j], wp, xp[j]);
     }
@@ -353,8 +372,7 @@ void tile(int64_t nb, const uint8_t* w, uint64_t ws, const uint8_t* x, uint64_t 
 template <class F>
 float vec_dot(int64_t n, const void* w, const void* x) {
   float y;
-  tile<F, 1, 1>(n / F::kBlock, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(x), 0,
-                &y, 1);
+  tile<F, 1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(x), 0, &y, 1);
   return y;
 }
 
@@ -362,41 +380,33 @@ using TileFn = void (*)(int64_t, const uint8_t*, uint64_t, const uint8_t*, uint6
                         int64_t);
 
 // Tile shapes: up to 8 weight rows for one activation row (the decode GEMV), up to
-// 4 × 4 for a batch (16 accumulators + prepared operands fit the 32 vector registers).
-template <class F>
-struct Tiles {
-  static constexpr int kMaxWGemv = 8;
-  static constexpr int kMaxW = 4;
-  static constexpr int kMaxX = 4;
-  template <int... I>
-  static constexpr std::array<TileFn, sizeof...(I)> gemv(std::integer_sequence<int, I...>) {
-    return {&tile<F, I + 1, 1>...};
-  }
-  template <int NX, int... I>
-  static constexpr std::array<TileFn, sizeof...(I)> row(std::integer_sequence<int, I...>) {
-    return {&tile<F, I + 1, NX>...};
-  }
-};
+// 4 × F::kTileX for a batch (accumulators + prepared operands fit the 32 registers).
+constexpr int kMaxWGemv = 8;
+constexpr int kMaxW = 4;
+
+template <class F, int NX, int... I>
+constexpr std::array<TileFn, sizeof...(I)> tile_row(std::integer_sequence<int, I...>) {
+  return {&tile<F, I + 1, NX>...};
+}
+template <class F, int... J>
+constexpr std::array<std::array<TileFn, kMaxW>, sizeof...(J)> tile_table(
+    std::integer_sequence<int, J...>) {
+  return {tile_row<F, J + 1>(std::make_integer_sequence<int, kMaxW>{})...};
+}
 
 template <class F>
 void gemm(const GemmArgs& a) {
-  using T = Tiles<F>;
-  static constexpr auto kGemv = T::gemv(std::make_integer_sequence<int, T::kMaxWGemv>{});
-  static constexpr std::array<std::array<TileFn, T::kMaxW>, T::kMaxX> kGemm = {
-      T::template row<1>(std::make_integer_sequence<int, T::kMaxW>{}),
-      T::template row<2>(std::make_integer_sequence<int, T::kMaxW>{}),
-      T::template row<3>(std::make_integer_sequence<int, T::kMaxW>{}),
-      T::template row<4>(std::make_integer_sequence<int, T::kMaxW>{})};
-  const int64_t nb = a.k / F::kBlock;
+  static constexpr auto kGemv = tile_row<F, 1>(std::make_integer_sequence<int, kMaxWGemv>{});
+  static constexpr auto kGemm = tile_table<F>(std::make_integer_sequence<int, F::kTileX>{});
   const auto* w = static_cast<const uint8_t*>(a.w);
   const auto* x = static_cast<const uint8_t*>(a.x);
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += T::kMaxX) {
-    const int64_t nx = std::min<int64_t>(T::kMaxX, a.n_x - j0);
-    const int64_t max_w = a.n_x == 1 ? T::kMaxWGemv : T::kMaxW;
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += F::kTileX) {
+    const int64_t nx = std::min<int64_t>(F::kTileX, a.n_x - j0);
+    const int64_t max_w = a.n_x == 1 ? kMaxWGemv : kMaxW;
     for (int64_t i0 = 0; i0 < a.n_w; i0 += max_w) {
       const int64_t nw = std::min<int64_t>(max_w, a.n_w - i0);
       const TileFn fn = a.n_x == 1 ? kGemv[nw - 1] : kGemm[nx - 1][nw - 1];
-      fn(nb, w + i0 * a.w_stride, a.w_stride, x + j0 * a.x_stride, a.x_stride,
+      fn(a.k, w + i0 * a.w_stride, a.w_stride, x + j0 * a.x_stride, a.x_stride,
          a.y + j0 * a.y_stride + i0, a.y_stride);
     }
   }
