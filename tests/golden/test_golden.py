@@ -22,9 +22,10 @@ Three bars (tests/data/golden/README.md has the measured numbers):
              (exact.f16, tools/reference/exact_logits.py): within the family's max/rms
              bounds, and on the whole not further from exact math than llama.cpp is;
   agreement  rms(ours - llama.cpp) within the two engines' combined error budget
-             (float models: every logit within kLogitAbsTolFloat);
+             (float models: every logit within the family's logit_abs_tol_vs_llamacpp,
+             at every step up to the first greedy difference);
   greedy     ids equal to llama.cpp's up to the first step where llama.cpp's own margin
-             between its choice and ours is a near tie (float models: all ids).
+             between its choice and ours is a near tie (tiny float models: all ids).
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ MINFER_BIN = Path(os.environ.get("MINFER_BIN", BUILD / "apps" / "minfer" / "minf
 #
 # Float weights (f32/f16/bf16): strict bar against llama.cpp. llama.cpp's f16 KV cache
 # and f16 flash attention are its only difference from exact math; ours differs by
-# summation order. Every logit within this of llama.cpp's, every greedy token equal.
+# summation order. Every logit within this of llama.cpp's, every greedy token equal
+# (family "float"; the 24-layer Qwen2.5-0.5B float family measures its own, below).
 kLogitAbsTolFloat = 2e-2
 # The committed logits (llama.cpp's and the exact ones) are IEEE half floats: relative
 # rounding of 2^-11 (0.008 on a logit of 16) on top of every absolute bound below.
@@ -77,6 +79,10 @@ class Bar:
     max_abs_vs_exact: float  # max |ours - exact| over the vocabulary, every prompt
     rms_vs_exact: float      # rms budget of a correct engine vs exact, every prompt
     near_tie_gap: float      # a llama.cpp top-1/choice gap below this is a near tie
+    # Float families: every logit within this of llama.cpp's, at the last prompt position
+    # and at llama.cpp's top ids of every step up to the first greedy difference.
+    # 0: quantized families (rms agreement only).
+    logit_abs_tol_vs_llamacpp: float = 0.0
 
 
 # Families. The error of a quantized model against exact math is dominated by the
@@ -89,13 +95,31 @@ class Bar:
 kBars = {
     # Float weights: both engines within a few 1e-3 of exact (mostly the f16 storage
     # of exact.f16 itself); near ties do not apply, every token must match.
-    "float": Bar(max_abs_vs_exact=1.2e-2, rms_vs_exact=4.5e-3, near_tie_gap=0.0),
+    "float": Bar(max_abs_vs_exact=1.2e-2, rms_vs_exact=4.5e-3, near_tie_gap=0.0,
+                 logit_abs_tol_vs_llamacpp=kLogitAbsTolFloat),
+    # Qwen2.5-0.5B-shaped F16 (24 layers, 151936 ids; 3 prompts): measured max
+    # |ours-exact| 0.0139 (about 0.004 of it exact.f16's own rounding at logits ~13),
+    # rms ours 0.0032 / llama.cpp 0.0042. Over 24 layers llama.cpp's f16 K/V and f16 V
+    # accumulation in its flash attention are no longer negligible: its error on a
+    # logit difference among its top-10 (step 0, against exact) is up to 0.0171, so its
+    # greedy choice at a closer gap is not reliable. Measured: it differs from ours (and
+    # the comparison stops) at gaps 0.0054 ('code' step 56) and 0.0103 ('chatml' step
+    # 2); 1/3 prompts identical over 64 tokens. Ours vs llama.cpp at its top-10, every
+    # step up to the first difference: 0.0198 (float bar 2e-2 has no headroom here).
+    "qwen2.5-0.5b-float": Bar(max_abs_vs_exact=1.8e-2, rms_vs_exact=5.5e-3, near_tie_gap=2.1e-2,
+                              logit_abs_tol_vs_llamacpp=2.5e-2),
     # Tiny random-weight fixtures, Q8_0/Q4_0/Q4_K_M: measured max |ours-exact| 0.364,
     # rms ours 0.082 / llama.cpp 0.084, llama.cpp top-10 difference error 0.293.
     "tiny-quant": Bar(max_abs_vs_exact=0.45, rms_vs_exact=0.105, near_tie_gap=0.37),
     # SmolLM2-135M Q4_1 (real weights, logits up to ~35): measured max |ours-exact|
     # 0.876, rms ours 0.301 / llama.cpp 0.326, llama.cpp top-10 difference error 0.437.
     "smollm2-q4_1": Bar(max_abs_vs_exact=1.1, rms_vs_exact=0.41, near_tie_gap=0.55),
+    # Qwen2.5-0.5B-shaped Q8_0 and Q4_0 (random weights, 24 layers, logits ~13): the
+    # shared Q8_0 activation rounding dominates, so both types measure alike. Measured
+    # max |ours-exact| 0.405 (Q4_0 'chatml'), rms ours 0.088 / llama.cpp 0.082,
+    # llama.cpp top-10 difference error 0.354 (Q8_0 'chatml'); its one greedy difference
+    # (Q8_0 'chatml' step 24) is at its gap 0.196. 5/6 prompts identical over 64 tokens.
+    "qwen2.5-0.5b-quant": Bar(max_abs_vs_exact=0.5, rms_vs_exact=0.11, near_tie_gap=0.44),
 }
 # Pooled over a model's prompts that carry llama.cpp's full logits, rms(ours - exact)
 # must not exceed rms(llama.cpp - exact) by more than this fraction. Measured ratios:
@@ -245,10 +269,11 @@ def is_float(golden: dict) -> bool:
 
 
 def bar_for(gdir: Path, golden: dict) -> Bar:
-    if is_float(golden):
-        return kBars["float"]
     fx = golden["model"].get("fixture")
-    family = "tiny-quant" if fx and manifest()[fx]["preset"] == "tiny" else {
+    preset = manifest()[fx]["preset"] if fx else None
+    if is_float(golden):
+        return kBars["qwen2.5-0.5b-float" if preset == "qwen2.5-0.5b" else "float"]
+    family = {"tiny": "tiny-quant", "qwen2.5-0.5b": "qwen2.5-0.5b-quant"}.get(preset) or {
         "smollm2-135m-instruct-q4_1": "smollm2-q4_1"}.get(gdir.name)
     assert family, (f"{gdir.name}: no measured bar for this quantized model; measure ours and llama.cpp "
                     "against exact (tests/data/golden/README.md) and add a family to kBars")
@@ -335,6 +360,17 @@ def llamacpp_logits(gdir: Path, p: dict) -> np.ndarray | None:
     return read_f16(gdir / "logits.f16", fl["offset"], fl["count"]) if fl else None
 
 
+def first_difference(p: dict, run: Run) -> int | None:
+    """The first step whose greedy choice differs from llama.cpp's (a different id, or one
+    of the runs ended at EOG there), None when the whole run is identical. Up to and
+    including this step both engines score the same sequence; after it they do not, so
+    no logits past it are compared."""
+    got, want = run.ids, p["generated_ids"]
+    if got == want and run.eog == p["stopped_at_eog"]:
+        return None
+    return next(i for i in range(len(p["steps"])) if i >= len(got) or i >= len(want) or got[i] != want[i])
+
+
 def rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(x * x)))
 
@@ -391,11 +427,14 @@ def test_logits_closer_to_exact_math_than_llamacpp_within_family_bar(gdir):
 def test_logits_agree_with_llamacpp_within_error_budgets(gdir):
     """Full last-prompt logits (prompts that carry them): rms(ours - llama.cpp) within
     kRmsVsLlamaCppFactor x the family's rms budget; float models also element-wise within
-    kLogitAbsTolFloat, at the last prompt position and at llama.cpp's top ids of every
-    step of the greedy run."""
+    the family's logit_abs_tol_vs_llamacpp, at the last prompt position and at llama.cpp's
+    top ids of every step of the greedy run up to the first greedy difference (after it
+    the two runs score different sequences)."""
     golden, runs, caps = engine_runs(gdir)
     need_dumps(caps)
-    bar, strict = bar_for(gdir, golden), is_float(golden)
+    bar = bar_for(gdir, golden)
+    strict, abs_tol = is_float(golden), bar.logit_abs_tol_vs_llamacpp
+    assert not strict or abs_tol > 0, f"{gdir.name}: float family without logit_abs_tol_vs_llamacpp"
     tol = kRmsVsLlamaCppFactor * bar.rms_vs_exact
     for p, run in zip(golden["prompts"], runs):
         lc = llamacpp_logits(gdir, p)
@@ -406,26 +445,32 @@ def test_logits_agree_with_llamacpp_within_error_budgets(gdir):
                 f"{gdir.name}/{p['name']}: rms(ours - llama.cpp) {rms(d):.5f} > {tol:.5f} "
                 f"(sqrt(2) x rms_vs_exact {bar.rms_vs_exact})")
             if strict:
-                slack = kLogitAbsTolFloat + kF16StorageRelTol * np.abs(lc)
+                slack = abs_tol + kF16StorageRelTol * np.abs(lc)
                 worst = int(np.argmax(np.abs(d) - slack))
                 assert abs(d[worst]) <= slack[worst], (
                     f"{gdir.name}/{p['name']}: last-prompt logit of id {worst}: llama.cpp {lc[worst]:.5f} "
-                    f"ours {run.logits0[worst]:.5f} (|diff| {abs(d[worst]):.5f} > tol {kLogitAbsTolFloat})")
+                    f"ours {run.logits0[worst]:.5f} (|diff| {abs(d[worst]):.5f} > tol {abs_tol})")
         if strict:
-            for k, (s, got) in enumerate(zip(p["steps"], run.at_top)):
+            last = first_difference(p, run)
+            n_steps = len(p["steps"]) if last is None else last + 1
+            worst_step = 0.0
+            for k, (s, got) in enumerate(zip(p["steps"][:n_steps], run.at_top)):
                 want = np.array(s["top_logits"])
                 j = int(np.argmax(np.abs(got - want)))
-                assert abs(got[j] - want[j]) <= kLogitAbsTolFloat, (
+                worst_step = max(worst_step, float(abs(got[j] - want[j])))
+                assert abs(got[j] - want[j]) <= abs_tol, (
                     f"{gdir.name}/{p['name']} step {k}: logit of id {s['top_ids'][j]}: llama.cpp {want[j]:.5f} "
-                    f"ours {got[j]:.5f} (tol {kLogitAbsTolFloat})")
+                    f"ours {got[j]:.5f} (tol {abs_tol})")
+            print(f"{gdir.name}/{p['name']}: ours-llama.cpp at its top-10, steps 0..{n_steps - 1}: "
+                  f"max {worst_step:.4f}")
 
 
 @pytest.mark.parametrize("gdir", golden_dirs(), ids=lambda d: d.name)
 def test_greedy_ids_match_llamacpp_up_to_its_first_near_tie(gdir):
     """Greedy ids equal llama.cpp's step by step. At a step where they differ, llama.cpp's
     own logit gap between its choice and ours must be below the family's near_tie_gap
-    (its choice there is within its measured error); the comparison stops there. Float
-    models: every token equal, no near ties excused."""
+    (its choice there is within its measured error); the comparison stops there. Family
+    "float" (tiny models): every token equal, no near ties excused."""
     golden, runs, caps = engine_runs(gdir)
     bar = bar_for(gdir, golden)
     identical, notes = 0, []
@@ -438,11 +483,10 @@ def test_greedy_ids_match_llamacpp_up_to_its_first_near_tie(gdir):
                 f"{gdir.name}/{p['name']}: greedy text differs\n want {want_text!r}\n got  {run.stdout!r}")
             continue
         got_ids = run.ids
-        if got_ids == want_ids and run.eog == p["stopped_at_eog"]:
+        k = first_difference(p, run)
+        if k is None:
             identical += 1
             continue
-        k = next(i for i in range(len(p["steps"]))
-                 if i >= len(got_ids) or i >= len(want_ids) or got_ids[i] != want_ids[i])
         step = p["steps"][k]
         want_tok = want_ids[k] if k < len(want_ids) else p["eog_id"]
         got_tok = got_ids[k] if k < len(got_ids) else None  # None: we stopped at EOG
@@ -488,6 +532,7 @@ def test_goldens_are_well_formed():
                 if lc is not None and ex is not None:
                     assert rms(lc - ex) <= bar.rms_vs_exact, (d, p["name"], rms(lc - ex))
     # llama.cpp's logits (~0.1-0.4 MB per model) and the exact ones (n_vocab f16 per
-    # prompt: 1.3 MB for SmolLM2's 13 prompts, 0.2-0.3 MB per tiny fixture) dominate;
-    # large vocabularies store exact logits for the full-logit prompts only.
-    assert total < 6 << 20, f"committed goldens grew to {total} bytes"
+    # prompt: 1.3 MB for SmolLM2's 13 prompts, 0.2-0.3 MB per tiny fixture, 0.3 MB per
+    # Qwen2.5-0.5B model) dominate; large vocabularies store exact logits for the
+    # full-logit prompts only. Measured 6.75 MB with the three Qwen2.5-0.5B models.
+    assert total < 8 << 20, f"committed goldens grew to {total} bytes"
