@@ -223,79 +223,85 @@ TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
 // within kLegacySimdRel — float reassociation only, the cause named above.
 TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
   if (!have_avx512()) GTEST_SKIP() << "CPU lacks AVX512F/BW/VL/VNNI";
-  const int64_t k = 1024;
   int n_checked = 0;
-  for (DType t : kAllWeightTypes) {
-    DotKernel fast = avx512_dot_kernel(t);
-    if (fast.vec_dot == nullptr) continue;
-    SCOPED_TRACE(std::string(dtype_name(t)));
-    DotKernel twin = avx2_dot_kernel(t);
-    DotKernel ref = scalar_dot_kernel(t);
-    ASSERT_EQ(fast.vec_dot_type, ref.vec_dot_type);
-    ASSERT_NE(fast.gemm, nullptr);
-    ++n_checked;
-    for (uint32_t seed = 1; seed <= 20; ++seed) {
-      std::vector<uint8_t> wb = encode(t, random_floats(static_cast<size_t>(k), seed, -2.0f, 2.0f));
-      std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 100, -3.0f, 3.0f);
-      std::vector<uint8_t> xa(*quant::row_bytes(ref.vec_dot_type, k));
-      fast.from_f32(x.data(), xa.data(), k);
-      const float a = fast.vec_dot(k, wb.data(), xa.data());
-      const float r = ref.vec_dot(k, wb.data(), xa.data());
-      if (t == DType::kQ4_K || t == DType::kQ6_K) {
-        const float b = twin.vec_dot(k, wb.data(), xa.data());
-        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
-      }
-      if (t == DType::kQ4_K || t == DType::kQ6_K) {
-        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r));
-      } else {
-        std::vector<float> wd = decode(t, wb, static_cast<size_t>(k));
-        double mag = 0.0;
-        for (int64_t i = 0; i < k; ++i) mag += std::fabs(double{wd[i]} * x[i]);
-        ASSERT_LE(std::fabs(double{a} - r), kLegacySimdRel * mag) << "seed " << seed;
+  // k 1024: 32 legacy blocks (pairs only); k 1056 only for the legacy types: 33 blocks,
+  // the odd last block runs with an all-zero upper half.
+  for (int64_t k : {int64_t{1024}, int64_t{1056}})
+    for (DType t : kAllWeightTypes) {
+      if (k % 256 != 0 && quant::traits(t)->block_size != 32) continue;
+      DotKernel fast = avx512_dot_kernel(t);
+      if (fast.vec_dot == nullptr) continue;
+      SCOPED_TRACE(std::string(dtype_name(t)));
+      DotKernel twin = avx2_dot_kernel(t);
+      DotKernel ref = scalar_dot_kernel(t);
+      ASSERT_EQ(fast.vec_dot_type, ref.vec_dot_type);
+      ASSERT_NE(fast.gemm, nullptr);
+      ++n_checked;
+      for (uint32_t seed = 1; seed <= 20; ++seed) {
+        std::vector<uint8_t> wb =
+            encode(t, random_floats(static_cast<size_t>(k), seed, -2.0f, 2.0f));
+        std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 100, -3.0f, 3.0f);
+        std::vector<uint8_t> xa(*quant::row_bytes(ref.vec_dot_type, k));
+        fast.from_f32(x.data(), xa.data(), k);
+        const float a = fast.vec_dot(k, wb.data(), xa.data());
+        const float r = ref.vec_dot(k, wb.data(), xa.data());
+        if (t == DType::kQ4_K || t == DType::kQ6_K) {
+          const float b = twin.vec_dot(k, wb.data(), xa.data());
+          ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
+        }
+        if (t == DType::kQ4_K || t == DType::kQ6_K) {
+          ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r));
+        } else {
+          std::vector<float> wd = decode(t, wb, static_cast<size_t>(k));
+          double mag = 0.0;
+          for (int64_t i = 0; i < k; ++i) mag += std::fabs(double{wd[i]} * x[i]);
+          ASSERT_LE(std::fabs(double{a} - r), kLegacySimdRel * mag) << "seed " << seed;
+        }
       }
     }
-  }
-  EXPECT_EQ(n_checked, 6);  // Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K
+  EXPECT_EQ(n_checked, 6 + 4);  // Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K, then the legacy four
 }
 
 // The register-blocked GEMM of every SIMD table equals its vec_dot element by element,
 // for every tile shape and remainder (invariant 8: prefill GEMM == decode GEMV).
 TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
   if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
-  const int64_t k = 512;
-  for (DType t : kAllWeightTypes) {
-    DotKernel dk = have_avx512() ? avx512_dot_kernel(t) : avx2_dot_kernel(t);
-    if (dk.gemm == nullptr) continue;
-    SCOPED_TRACE(std::string(dtype_name(t)));
-    const uint64_t w_row = *quant::row_bytes(t, k);
-    const uint64_t x_row = *quant::row_bytes(dk.vec_dot_type, k);
-    for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16}) {
-      for (int64_t n_x : {1, 2, 3, 4, 5, 7}) {
-        std::vector<uint8_t> wb =
-            encode(t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));
-        std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 5);
-        std::vector<uint8_t> xq(x_row * static_cast<uint64_t>(n_x));
-        for (int64_t j = 0; j < n_x; ++j) dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
-        std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
-        dk.gemm(GemmArgs{.k = k,
-                         .w = wb.data(),
-                         .w_stride = w_row,
-                         .n_w = n_w,
-                         .x = xq.data(),
-                         .x_stride = x_row,
-                         .n_x = n_x,
-                         .y = y.data(),
-                         .y_stride = n_w});
-        for (int64_t j = 0; j < n_x; ++j) {
-          for (int64_t i = 0; i < n_w; ++i) {
-            const float v = dk.vec_dot(k, wb.data() + i * w_row, xq.data() + j * x_row);
-            ASSERT_EQ(fp32_to_bits(v), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
-                << "n_w " << n_w << " n_x " << n_x << " i " << i << " j " << j;
+  // k 544: 17 legacy blocks, an odd tail after the block pairs.
+  for (int64_t k : {int64_t{512}, int64_t{544}})
+    for (DType t : kAllWeightTypes) {
+      DotKernel dk = have_avx512() ? avx512_dot_kernel(t) : avx2_dot_kernel(t);
+      if (dk.gemm == nullptr) continue;
+      if (k % 256 != 0 && quant::traits(t)->block_size != 32) continue;
+      SCOPED_TRACE(std::string(dtype_name(t)));
+      const uint64_t w_row = *quant::row_bytes(t, k);
+      const uint64_t x_row = *quant::row_bytes(dk.vec_dot_type, k);
+      for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16}) {
+        for (int64_t n_x : {1, 2, 3, 4, 5, 7}) {
+          std::vector<uint8_t> wb = encode(
+              t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));
+          std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 5);
+          std::vector<uint8_t> xq(x_row * static_cast<uint64_t>(n_x));
+          for (int64_t j = 0; j < n_x; ++j) dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
+          std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
+          dk.gemm(GemmArgs{.k = k,
+                           .w = wb.data(),
+                           .w_stride = w_row,
+                           .n_w = n_w,
+                           .x = xq.data(),
+                           .x_stride = x_row,
+                           .n_x = n_x,
+                           .y = y.data(),
+                           .y_stride = n_w});
+          for (int64_t j = 0; j < n_x; ++j) {
+            for (int64_t i = 0; i < n_w; ++i) {
+              const float v = dk.vec_dot(k, wb.data() + i * w_row, xq.data() + j * x_row);
+              ASSERT_EQ(fp32_to_bits(v), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
+                  << "n_w " << n_w << " n_x " << n_x << " i " << i << " j " << j;
+            }
           }
         }
       }
     }
-  }
 }
 
 TEST(VecDot, Q8ActivationFollowsGgmlX86Rounding) {
