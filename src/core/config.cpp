@@ -19,6 +19,7 @@ Config Config::from_env() {
   c.timing = flag("MINFER_TIMING");
   c.graph_trace = flag("MINFER_GRAPH_TRACE");
   c.rebuild_trace = flag("MINFER_REBUILD_TRACE");
+  if (const char* isa = std::getenv("MINFER_CPU_ISA"); isa != nullptr) c.cpu_isa = isa;
   return c;
 }
 

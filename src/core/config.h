@@ -11,6 +11,7 @@ struct Config {
   bool timing = false;         // MINFER_TIMING: per-token sampling vs forward split
   bool graph_trace = false;    // MINFER_GRAPH_TRACE: split layout + op census per execute
   bool rebuild_trace = false;  // MINFER_REBUILD_TRACE: one line per graph rebuild
+  std::string cpu_isa;         // MINFER_CPU_ISA: "" (best the CPU runs), scalar, avx2, avx512
 
   // Reads the variables now (a flag is on when set to anything but "", "0").
   static Config from_env();

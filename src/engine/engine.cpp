@@ -14,6 +14,7 @@
 #include "alloc/allocator.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
+#include "core/config.h"
 #include "graph/fusion.h"
 #include "graph/input_names.h"
 
@@ -49,7 +50,15 @@ Result<std::unique_ptr<Engine>> Engine::create(gguf::Model file, const EngineOpt
   e->n_threads_ = options.n_threads > 0
                       ? options.n_threads
                       : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  MINFER_TRY(auto cpu, backend::cpu::CpuBackend::create({.n_threads = e->n_threads_}));
+  // MINFER_CPU_ISA pins the kernel set (A/B checks of SIMD kernels on real models);
+  // asking for an ISA this CPU lacks is an error, never a silent downgrade.
+  backend::cpu::CpuIsa isa = backend::cpu::CpuIsa::kAuto;
+  if (const std::string& name = Config::get().cpu_isa; !name.empty()) {
+    auto parsed = backend::cpu::isa_from_name(name);
+    if (!parsed) return parsed.error().context("MINFER_CPU_ISA");
+    isa = *parsed;
+  }
+  MINFER_TRY(auto cpu, backend::cpu::CpuBackend::create({.n_threads = e->n_threads_, .isa = isa}));
   e->sched_.add_backend(std::move(cpu));
   if (options.graph_trace) {
     Engine* self = e.get();

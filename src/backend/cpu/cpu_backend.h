@@ -21,6 +21,8 @@ namespace minfer::backend::cpu {
 // CPU lacks is an Error at creation (never a silent downgrade).
 enum class CpuIsa : uint8_t { kAuto, kScalar, kAvx2, kAvx512 };
 std::string_view isa_name(CpuIsa isa);
+// "auto", "scalar", "avx2", "avx512" (isa_name's inverse); error names the bad value.
+Result<CpuIsa> isa_from_name(std::string_view name);
 // The best ISA this CPU runs: kAvx512 (F, BW, VL, VNNI + the AVX2 set), kAvx2 (with
 // FMA and F16C), else kScalar.
 CpuIsa detect_isa();
