@@ -2,18 +2,18 @@
 // append-only KV (src/chat). Reads lines with libedit (history, line editing) when
 // stdin is a terminal and plain lines otherwise; the reply streams to stdout, per-turn
 // reports go to stderr. Ctrl-C stops the reply being generated, not the session.
-#include <CLI/CLI.hpp>
 #include <editline/readline.h>
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <thread>
@@ -28,7 +28,9 @@
 namespace minfer::cli {
 namespace {
 
-double rate(double n, double s) { return s > 0.0 ? n / s : 0.0; }
+double rate(double n, double s) {
+  return s > 0.0 ? n / s : 0.0;
+}
 
 struct ChatArgs {
   std::vector<std::string> positionals;
@@ -124,7 +126,8 @@ void report(const chat::TurnStats& s) {
              s.prefill_s, rate(s.n_prefilled, s.prefill_s), s.n_generated, s.decode_s,
              rate(s.n_generated, s.decode_s), chat::reply_end_name(s.end));
   if (s.n_dropped_turns > 0) {
-    fmt::print(stderr, "[turn {}] context full: dropped the oldest {} turn(s), system prompt kept\n",
+    fmt::print(stderr,
+               "[turn {}] context full: dropped the oldest {} turn(s), system prompt kept\n",
                s.turn, s.n_dropped_turns);
   }
   if (s.n_rewound > 0 && s.n_dropped_turns == 0) {
@@ -195,16 +198,17 @@ int run_chat(const std::vector<std::string>& args) {
   auto conv_or = chat::Conversation::create(e, *choice.renderer, a.conv);
   if (!conv_or) return fail(conv_or.error().message);
   chat::Conversation& conv = **conv_or;
-  fmt::print(stderr, "{} — n_ctx {}, threads {}; /help for commands\n", model::describe(e.hparams()),
-             ctx, e.n_threads());
+  fmt::print(stderr, "{} — n_ctx {}, threads {}; /help for commands\n",
+             model::describe(e.hparams()), ctx, e.n_threads());
 
   if (!a.session.empty() && std::filesystem::exists(a.session)) {
     auto info = conv.load(a.session);
     if (!info) return fail(info.error().message);
-    fmt::print(stderr, "[session] resumed {} message(s) and {} KV row(s) from {} — 0 tokens "
-               "prefilled\n", info->n_messages, info->n_kv_tokens, a.session);
-    if (!a.system.empty() &&
-        (conv.messages().empty() || conv.messages()[0].content != a.system)) {
+    fmt::print(stderr,
+               "[session] resumed {} message(s) and {} KV row(s) from {} — 0 tokens "
+               "prefilled\n",
+               info->n_messages, info->n_kv_tokens, a.session);
+    if (!a.system.empty() && (conv.messages().empty() || conv.messages()[0].content != a.system)) {
       fmt::print(stderr, "[session] note: --system ignored; the session keeps its own\n");
     }
   }

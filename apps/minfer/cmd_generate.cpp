@@ -4,19 +4,18 @@
 // The prompt is the user message of a one-turn conversation rendered with the model's
 // chat template (ChatML, with a notice, when the GGUF has none); --no-template uses it
 // as raw text. --cnv hands the whole command line to the conversation mode (cmd_chat).
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "chat/renderer.h"
 #include "commands.h"
@@ -31,7 +30,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double rate(double n, double s) { return s > 0.0 ? n / s : 0.0; }
+double rate(double n, double s) {
+  return s > 0.0 ? n / s : 0.0;
+}
 
 Status write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
@@ -62,7 +63,8 @@ struct GenerateArgs {
 
 void add_flags(CLI::App& app, GenerateArgs& a) {
   sample::SamplerConfig& sc = a.gen.sampler;
-  app.add_option("args", a.positionals, "MODEL [PROMPT] (the prompt is read from stdin when absent)")
+  app.add_option("args", a.positionals,
+                 "MODEL [PROMPT] (the prompt is read from stdin when absent)")
       ->expected(0, 2);
   app.add_option("-m,--model", a.model_opt, "GGUF file (then the only positional is PROMPT)");
   app.add_option("-p,--prompt", a.prompt_opt, "prompt text");
@@ -155,7 +157,8 @@ int run_generate(const std::vector<std::string>& args) {
   std::string prompt = prompt_opt ? *prompt_opt
                                   : std::string(std::istreambuf_iterator<char>(std::cin),
                                                 std::istreambuf_iterator<char>());
-  if (no_template && !a.system.empty()) return fail("--system needs the chat template (drop --no-template)");
+  if (no_template && !a.system.empty())
+    return fail("--system needs the chat template (drop --no-template)");
 
   const Config& config = Config::get();
   gen.timing = config.timing;
@@ -198,12 +201,11 @@ int run_generate(const std::vector<std::string>& args) {
   // n_ctx is decided once for the run: prefill and decode size the same KV regions.
   const uint32_t ctx = e.context_for(n_ctx, static_cast<uint32_t>(ids->size()));
   if (ids->size() > ctx) {
-    return fail(fmt::format("the prompt has {} tokens; the model's context is {}", ids->size(),
-                            ctx));
+    return fail(
+        fmt::format("the prompt has {} tokens; the model's context is {}", ids->size(), ctx));
   }
   if (auto st = e.set_n_ctx(ctx); !st.ok()) return fail(st.error().message);
-  fmt::print(stderr, "Prompt: {} tokens, n_ctx {}, threads {}\n", ids->size(), ctx,
-             e.n_threads());
+  fmt::print(stderr, "Prompt: {} tokens, n_ctx {}, threads {}\n", ids->size(), ctx, e.n_threads());
 
   if (!dump_dot.empty() || !dump_json.empty()) {
     // The graph the first forward of this prompt would run (prefill; decode for a
@@ -213,7 +215,8 @@ int run_generate(const std::vector<std::string>& args) {
     if (!g) return fail(g.error().message);
     const char* kind = n == 1 ? "decode" : "prefill";
     if (!dump_dot.empty()) {
-      if (auto st = write_text(dump_dot, graph::to_dot(*g)); !st.ok()) return fail(st.error().message);
+      if (auto st = write_text(dump_dot, graph::to_dot(*g)); !st.ok())
+        return fail(st.error().message);
       fmt::print(stderr, "wrote {} graph ({} nodes) to {}\n", kind, g->size(), dump_dot);
     }
     if (!dump_json.empty()) {
@@ -272,7 +275,8 @@ int run_generate(const std::vector<std::string>& args) {
     j["generated_ids"] = g.generated();
     j["stopped_at_eog"] = s.stop == engine::StopReason::kEog;
     j["stop"] = engine::stop_reason_name(s.stop);
-    if (auto st = write_text(a.dump_json, j.dump() + "\n"); !st.ok()) return fail(st.error().message);
+    if (auto st = write_text(a.dump_json, j.dump() + "\n"); !st.ok())
+      return fail(st.error().message);
   }
   fmt::print(stderr, "Generated: {} tokens in {:.3f} s ({:.1f} tok/s), stop: {}\n", s.n_generated,
              s.decode_s, rate(s.n_generated, s.decode_s), engine::stop_reason_name(s.stop));

@@ -1,9 +1,9 @@
 // Stage 18 (CLI): `minfer info MODEL [--json]` — architecture, metadata, tensor table,
 // totals. Reads only the GGUF header (no inference); the JSON form is what tests
 // compare with the Python `gguf` package.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -61,7 +61,8 @@ int run_info(const std::vector<std::string>& args) {
   CLI::App app{"minfer info: print a GGUF model's metadata and tensors", "minfer info"};
   std::string model_arg;
   bool as_json = false;
-  app.add_option("model", model_arg, "GGUF file (or a name in the model cache); default model if absent");
+  app.add_option("model", model_arg,
+                 "GGUF file (or a name in the model cache); default model if absent");
   app.add_option("-m,--model", model_arg, "GGUF file");
   app.add_flag("--json", as_json, "machine-readable output (full metadata arrays)");
   try {
@@ -98,9 +99,12 @@ int run_info(const std::vector<std::string>& args) {
     j["metadata"] = meta;
     json tensors = json::array();
     for (const auto& t : model->tensors()) {
-      tensors.push_back({{"name", t.name}, {"type", std::string(dtype_name(t.type))},
-                         {"shape", t.dims}, {"n_elements", t.n_elements},
-                         {"n_bytes", t.n_bytes}, {"offset", t.offset},
+      tensors.push_back({{"name", t.name},
+                         {"type", std::string(dtype_name(t.type))},
+                         {"shape", t.dims},
+                         {"n_elements", t.n_elements},
+                         {"n_bytes", t.n_bytes},
+                         {"offset", t.offset},
                          {"part", t.split_index}});
     }
     j["tensors"] = tensors;
@@ -128,10 +132,12 @@ int run_info(const std::vector<std::string>& args) {
     fmt::print("  {:<{}}  {:<6}  {:<22}  {:>12}\n", t.name, nw, dtype_name(t.type),
                shape_str(t.dims), t.n_bytes);
   }
-  const double bpw = n_params ? 8.0 * static_cast<double>(n_bytes) / static_cast<double>(n_params) : 0.0;
-  fmt::print("\ntotals: {} tensors, {} parameters ({:.2f} M), {} bytes ({:.2f} MiB), {:.3f} bits/weight\n",
-             model->tensors().size(), n_params, static_cast<double>(n_params) / 1e6, n_bytes,
-             static_cast<double>(n_bytes) / (1024.0 * 1024.0), bpw);
+  const double bpw =
+      n_params ? 8.0 * static_cast<double>(n_bytes) / static_cast<double>(n_params) : 0.0;
+  fmt::print(
+      "\ntotals: {} tensors, {} parameters ({:.2f} M), {} bytes ({:.2f} MiB), {:.3f} bits/weight\n",
+      model->tensors().size(), n_params, static_cast<double>(n_params) / 1e6, n_bytes,
+      static_cast<double>(n_bytes) / (1024.0 * 1024.0), bpw);
   return 0;
 }
 

@@ -2,15 +2,14 @@
 // [--add-generation-prompt] [--bos TEXT] [--eos TEXT]` — prints the exact text a chat
 // template renders for a conversation (no trailing newline added), so a render can be
 // diffed against transformers' apply_chat_template byte for byte.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "chat/renderer.h"
 #include "chat/template/template.h"

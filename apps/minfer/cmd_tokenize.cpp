@@ -1,9 +1,9 @@
 // Stage 18 (CLI): `minfer tokenize MODEL [TEXT] [--file PATH] [--ids] [--no-special]
 // [--parse-special]`. The text (argument, file bytes or stdin) is used exactly as
 // given; `--ids` prints the ids on one line separated by single spaces.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <iterator>
 

@@ -27,8 +27,7 @@ Allocator::Allocator(AllocatorOptions options) : options_(options) {
 
 Allocator::~Allocator() = default;
 
-void Allocator::register_backend(graph::BackendId backend,
-                                 std::shared_ptr<MemoryResource> memory) {
+void Allocator::register_backend(graph::BackendId backend, std::shared_ptr<MemoryResource> memory) {
   MINFER_CHECK(memory != nullptr, "register_backend(%d): null memory", backend);
   Pool& pool = pools_[backend];
   MINFER_CHECK(!pool.arena, "register_backend(%d): backend already holds an arena", backend);
@@ -214,27 +213,28 @@ void Allocator::bind_weight(std::string_view name, const void* data, uint64_t by
   weights_[std::string(name)] = {data, bytes};
 }
 
-Result<std::byte*> Allocator::input_bytes(const ComputeGraph& g, std::string_view name,
-                                          DType dtype, size_t count) {
+Result<std::byte*> Allocator::input_bytes(const ComputeGraph& g, std::string_view name, DType dtype,
+                                          size_t count) {
   if (current_ == nullptr || g.uid() != current_uid_) {
-    return make_error(fmt::format(
-        "fill '{}': graph uid {} is not the mapped graph (uid {}); fills happen after "
-        "map_graph so they land in the buffers execution reads", name, g.uid(), current_uid_));
+    return make_error(
+        fmt::format("fill '{}': graph uid {} is not the mapped graph (uid {}); fills happen after "
+                    "map_graph so they land in the buffers execution reads",
+                    name, g.uid(), current_uid_));
   }
   auto id = g.find_input(name);
   if (!id) return make_error(fmt::format("fill: graph has no input named '{}'", name));
   const Node& n = g.node(*id);
   if (n.dtype != dtype) {
-    return make_error(fmt::format("fill '{}': input is {}, data is {}", name,
-                                  dtype_name(n.dtype), dtype_name(dtype)));
+    return make_error(fmt::format("fill '{}': input is {}, data is {}", name, dtype_name(n.dtype),
+                                  dtype_name(dtype)));
   }
   if (static_cast<int64_t>(count) != n.shape.n_elements()) {
-    return make_error(fmt::format("fill '{}': {} values for input {} ({} elements)", name,
-                                  count, n.shape.str(), n.shape.n_elements()));
+    return make_error(fmt::format("fill '{}': {} values for input {} ({} elements)", name, count,
+                                  n.shape.str(), n.shape.n_elements()));
   }
   if (!pools_.at(n.backend).memory->host_accessible()) {
-    return make_error(fmt::format("fill '{}': input lives in device memory of backend {}", name,
-                                  n.backend));
+    return make_error(
+        fmt::format("fill '{}': input lives in device memory of backend {}", name, n.backend));
   }
   return current_->ptr[*id];
 }
@@ -261,12 +261,12 @@ const RegionInfo* Allocator::region(int32_t layer, KvKind kind) const {
 Result<std::byte*> Allocator::region_cell(int32_t layer, KvKind kind, int64_t cell) const {
   const RegionInfo* r = region(layer, kind);
   if (r == nullptr) {
-    return make_error(fmt::format("no KV region for layer {} {}", layer,
-                                  kind == KvKind::kK ? "K" : "V"));
+    return make_error(
+        fmt::format("no KV region for layer {} {}", layer, kind == KvKind::kK ? "K" : "V"));
   }
   if (cell < 0 || cell >= r->n_cells) {
-    return make_error(fmt::format("KV cell {} outside layer {} region of {} cells", cell, layer,
-                                  r->n_cells));
+    return make_error(
+        fmt::format("KV cell {} outside layer {} region of {} cells", cell, layer, r->n_cells));
   }
   return r->data + static_cast<uint64_t>(cell) * r->row_bytes;
 }

@@ -33,9 +33,9 @@ struct RegionInfo {
   graph::KvKind kind = graph::KvKind::kK;
   graph::BackendId backend = graph::kBackendCpu;
   DType dtype = DType::kF32;
-  graph::Shape shape;     // [row_elems, n_cells] as declared by the graph
-  uint64_t row_bytes = 0; // bytes of one cell
-  int64_t n_cells = 0;    // = n_ctx
+  graph::Shape shape;      // [row_elems, n_cells] as declared by the graph
+  uint64_t row_bytes = 0;  // bytes of one cell
+  int64_t n_cells = 0;     // = n_ctx
   std::byte* data = nullptr;
 };
 

@@ -26,7 +26,9 @@ Result<void*> HostMemory::allocate(uint64_t bytes, uint64_t alignment) {
   return p;
 }
 
-void HostMemory::deallocate(void* ptr, uint64_t /*bytes*/) noexcept { std::free(ptr); }
+void HostMemory::deallocate(void* ptr, uint64_t /*bytes*/) noexcept {
+  std::free(ptr);
+}
 
 Result<Buffer> Buffer::allocate(MemoryResource& mr, uint64_t bytes, uint64_t alignment) {
   MINFER_TRY(void* p, mr.allocate(bytes, alignment));

@@ -114,8 +114,7 @@ AllocPlan plan_graph(const ComputeGraph& g, uint64_t alignment) {
       p.root = src.root;
       p.offset = src.kind == PlacementKind::kAlias ? src.offset : 0;
       if (node.op == Op::kView) {
-        p.offset += static_cast<uint64_t>(node.params.offset) *
-                    dtype_info(node.dtype).type_size;
+        p.offset += static_cast<uint64_t>(node.params.offset) * dtype_info(node.dtype).type_size;
       }
     }
     for (int s = 0; s < node.n_src; ++s) {
@@ -141,10 +140,18 @@ AllocPlan plan_graph(const ComputeGraph& g, uint64_t alignment) {
     const Node& node = g.node(i);
     Placement& p = plan.nodes[i];
     switch (node.op) {
-      case Op::kInput: continue;
-      case Op::kWeight: p.kind = PlacementKind::kExternal; p.last = n; continue;
-      case Op::kKvRegion: p.kind = PlacementKind::kPersistent; p.last = n; continue;
-      default: break;
+      case Op::kInput:
+        continue;
+      case Op::kWeight:
+        p.kind = PlacementKind::kExternal;
+        p.last = n;
+        continue;
+      case Op::kKvRegion:
+        p.kind = PlacementKind::kPersistent;
+        p.last = n;
+        continue;
+      default:
+        break;
     }
     if (p.kind == PlacementKind::kAlias) {
       p.last = last[p.root];

@@ -25,8 +25,8 @@ enum class PlacementKind : uint8_t {
 struct Placement {
   PlacementKind kind = PlacementKind::kNone;
   graph::BackendId backend = graph::kBackendCpu;
-  uint64_t offset = 0;   // kArena: arena offset; kAlias: byte offset into the root
-  uint64_t bytes = 0;    // size of this node's tensor
+  uint64_t offset = 0;                  // kArena: arena offset; kAlias: byte offset into the root
+  uint64_t bytes = 0;                   // size of this node's tensor
   graph::NodeId root = graph::kNoNode;  // kAlias: node that owns the memory; else self
   // Lifetime in build-order ids: the buffer is written at `first` and may be reused
   // after node `last` ran. Inputs and outputs have last = graph size (the whole step).

@@ -25,7 +25,9 @@ namespace minfer::chat {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 // Offsets of reply_seed: odd 64-bit constants (splitmix64's), so distinct (turn,
 // attempt) pairs of a session get distinct seeds.
@@ -36,11 +38,16 @@ constexpr uint64_t kAttemptStride = 0xBF58476D1CE4E5B9ull;
 
 std::string_view reply_end_name(ReplyEnd e) {
   switch (e) {
-    case ReplyEnd::kEog: return "end of turn";
-    case ReplyEnd::kNPredict: return "n_predict";
-    case ReplyEnd::kStopString: return "stop string";
-    case ReplyEnd::kContext: return "context full";
-    case ReplyEnd::kInterrupted: return "interrupted";
+    case ReplyEnd::kEog:
+      return "end of turn";
+    case ReplyEnd::kNPredict:
+      return "n_predict";
+    case ReplyEnd::kStopString:
+      return "stop string";
+    case ReplyEnd::kContext:
+      return "context full";
+    case ReplyEnd::kInterrupted:
+      return "interrupted";
   }
   return "?";
 }
@@ -121,8 +128,8 @@ Status Conversation::prefill_turn(TurnStats& stats) {
     MINFER_TRY(tokens, tokenize(text));
   }
   if (tokens.size() >= n_ctx) {
-    return make_error(fmt::format("context full: need {} tokens, have {} (--n-ctx)",
-                                  tokens.size() + 1, n_ctx));
+    return make_error(
+        fmt::format("context full: need {} tokens, have {} (--n-ctx)", tokens.size() + 1, n_ctx));
   }
 
   // The KV keeps its longest common prefix with the canonical render; everything
@@ -190,7 +197,8 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
       // The stop string is not part of the reply; its token is not decoded. The KV
       // then differs from the canonical render and the next turn rewinds to match.
       const size_t token_start = reply.size() - bytes.size();
-      if (m->start > token_start) out.feed(std::string_view(reply).substr(token_start, m->start - token_start));
+      if (m->start > token_start)
+        out.feed(std::string_view(reply).substr(token_start, m->start - token_start));
       reply.resize(m->start);
       stats.n_generated++;
       stats.end = ReplyEnd::kStopString;
@@ -282,9 +290,10 @@ Result<SessionInfo> Conversation::load(const std::string& path) {
   MINFER_TRY(SessionData d, read_session(path));
   const uint64_t want = model_hash(engine_.file());
   if (d.model_hash != want) {
-    return make_error(fmt::format("session: '{}' was saved for another model (hash {:016x}, "
-                                  "this model {:016x})",
-                                  path, d.model_hash, want));
+    return make_error(
+        fmt::format("session: '{}' was saved for another model (hash {:016x}, "
+                    "this model {:016x})",
+                    path, d.model_hash, want));
   }
   std::vector<Message> messages;
   std::vector<TokenId> stream;

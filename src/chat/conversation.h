@@ -45,20 +45,20 @@ enum class ReplyEnd : uint8_t { kEog, kNPredict, kStopString, kContext, kInterru
 std::string_view reply_end_name(ReplyEnd e);
 
 struct TurnStats {
-  int32_t turn = 0;          // 1-based index of the user turn since start / clear
-  int32_t attempt = 0;       // 0 = first reply, k = k-th /regen draw
+  int32_t turn = 0;     // 1-based index of the user turn since start / clear
+  int32_t attempt = 0;  // 0 = first reply, k = k-th /regen draw
   bool regen = false;
-  int32_t n_prompt = 0;      // tokens of the canonical render (with generation prompt)
-  int32_t n_reused = 0;      // of those, already in the KV (not prefilled)
-  int32_t n_prefilled = 0;   // the delta forwarded this turn
-  int32_t n_rewound = 0;     // mirror tokens past the common prefix, rewound (not erased)
+  int32_t n_prompt = 0;         // tokens of the canonical render (with generation prompt)
+  int32_t n_reused = 0;         // of those, already in the KV (not prefilled)
+  int32_t n_prefilled = 0;      // the delta forwarded this turn
+  int32_t n_rewound = 0;        // mirror tokens past the common prefix, rewound (not erased)
   int32_t n_dropped_turns = 0;  // oldest turns dropped by the overflow policy
-  bool seam = false;         // the delta starts by closing a reply that ended without EOG
-  int32_t n_generated = 0;   // reply tokens (the EOG token is not counted)
+  bool seam = false;            // the delta starts by closing a reply that ended without EOG
+  int32_t n_generated = 0;      // reply tokens (the EOG token is not counted)
   ReplyEnd end = ReplyEnd::kEog;
   double prefill_s = 0.0;
-  double decode_s = 0.0;     // sampling + forwards of the reply, EOG decode included
-  std::string reply;         // the assistant message stored in the history
+  double decode_s = 0.0;  // sampling + forwards of the reply, EOG decode included
+  std::string reply;      // the assistant message stored in the history
 };
 
 // What a session file held, after a successful load.

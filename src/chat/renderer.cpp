@@ -59,7 +59,8 @@ Status validate_renderer(const ChatRenderer& renderer) {
 
 RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source) {
   if (template_source.empty()) template_source = tok.chat_template();
-  if (template_source.empty()) return {.renderer = std::make_unique<ChatMlRenderer>(), .fallback = true};
+  if (template_source.empty())
+    return {.renderer = std::make_unique<ChatMlRenderer>(), .fallback = true};
   const tokenizer::SpecialIds& sp = tok.special();
   TemplateSpec spec{.source = std::move(template_source)};
   if (sp.bos != tokenizer::kNoToken) spec.bos_token = tok.token_text(sp.bos);

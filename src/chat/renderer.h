@@ -7,11 +7,10 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/result.h"
 #include "tokenizer/tokenizer.h"

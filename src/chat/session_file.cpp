@@ -43,15 +43,22 @@ struct Fnv {
 void hash_value(Fnv& f, const gguf::Value& v) {
   f.pod(static_cast<uint32_t>(v.type));
   switch (v.type) {
-    case gguf::ValueType::kString: f.str(v.str); break;
+    case gguf::ValueType::kString:
+      f.str(v.str);
+      break;
     case gguf::ValueType::kArray:
       f.pod(static_cast<uint32_t>(v.array_type));
       f.pod<uint64_t>(v.array.size());
       for (const gguf::Value& e : v.array) hash_value(f, e);
       break;
     case gguf::ValueType::kFloat32:
-    case gguf::ValueType::kFloat64: f.pod(v.f); break;
-    default: f.pod(v.u); f.pod(v.i); break;
+    case gguf::ValueType::kFloat64:
+      f.pod(v.f);
+      break;
+    default:
+      f.pod(v.u);
+      f.pod(v.i);
+      break;
   }
 }
 
@@ -92,8 +99,8 @@ uint64_t model_hash(const gguf::Model& model) {
 
 Status write_session(const std::string& path, const SessionData& data) {
   if (data.kv.size() != data.n_kv_tokens * data.kv_token_bytes) {
-    return make_error(fmt::format("session: {} KV bytes for {} tokens of {} bytes",
-                                  data.kv.size(), data.n_kv_tokens, data.kv_token_bytes));
+    return make_error(fmt::format("session: {} KV bytes for {} tokens of {} bytes", data.kv.size(),
+                                  data.n_kv_tokens, data.kv_token_bytes));
   }
   const std::string state = data.state.dump();
   std::string head;
@@ -123,8 +130,9 @@ Status write_session(const std::string& path, const SessionData& data) {
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return make_error(fmt::format("session: cannot rename '{}' to '{}': {}", tmp, path,
-                                        ec.message()));
+  if (ec)
+    return make_error(
+        fmt::format("session: cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
   return Ok{};
 }
 
@@ -151,8 +159,8 @@ Result<SessionData> read_session(const std::string& path) {
   const uint64_t body = in.size() - kHeaderBytes - 8;
   if (state_len > body || (d.kv_token_bytes != 0 && d.n_kv_tokens > body / d.kv_token_bytes) ||
       state_len + d.n_kv_tokens * d.kv_token_bytes != body) {
-    return make_error(fmt::format("session: '{}' is truncated or corrupt (sizes do not add up)",
-                                  path));
+    return make_error(
+        fmt::format("session: '{}' is truncated or corrupt (sizes do not add up)", path));
   }
   Fnv sum;
   sum.bytes(in.data(), in.size() - 8);
@@ -162,8 +170,9 @@ Result<SessionData> read_session(const std::string& path) {
     return make_error(fmt::format("session: '{}' fails its checksum (corrupt file)", path));
   }
   try {
-    d.state = nlohmann::ordered_json::parse(in.begin() + static_cast<std::ptrdiff_t>(off),
-                                            in.begin() + static_cast<std::ptrdiff_t>(off + state_len));
+    d.state =
+        nlohmann::ordered_json::parse(in.begin() + static_cast<std::ptrdiff_t>(off),
+                                      in.begin() + static_cast<std::ptrdiff_t>(off + state_len));
   } catch (const nlohmann::json::exception& e) {
     return make_error(fmt::format("session: '{}': bad state JSON: {}", path, e.what()));
   }

@@ -13,10 +13,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/result.h"
 #include "gguf/gguf.h"
@@ -36,7 +35,7 @@ struct SessionData {
   nlohmann::ordered_json state;  // messages, stream, cursor state (conversation.cpp)
   uint64_t n_kv_tokens = 0;
   uint64_t kv_token_bytes = 0;
-  std::vector<std::byte> kv;     // n_kv_tokens * kv_token_bytes
+  std::vector<std::byte> kv;  // n_kv_tokens * kv_token_bytes
 };
 
 Status write_session(const std::string& path, const SessionData& data);

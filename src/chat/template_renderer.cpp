@@ -1,9 +1,9 @@
 // Stage 16 (sessions): the ChatRenderer over src/chat/template's Jinja interpreter —
 // the one adapter between a conversation and the model's own chat template. The
 // template is compiled once and rendered every turn.
-#include "chat/renderer.h"
-
 #include <optional>
+
+#include "chat/renderer.h"
 
 #ifdef MINFER_HAVE_CHAT_TEMPLATE
 #include "chat/template/template.h"

@@ -7,13 +7,13 @@
 #include <cstdlib>
 
 namespace minfer::detail {
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const char* fmt,
-                               ...) __attribute__((format(printf, 4, 5)));
+[[noreturn]] void check_failed(const char* file, int line, const char* cond, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 }  // namespace minfer::detail
 
-#define MINFER_CHECK(cond, ...)                                                    \
-  do {                                                                             \
-    if (__builtin_expect(!(cond), 0)) {                                            \
-      ::minfer::detail::check_failed(__FILE__, __LINE__, #cond, __VA_ARGS__);      \
-    }                                                                              \
+#define MINFER_CHECK(cond, ...)                                               \
+  do {                                                                        \
+    if (__builtin_expect(!(cond), 0)) {                                       \
+      ::minfer::detail::check_failed(__FILE__, __LINE__, #cond, __VA_ARGS__); \
+    }                                                                         \
   } while (0)

@@ -71,7 +71,9 @@ const DTypeInfo& dtype_info(DType t) {
   MINFER_CHECK(false, "DType id %u is not in the type table", static_cast<unsigned>(t));
 }
 
-std::string_view dtype_name(DType t) { return dtype_info(t).name; }
+std::string_view dtype_name(DType t) {
+  return dtype_info(t).name;
+}
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const auto& t : kTypes) {

@@ -47,9 +47,9 @@ enum class DType : uint32_t {
 
 struct DTypeInfo {
   DType type;
-  std::string_view name;   // ggml's name: "f32", "q4_K", ...
-  uint32_t block_size;     // elements per block
-  uint32_t type_size;      // bytes per block
+  std::string_view name;  // ggml's name: "f32", "q4_K", ...
+  uint32_t block_size;    // elements per block
+  uint32_t type_size;     // bytes per block
 };
 
 // Info for a known id (any type a GGUF may legally hold, including ones we cannot

@@ -54,7 +54,9 @@ inline uint16_t fp32_to_fp16(float f) {
   return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
-inline float bf16_to_fp32(uint16_t h) { return fp32_from_bits(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_fp32(uint16_t h) {
+  return fp32_from_bits(static_cast<uint32_t>(h) << 16);
+}
 
 inline uint16_t fp32_to_bf16(float f) {
   uint32_t u = fp32_to_bits(f);

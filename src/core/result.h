@@ -22,8 +22,8 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}       // NOLINT(google-explicit-constructor)
-  Result(Error error) : v_(std::move(error)) {}   // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -58,7 +58,9 @@ class [[nodiscard]] Result {
 struct Ok {};
 using Status = Result<Ok>;
 
-inline Error make_error(std::string message) { return Error{std::move(message)}; }
+inline Error make_error(std::string message) {
+  return Error{std::move(message)};
+}
 
 }  // namespace minfer
 
@@ -70,8 +72,8 @@ inline Error make_error(std::string message) { return Error{std::move(message)};
   if (!tmp.ok()) return tmp.error();     \
   decl = std::move(tmp).value()
 #define MINFER_TRY(decl, expr) MINFER_TRY_IMPL(MINFER_CONCAT(minfer_try_, __LINE__), decl, expr)
-#define MINFER_TRY_STATUS(expr)                          \
-  do {                                                   \
-    auto minfer_st_ = (expr);                            \
-    if (!minfer_st_.ok()) return minfer_st_.error();     \
+#define MINFER_TRY_STATUS(expr)                      \
+  do {                                               \
+    auto minfer_st_ = (expr);                        \
+    if (!minfer_st_.ok()) return minfer_st_.error(); \
   } while (0)

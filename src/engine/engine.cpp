@@ -101,9 +101,8 @@ Status Engine::set_n_ctx(uint32_t n_ctx) {
   // Regions are sized once per n_ctx: a new context gets a fresh allocator (and so a
   // fresh cache), never a grown region.
   auto memory = std::make_unique<alloc::Allocator>();
-  model_->weights().for_each([&](const model::WeightRef& w) {
-    memory->bind_weight(w.name, w.data, w.bytes);
-  });
+  model_->weights().for_each(
+      [&](const model::WeightRef& w) { memory->bind_weight(w.name, w.data, w.bytes); });
   cache_ = std::make_unique<graph::GraphCache>(std::move(memory));
   kv_.emplace(std::move(cells));
   n_ctx_ = n_ctx;
@@ -159,8 +158,8 @@ Status Engine::rebuild(const graph::GraphParams& params) {
   const double build_ms = ms_since(t0);
   const auto t1 = Clock::now();
   MINFER_TRY_STATUS(sched_.assign_backends(g));
-  const graph::FusionStats fused = graph::run_fusion(g, params.cparams.fusion,
-                                                     sched_.fusion_support());
+  const graph::FusionStats fused =
+      graph::run_fusion(g, params.cparams.fusion, sched_.fusion_support());
   const double assign_ms = ms_since(t1);
   const size_t n_nodes = g.size();
   const auto t2 = Clock::now();
@@ -171,16 +170,14 @@ Status Engine::rebuild(const graph::GraphParams& params) {
     std::fprintf(stderr,
                  "rebuild uid %llu (%s): %zu nodes, %d fused; build %.3f ms, assign+fuse %.3f "
                  "ms, alloc %.3f ms\n",
-                 static_cast<unsigned long long>(cached->uid()),
-                 graph::to_string(params).c_str(), n_nodes, fused.rms_norm_mul, build_ms,
-                 assign_ms, alloc_ms);
+                 static_cast<unsigned long long>(cached->uid()), graph::to_string(params).c_str(),
+                 n_nodes, fused.rms_norm_mul, build_ms, assign_ms, alloc_ms);
   }
   return Ok{};
 }
 
 Result<std::span<const float>> Engine::forward(std::span<const TokenId> tokens,
-                                               std::span<const int32_t> positions,
-                                               uint32_t n_out) {
+                                               std::span<const int32_t> positions, uint32_t n_out) {
   // Every check first: nothing is placed, built or run for a bad request.
   const size_t nt = tokens.size();
   if (nt == 0) return make_error("forward: empty batch");
@@ -193,15 +190,19 @@ Result<std::span<const float>> Engine::forward(std::span<const TokenId> tokens,
   if (cache_ == nullptr) return make_error("forward: no context set (set_n_ctx first)");
   for (size_t i = 0; i < nt; ++i) {
     if (positions[i] < 0 || static_cast<uint32_t>(positions[i]) >= n_ctx_) {
-      return make_error(fmt::format("forward: position {} (row {}) is outside the context "
-                                    "(n_ctx {})", positions[i], i, n_ctx_));
+      return make_error(
+          fmt::format("forward: position {} (row {}) is outside the context "
+                      "(n_ctx {})",
+                      positions[i], i, n_ctx_));
     }
   }
   const int32_t n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
   for (size_t i = 0; i < nt; ++i) {
     if (tokens[i] < 0 || tokens[i] >= n_vocab) {
-      return make_error(fmt::format("forward: token id {} (row {}) outside the vocabulary "
-                                    "(n_vocab {})", tokens[i], i, n_vocab));
+      return make_error(
+          fmt::format("forward: token id {} (row {}) outside the vocabulary "
+                      "(n_vocab {})",
+                      tokens[i], i, n_vocab));
     }
   }
 
@@ -223,9 +224,8 @@ Result<std::span<const float>> Engine::forward(std::span<const TokenId> tokens,
   window_.resize(2 * static_cast<size_t>(params.cparams.window.n_runs) * nt);
   for (size_t i = 0; i < nt; ++i) batch_[i] = kv::KvToken{.seq = 0, .pos = positions[i]};
   MINFER_TRY_STATUS(kv_->place_into(batch_, cells_));
-  MINFER_TRY_STATUS(kv_->window_into(batch_, {.n_runs = params.cparams.window.n_runs,
-                                              .causal = true},
-                                     window_));
+  MINFER_TRY_STATUS(
+      kv_->window_into(batch_, {.n_runs = params.cparams.window.n_runs, .causal = true}, window_));
   MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTokenIds, tokens));
   MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputPositions, positions));
   MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvCells, cells_));
@@ -303,8 +303,8 @@ Status Engine::kv_import(uint32_t n_tokens, std::span<const std::byte> data) {
   }
   const uint64_t rec = kv_token_bytes();
   if (data.size() != rec * n_tokens) {
-    return make_error(fmt::format("kv_import: {} bytes for {} positions of {} bytes",
-                                  data.size(), n_tokens, rec));
+    return make_error(fmt::format("kv_import: {} bytes for {} positions of {} bytes", data.size(),
+                                  n_tokens, rec));
   }
   kv_->clear();
   if (n_tokens == 0) return Ok{};

@@ -32,16 +32,16 @@ namespace minfer::engine {
 using TokenId = tokenizer::TokenId;
 
 struct EngineOptions {
-  int32_t n_threads = 0;  // CPU worker threads including the caller; 0 = all cores
+  int32_t n_threads = 0;       // CPU worker threads including the caller; 0 = all cores
   bool rebuild_trace = false;  // one stderr line per rebuild (Config::rebuild_trace)
   bool graph_trace = false;    // split layout + census per execute (Config::graph_trace)
 };
 
 struct EngineStats {
-  uint64_t rebuilds = 0;  // graphs built (all contexts of this engine)
-  uint64_t reuses = 0;    // forwards that reused a cached graph
-  uint64_t executes = 0;  // forwards that ran
-  uint64_t graph_uid = 0; // uid of the graph the last forward ran
+  uint64_t rebuilds = 0;   // graphs built (all contexts of this engine)
+  uint64_t reuses = 0;     // forwards that reused a cached graph
+  uint64_t executes = 0;   // forwards that ran
+  uint64_t graph_uid = 0;  // uid of the graph the last forward ran
 };
 
 class Engine {

@@ -13,23 +13,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 }  // namespace
 
 std::string_view stop_reason_name(StopReason r) {
   switch (r) {
-    case StopReason::kNone: return "none";
-    case StopReason::kNPredict: return "n_predict";
-    case StopReason::kEog: return "eog";
-    case StopReason::kStopString: return "stop string";
-    case StopReason::kContext: return "context full";
+    case StopReason::kNone:
+      return "none";
+    case StopReason::kNPredict:
+      return "n_predict";
+    case StopReason::kEog:
+      return "eog";
+    case StopReason::kStopString:
+      return "stop string";
+    case StopReason::kContext:
+      return "context full";
   }
   return "?";
 }
 
-Result<std::unique_ptr<Generator>> Generator::create(Engine& engine,
-                                                     const GenerateOptions& options,
+Result<std::unique_ptr<Generator>> Generator::create(Engine& engine, const GenerateOptions& options,
                                                      TextSink sink) {
   if (!engine.has_tokenizer()) return make_error("generate: the model has no tokenizer");
   MINFER_TRY(sample::Sampler sampler,

@@ -29,10 +29,10 @@ enum class StopReason : uint8_t { kNone, kNPredict, kEog, kStopString, kContext 
 std::string_view stop_reason_name(StopReason r);
 
 struct GenerateOptions {
-  int32_t n_predict = 512;         // -n: generated tokens at most (< 0: until the context is full)
-  std::vector<std::string> stop;   // --stop, byte strings
-  sample::SamplerConfig sampler;   // seed, temperature, penalties, ...
-  bool timing = false;             // MINFER_TIMING: split sampling vs forward time
+  int32_t n_predict = 512;        // -n: generated tokens at most (< 0: until the context is full)
+  std::vector<std::string> stop;  // --stop, byte strings
+  sample::SamplerConfig sampler;  // seed, temperature, penalties, ...
+  bool timing = false;            // MINFER_TIMING: split sampling vs forward time
   // Called with the raw logits (F32 [n_vocab]) each time the loop samples, before the
   // sampler sees them — step 0 is the last prompt position; the step that samples an
   // end-of-generation token is included. For golden dumps and tracing.
@@ -41,13 +41,13 @@ struct GenerateOptions {
 
 struct GenerateStats {
   int32_t n_prompt = 0;
-  int32_t n_generated = 0;           // tokens accepted into the output
-  double prefill_s = 0.0;            // the prompt forward
-  double decode_s = 0.0;             // the decode loop: sampling + gates + forwards
-  double sample_s = 0.0;             // MINFER_TIMING: time in sample()
-  double forward_s = 0.0;            // MINFER_TIMING: time in decode forwards
-  int32_t n_samples = 0;             // sample() calls (an EOG sample is not generated)
-  int32_t n_forwards = 0;            // decode forwards run
+  int32_t n_generated = 0;  // tokens accepted into the output
+  double prefill_s = 0.0;   // the prompt forward
+  double decode_s = 0.0;    // the decode loop: sampling + gates + forwards
+  double sample_s = 0.0;    // MINFER_TIMING: time in sample()
+  double forward_s = 0.0;   // MINFER_TIMING: time in decode forwards
+  int32_t n_samples = 0;    // sample() calls (an EOG sample is not generated)
+  int32_t n_forwards = 0;   // decode forwards run
   // Graph cache activity: the prefill's build (0 when a cached graph fit), then the
   // decode loop's — one rebuild (prefill → decode shape) and reuses after it.
   uint64_t prefill_builds = 0;
@@ -75,8 +75,7 @@ class Generator {
   const std::vector<TokenId>& generated() const { return generated_; }
 
  private:
-  Generator(Engine& engine, const GenerateOptions& options, sample::Sampler sampler,
-            TextSink sink);
+  Generator(Engine& engine, const GenerateOptions& options, sample::Sampler sampler, TextSink sink);
 
   Engine& engine_;
   GenerateOptions options_;

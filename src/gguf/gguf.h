@@ -35,8 +35,8 @@ constexpr uint32_t kMaxArrayDepth = 64;
 
 // Well-known keys.
 constexpr std::string_view kKeyAlignment = "general.alignment";
-constexpr std::string_view kKeySplitNo = "split.no";                  // 0-based, u16
-constexpr std::string_view kKeySplitCount = "split.count";            // u16
+constexpr std::string_view kKeySplitNo = "split.no";                       // 0-based, u16
+constexpr std::string_view kKeySplitCount = "split.count";                 // u16
 constexpr std::string_view kKeySplitTensorsCount = "split.tensors.count";  // i32, total
 
 enum class ValueType : uint32_t {
@@ -85,8 +85,8 @@ struct Value {
   static Value f32_array(const std::vector<float>& v);
   static Value i32_array(const std::vector<int32_t>& v);
 
-  bool is_integer() const;   // any of the 8 integer types
-  bool is_float() const;     // f32 / f64
+  bool is_integer() const;                        // any of the 8 integer types
+  bool is_float() const;                          // f32 / f64
   bool operator==(const Value&) const = default;  // exact (NaN != NaN)
   // Render for `minfer info`: scalars exactly, strings quoted/escaped, arrays
   // truncated to `max_elems` with a count.
@@ -100,9 +100,9 @@ struct KeyValue {
 
 struct TensorInfo {
   std::string name;
-  std::vector<uint64_t> dims;   // ne[0] first (fastest-varying), 1..4 entries
+  std::vector<uint64_t> dims;  // ne[0] first (fastest-varying), 1..4 entries
   DType type = DType::kF32;
-  uint64_t offset = 0;          // relative to the data section of its file
+  uint64_t offset = 0;  // relative to the data section of its file
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   const uint8_t* data = nullptr;  // points into the mapping (or the bytes given to parse)

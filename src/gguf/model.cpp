@@ -38,10 +38,10 @@ Result<std::optional<uint64_t>> split_key(const File& f, std::string_view key, u
 // "dir/name-00002-of-00003.gguf" → "dir/name" when the numbers match.
 std::optional<std::string> split_prefix(const std::string& path, uint64_t split_no,
                                         uint64_t split_count) {
-  const std::string suffix = split_path("", static_cast<uint32_t>(split_no),
-                                        static_cast<uint32_t>(split_count));
-  if (path.size() <= suffix.size() || path.compare(path.size() - suffix.size(), suffix.size(),
-                                                   suffix) != 0) {
+  const std::string suffix =
+      split_path("", static_cast<uint32_t>(split_no), static_cast<uint32_t>(split_count));
+  if (path.size() <= suffix.size() ||
+      path.compare(path.size() - suffix.size(), suffix.size(), suffix) != 0) {
     return std::nullopt;
   }
   return path.substr(0, path.size() - suffix.size());
@@ -64,8 +64,8 @@ Result<Model> Model::open(const std::string& path) {
     m.files_.push_back(std::move(first));
   } else {
     if (!no) {
-      return make_error(fmt::format("{}: '{}' is {} but key '{}' is missing", path,
-                                    kKeySplitCount, n_parts, kKeySplitNo));
+      return make_error(fmt::format("{}: '{}' is {} but key '{}' is missing", path, kKeySplitCount,
+                                    n_parts, kKeySplitNo));
     }
     if (*no >= n_parts) {
       return make_error(fmt::format("{}: key '{}' is {}, outside 0..{} ('{}' is {})", path,
@@ -73,11 +73,11 @@ Result<Model> Model::open(const std::string& path) {
     }
     auto prefix = split_prefix(path, *no, n_parts);
     if (!prefix) {
-      return make_error(fmt::format("{}: part {} of a {}-part split model, but the file name "
-                                    "does not end in '{}'",
-                                    path, *no, n_parts,
-                                    split_path("", static_cast<uint32_t>(*no),
-                                               static_cast<uint32_t>(n_parts))));
+      return make_error(
+          fmt::format("{}: part {} of a {}-part split model, but the file name "
+                      "does not end in '{}'",
+                      path, *no, n_parts,
+                      split_path("", static_cast<uint32_t>(*no), static_cast<uint32_t>(n_parts))));
     }
     m.files_.resize(n_parts);
     m.files_[*no] = std::move(first);  // opening any part opens the whole model
@@ -95,10 +95,10 @@ Result<Model> Model::open(const std::string& path) {
       MINFER_TRY(std::optional<uint64_t> pno, split_key(f, kKeySplitNo, UINT16_MAX));
       MINFER_TRY(std::optional<uint64_t> pcount, split_key(f, kKeySplitCount, UINT16_MAX));
       if (!pno || *pno != k) {
-        return make_error(fmt::format("{}: key '{}' is {}, expected {} (its index in the file "
-                                      "names)",
-                                      part_path, kKeySplitNo,
-                                      pno ? std::to_string(*pno) : "missing", k));
+        return make_error(
+            fmt::format("{}: key '{}' is {}, expected {} (its index in the file "
+                        "names)",
+                        part_path, kKeySplitNo, pno ? std::to_string(*pno) : "missing", k));
       }
       if (!pcount || *pcount != n_parts) {
         return make_error(fmt::format("{}: key '{}' is {}, expected {} (as in the other parts)",
@@ -251,9 +251,10 @@ Result<std::vector<int32_t>> Model::get_i32_array(std::string_view key) const {
   for (size_t k = 0; k < v->array.size(); ++k) {
     auto x = int_in(v->array[k], INT32_MIN, INT32_MAX);
     if (!x) {
-      return make_error(fmt::format("{}: metadata key '{}' element #{} is {}, which does not fit "
-                                    "in int32",
-                                    primary().name(), key, k, v->array[k].to_display()));
+      return make_error(
+          fmt::format("{}: metadata key '{}' element #{} is {}, which does not fit "
+                      "in int32",
+                      primary().name(), key, k, v->array[k].to_display()));
     }
     out.push_back(static_cast<int32_t>(*x));
   }

@@ -47,7 +47,9 @@ uint64_t min_encoded_size(ValueType t) {
   return 1;
 }
 
-bool is_known_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::kFloat64); }
+bool is_known_value_type(uint32_t t) {
+  return t <= static_cast<uint32_t>(ValueType::kFloat64);
+}
 
 // Minimum bytes of one key/value pair (u64 key length, 1-byte key, u32 type, 1-byte
 // value) and of one tensor info (u64 name length, 1-byte name, u32 n_dims, one u64
@@ -76,9 +78,10 @@ class Parser {
   // Ensure `n` bytes for `field` exist at pos_.
   Status need(uint64_t n, std::string_view field) const {
     if (n > remaining()) {
-      return fail(fmt::format("{} at byte {} needs {} bytes but the file ends at byte {} "
-                              "(truncated?)",
-                              field, pos_, n, size_));
+      return fail(
+          fmt::format("{} at byte {} needs {} bytes but the file ends at byte {} "
+                      "(truncated?)",
+                      field, pos_, n, size_));
     }
     return Ok{};
   }
@@ -96,13 +99,14 @@ class Parser {
     const uint64_t at = pos_;
     MINFER_TRY(uint64_t len, read<uint64_t>(fmt::format("{} length", field)));
     if (len > kMaxStringLength) {
-      return fail(fmt::format("{} length {} (at byte {}) exceeds the limit of {} bytes", field,
-                              len, at, kMaxStringLength));
+      return fail(fmt::format("{} length {} (at byte {}) exceeds the limit of {} bytes", field, len,
+                              at, kMaxStringLength));
     }
     if (len > remaining()) {
-      return fail(fmt::format("{} length {} (at byte {}) runs past end of file: only {} bytes "
-                              "remain (file size {})",
-                              field, len, at, remaining(), size_));
+      return fail(
+          fmt::format("{} length {} (at byte {}) runs past end of file: only {} bytes "
+                      "remain (file size {})",
+                      field, len, at, remaining(), size_));
     }
     std::string s(reinterpret_cast<const char*>(p_ + pos_), static_cast<size_t>(len));
     pos_ += len;
@@ -198,10 +202,11 @@ Result<Value> Parser::read_value(ValueType type, uint32_t depth, const std::stri
       uint64_t min_bytes = 0;
       if (!checked_mul(count, min_encoded_size(v.array_type), &min_bytes) ||
           min_bytes > remaining()) {
-        return fail(fmt::format("{} array count {} (at byte {}) of {} needs at least {} bytes "
-                                "per element but only {} bytes remain (file size {})",
-                                field, count, count_at, value_type_name(v.array_type),
-                                min_encoded_size(v.array_type), remaining(), size_));
+        return fail(
+            fmt::format("{} array count {} (at byte {}) of {} needs at least {} bytes "
+                        "per element but only {} bytes remain (file size {})",
+                        field, count, count_at, value_type_name(v.array_type),
+                        min_encoded_size(v.array_type), remaining(), size_));
       }
       v.array.reserve(static_cast<size_t>(count));
       for (uint64_t k = 0; k < count; ++k) {
@@ -223,24 +228,26 @@ Status Parser::read_header(File& f, uint64_t* n_tensors, uint64_t* n_kv) {
       const auto c = static_cast<unsigned char>(magic >> (8 * k));
       shown += (c >= 0x20 && c < 0x7f) ? static_cast<char>(c) : '?';
     }
-    return fail(fmt::format("bad magic at byte 0: '{}' (0x{:08x}), expected 'GGUF' — not a "
-                            "GGUF file",
-                            shown, magic));
+    return fail(
+        fmt::format("bad magic at byte 0: '{}' (0x{:08x}), expected 'GGUF' — not a "
+                    "GGUF file",
+                    shown, magic));
   }
   MINFER_TRY(uint32_t version, read<uint32_t>("version"));
   // A big-endian file's version reads byte-swapped here (3 → 0x03000000): its low
   // 16 bits are zero, which no real version has.
   if (version != 0 && (version & 0xFFFFu) == 0) {
-    return fail(fmt::format("version at byte 4 reads as {} (0x{:08x}): this looks like a "
-                            "big-endian GGUF file, which is not supported",
-                            version, version));
+    return fail(
+        fmt::format("version at byte 4 reads as {} (0x{:08x}): this looks like a "
+                    "big-endian GGUF file, which is not supported",
+                    version, version));
   }
   if (version == 1) {
     return fail("version at byte 4 is 1: GGUF v1 is not supported (re-convert the model to v3)");
   }
   if (version != 2 && version != 3) {
-    return fail(fmt::format("version at byte 4 is {}: only GGUF versions 2 and 3 are supported",
-                            version));
+    return fail(
+        fmt::format("version at byte 4 is {}: only GGUF versions 2 and 3 are supported", version));
   }
   f.version_ = version;
   MINFER_TRY(*n_tensors, read<uint64_t>("tensor count"));
@@ -249,15 +256,17 @@ Status Parser::read_header(File& f, uint64_t* n_tensors, uint64_t* n_kv) {
   // is also bounded by what is left of the file.
   uint64_t need_kv = 0, need_t = 0, need_all = 0;
   if (!checked_mul(*n_kv, kMinKvBytes, &need_kv) || need_kv > remaining()) {
-    return fail(fmt::format("metadata key/value count {} (at byte 16) cannot fit: each takes at "
-                            "least {} bytes and only {} bytes remain",
-                            *n_kv, kMinKvBytes, remaining()));
+    return fail(
+        fmt::format("metadata key/value count {} (at byte 16) cannot fit: each takes at "
+                    "least {} bytes and only {} bytes remain",
+                    *n_kv, kMinKvBytes, remaining()));
   }
   if (!checked_mul(*n_tensors, kMinTensorInfoBytes, &need_t) ||
       !checked_add(need_kv, need_t, &need_all) || need_all > remaining()) {
-    return fail(fmt::format("tensor count {} (at byte 8) cannot fit: each tensor info takes at "
-                            "least {} bytes and only {} bytes remain",
-                            *n_tensors, kMinTensorInfoBytes, remaining()));
+    return fail(
+        fmt::format("tensor count {} (at byte 8) cannot fit: each tensor info takes at "
+                    "least {} bytes and only {} bytes remain",
+                    *n_tensors, kMinTensorInfoBytes, remaining()));
   }
   return Ok{};
 }
@@ -276,7 +285,8 @@ Status Parser::read_metadata(File& f, uint64_t n_kv) {
     const uint64_t type_at = pos_;
     MINFER_TRY(uint32_t type, read<uint32_t>("value type"));
     if (!is_known_value_type(type)) {
-      return fail(fmt::format("value type {} (at byte {}) is not a GGUF value type", type, type_at));
+      return fail(
+          fmt::format("value type {} (at byte {}) is not a GGUF value type", type, type_at));
     }
     MINFER_TRY(Value v, read_value(static_cast<ValueType>(type), 0, "value"));
     f.kv_index_.emplace(key, f.kvs_.size());
@@ -289,8 +299,8 @@ Status Parser::read_metadata(File& f, uint64_t n_kv) {
                               value_type_name(a->type)));
     }
     if (a->u == 0 || (a->u & (a->u - 1)) != 0) {
-      return fail(fmt::format("key '{}' is {}, which is not a nonzero power of two",
-                              kKeyAlignment, a->u));
+      return fail(
+          fmt::format("key '{}' is {}, which is not a nonzero power of two", kKeyAlignment, a->u));
     }
     f.alignment_ = a->u;
   }
@@ -306,8 +316,8 @@ Status Parser::read_tensor_infos(File& f, uint64_t n_tensors, std::vector<uint64
     TensorInfo t;
     MINFER_TRY(t.name, read_string("tensor name"));
     if (std::string why = detail::tensor_name_problem(t.name); !why.empty()) return fail(why);
-    ctx_ = fmt::format("tensor {} (tensor info #{} at byte {})", detail::quote_for_error(t.name),
-                       k, at);
+    ctx_ = fmt::format("tensor {} (tensor info #{} at byte {})", detail::quote_for_error(t.name), k,
+                       at);
     if (f.tensor_index_.count(t.name) != 0) {
       return fail(fmt::format("duplicate tensor name (first defined as tensor info #{})",
                               f.tensor_index_[t.name]));
@@ -317,8 +327,8 @@ Status Parser::read_tensor_infos(File& f, uint64_t n_tensors, std::vector<uint64
     // llama.cpp also takes n_dims 0 as a one-element tensor, but no writer emits it
     // (ggml_n_dims() >= 1); we refuse it so that `dims` always has 1..4 entries.
     if (n_dims == 0 || n_dims > kMaxDims) {
-      return fail(fmt::format("n_dims {} (at byte {}) must be in 1..{}", n_dims, ndims_at,
-                              kMaxDims));
+      return fail(
+          fmt::format("n_dims {} (at byte {}) must be in 1..{}", n_dims, ndims_at, kMaxDims));
     }
     t.dims.resize(n_dims);
     for (uint32_t d = 0; d < n_dims; ++d) {
@@ -326,16 +336,16 @@ Status Parser::read_tensor_infos(File& f, uint64_t n_tensors, std::vector<uint64
       MINFER_TRY(t.dims[d], read<uint64_t>(fmt::format("dim {}", d)));
       // ggml stores dims as int64; a dim of 0 is allowed (an empty tensor).
       if (t.dims[d] > static_cast<uint64_t>(INT64_MAX)) {
-        return fail(fmt::format("dim {} is {} (at byte {}), more than INT64_MAX", d, t.dims[d],
-                                dim_at));
+        return fail(
+            fmt::format("dim {} is {} (at byte {}), more than INT64_MAX", d, t.dims[d], dim_at));
       }
     }
     const uint64_t type_at = pos_;
     MINFER_TRY(uint32_t type_id, read<uint32_t>("tensor type"));
     auto info = dtype_info(type_id);
     if (!info) {
-      return fail(fmt::format("tensor type {} (at byte {}) is not a known ggml type", type_id,
-                              type_at));
+      return fail(
+          fmt::format("tensor type {} (at byte {}) is not a known ggml type", type_id, type_at));
     }
     t.type = info->type;
     auto nbytes = tensor_nbytes(t.type, t.dims);
@@ -359,9 +369,10 @@ Status Parser::place_tensor_data(File& f, const std::vector<uint64_t>& info_pos)
   }
   uint64_t data_offset = 0;
   if (!checked_align_up(pos_, a, &data_offset) || data_offset > size_) {
-    return fail(fmt::format("data section: tensor infos end at byte {}; aligned to {} the data "
-                            "would start past end of file (size {})",
-                            pos_, a, size_));
+    return fail(
+        fmt::format("data section: tensor infos end at byte {}; aligned to {} the data "
+                    "would start past end of file (size {})",
+                    pos_, a, size_));
   }
   f.data_offset_ = data_offset;
   // llama.cpp requires the tensors to be stored in info order, each padded to the
@@ -369,29 +380,31 @@ Status Parser::place_tensor_data(File& f, const std::vector<uint64_t>& info_pos)
   uint64_t expected = 0;
   for (size_t k = 0; k < f.tensors_.size(); ++k) {
     TensorInfo& t = f.tensors_[k];
-    ctx_ = fmt::format("tensor {} (tensor info #{} at byte {})", detail::quote_for_error(t.name),
-                       k, info_pos[k]);
+    ctx_ = fmt::format("tensor {} (tensor info #{} at byte {})", detail::quote_for_error(t.name), k,
+                       info_pos[k]);
     if (t.offset % a != 0) {
-      return fail(fmt::format("data offset 0x{:x} is not a multiple of the alignment {}",
-                              t.offset, a));
+      return fail(
+          fmt::format("data offset 0x{:x} is not a multiple of the alignment {}", t.offset, a));
     }
     uint64_t begin = 0, end = 0, padded = 0;
     if (!checked_add(data_offset, t.offset, &begin) || !checked_add(begin, t.n_bytes, &end) ||
         end > size_) {
-      return fail(fmt::format("data [offset 0x{:x}, size {}] extends past end of file (size {}, "
-                              "data section at byte {})",
-                              t.offset, t.n_bytes, size_, data_offset));
+      return fail(
+          fmt::format("data [offset 0x{:x}, size {}] extends past end of file (size {}, "
+                      "data section at byte {})",
+                      t.offset, t.n_bytes, size_, data_offset));
     }
     if (t.offset < expected) {
-      return fail(fmt::format("data [offset 0x{:x}, size {}] overlaps the previous tensor {} "
-                              "(its padded data ends at offset 0x{:x})",
-                              t.offset, t.n_bytes,
-                              detail::quote_for_error(f.tensors_[k - 1].name), expected));
+      return fail(fmt::format(
+          "data [offset 0x{:x}, size {}] overlaps the previous tensor {} "
+          "(its padded data ends at offset 0x{:x})",
+          t.offset, t.n_bytes, detail::quote_for_error(f.tensors_[k - 1].name), expected));
     }
     if (t.offset != expected) {
-      return fail(fmt::format("data offset 0x{:x} leaves a gap: expected 0x{:x} (tensors are "
-                              "stored in order, each padded to {} bytes)",
-                              t.offset, expected, a));
+      return fail(
+          fmt::format("data offset 0x{:x} leaves a gap: expected 0x{:x} (tensors are "
+                      "stored in order, each padded to {} bytes)",
+                      t.offset, expected, a));
     }
     t.data = p_ + begin;
     if (!checked_align_up(t.n_bytes, a, &padded) || !checked_add(expected, padded, &expected)) {

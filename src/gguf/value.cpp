@@ -10,19 +10,32 @@ namespace minfer::gguf {
 
 std::string_view value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::kUint8: return "u8";
-    case ValueType::kInt8: return "i8";
-    case ValueType::kUint16: return "u16";
-    case ValueType::kInt16: return "i16";
-    case ValueType::kUint32: return "u32";
-    case ValueType::kInt32: return "i32";
-    case ValueType::kFloat32: return "f32";
-    case ValueType::kBool: return "bool";
-    case ValueType::kString: return "string";
-    case ValueType::kArray: return "array";
-    case ValueType::kUint64: return "u64";
-    case ValueType::kInt64: return "i64";
-    case ValueType::kFloat64: return "f64";
+    case ValueType::kUint8:
+      return "u8";
+    case ValueType::kInt8:
+      return "i8";
+    case ValueType::kUint16:
+      return "u16";
+    case ValueType::kInt16:
+      return "i16";
+    case ValueType::kUint32:
+      return "u32";
+    case ValueType::kInt32:
+      return "i32";
+    case ValueType::kFloat32:
+      return "f32";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kString:
+      return "string";
+    case ValueType::kArray:
+      return "array";
+    case ValueType::kUint64:
+      return "u64";
+    case ValueType::kInt64:
+      return "i64";
+    case ValueType::kFloat64:
+      return "f64";
   }
   return "unknown";
 }
@@ -48,17 +61,39 @@ Value make_float(ValueType t, double v) {
 }
 }  // namespace
 
-Value Value::u8(uint8_t v) { return make_unsigned(ValueType::kUint8, v); }
-Value Value::u16(uint16_t v) { return make_unsigned(ValueType::kUint16, v); }
-Value Value::u32(uint32_t v) { return make_unsigned(ValueType::kUint32, v); }
-Value Value::u64(uint64_t v) { return make_unsigned(ValueType::kUint64, v); }
-Value Value::boolean(bool v) { return make_unsigned(ValueType::kBool, v ? 1 : 0); }
-Value Value::i8(int8_t v) { return make_signed(ValueType::kInt8, v); }
-Value Value::i16(int16_t v) { return make_signed(ValueType::kInt16, v); }
-Value Value::i32(int32_t v) { return make_signed(ValueType::kInt32, v); }
-Value Value::i64(int64_t v) { return make_signed(ValueType::kInt64, v); }
-Value Value::f32(float v) { return make_float(ValueType::kFloat32, v); }
-Value Value::f64(double v) { return make_float(ValueType::kFloat64, v); }
+Value Value::u8(uint8_t v) {
+  return make_unsigned(ValueType::kUint8, v);
+}
+Value Value::u16(uint16_t v) {
+  return make_unsigned(ValueType::kUint16, v);
+}
+Value Value::u32(uint32_t v) {
+  return make_unsigned(ValueType::kUint32, v);
+}
+Value Value::u64(uint64_t v) {
+  return make_unsigned(ValueType::kUint64, v);
+}
+Value Value::boolean(bool v) {
+  return make_unsigned(ValueType::kBool, v ? 1 : 0);
+}
+Value Value::i8(int8_t v) {
+  return make_signed(ValueType::kInt8, v);
+}
+Value Value::i16(int16_t v) {
+  return make_signed(ValueType::kInt16, v);
+}
+Value Value::i32(int32_t v) {
+  return make_signed(ValueType::kInt32, v);
+}
+Value Value::i64(int64_t v) {
+  return make_signed(ValueType::kInt64, v);
+}
+Value Value::f32(float v) {
+  return make_float(ValueType::kFloat32, v);
+}
+Value Value::f64(double v) {
+  return make_float(ValueType::kFloat64, v);
+}
 
 Value Value::string(std::string v) {
   Value r;
@@ -117,7 +152,9 @@ bool Value::is_integer() const {
   }
 }
 
-bool Value::is_float() const { return type == ValueType::kFloat32 || type == ValueType::kFloat64; }
+bool Value::is_float() const {
+  return type == ValueType::kFloat32 || type == ValueType::kFloat64;
+}
 
 namespace {
 
@@ -130,11 +167,21 @@ void append_escaped(std::string& out, std::string_view s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           out += fmt::format("\\x{:02x}", c);
@@ -223,7 +270,7 @@ bool is_valid_utf8(std::string_view s) {
       cp = (cp << 6) | (cc & 0x3F);
     }
     if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;  // overlong
-    if (cp >= 0xD800 && cp <= 0xDFFF) return false;                             // surrogate
+    if (cp >= 0xD800 && cp <= 0xDFFF) return false;                            // surrogate
     if (cp > 0x10FFFF) return false;
     k += len;
   }

@@ -45,17 +45,39 @@ class Buf {
 
 Status put_value(Buf& b, const Value& v, const std::string& where, uint32_t depth) {
   switch (v.type) {
-    case ValueType::kUint8: b.put<uint8_t>(static_cast<uint8_t>(v.u)); return Ok{};
-    case ValueType::kInt8: b.put<int8_t>(static_cast<int8_t>(v.i)); return Ok{};
-    case ValueType::kUint16: b.put<uint16_t>(static_cast<uint16_t>(v.u)); return Ok{};
-    case ValueType::kInt16: b.put<int16_t>(static_cast<int16_t>(v.i)); return Ok{};
-    case ValueType::kUint32: b.put<uint32_t>(static_cast<uint32_t>(v.u)); return Ok{};
-    case ValueType::kInt32: b.put<int32_t>(static_cast<int32_t>(v.i)); return Ok{};
-    case ValueType::kUint64: b.put<uint64_t>(v.u); return Ok{};
-    case ValueType::kInt64: b.put<int64_t>(v.i); return Ok{};
-    case ValueType::kFloat32: b.put<float>(static_cast<float>(v.f)); return Ok{};
-    case ValueType::kFloat64: b.put<double>(v.f); return Ok{};
-    case ValueType::kBool: b.put<uint8_t>(v.u != 0 ? 1 : 0); return Ok{};
+    case ValueType::kUint8:
+      b.put<uint8_t>(static_cast<uint8_t>(v.u));
+      return Ok{};
+    case ValueType::kInt8:
+      b.put<int8_t>(static_cast<int8_t>(v.i));
+      return Ok{};
+    case ValueType::kUint16:
+      b.put<uint16_t>(static_cast<uint16_t>(v.u));
+      return Ok{};
+    case ValueType::kInt16:
+      b.put<int16_t>(static_cast<int16_t>(v.i));
+      return Ok{};
+    case ValueType::kUint32:
+      b.put<uint32_t>(static_cast<uint32_t>(v.u));
+      return Ok{};
+    case ValueType::kInt32:
+      b.put<int32_t>(static_cast<int32_t>(v.i));
+      return Ok{};
+    case ValueType::kUint64:
+      b.put<uint64_t>(v.u);
+      return Ok{};
+    case ValueType::kInt64:
+      b.put<int64_t>(v.i);
+      return Ok{};
+    case ValueType::kFloat32:
+      b.put<float>(static_cast<float>(v.f));
+      return Ok{};
+    case ValueType::kFloat64:
+      b.put<double>(v.f);
+      return Ok{};
+    case ValueType::kBool:
+      b.put<uint8_t>(v.u != 0 ? 1 : 0);
+      return Ok{};
     case ValueType::kString:
       if (v.str.size() > kMaxStringLength) {
         return make_error(fmt::format("{}: string of {} bytes exceeds the limit of {}", where,
@@ -65,7 +87,8 @@ Status put_value(Buf& b, const Value& v, const std::string& where, uint32_t dept
       return Ok{};
     case ValueType::kArray: {
       if (depth >= kMaxArrayDepth) {
-        return make_error(fmt::format("{}: arrays nested more than {} deep", where, kMaxArrayDepth));
+        return make_error(
+            fmt::format("{}: arrays nested more than {} deep", where, kMaxArrayDepth));
       }
       if (v.array.size() > kMaxArrayElements) {
         return make_error(fmt::format("{}: {} elements exceed the limit of {}", where,
@@ -88,7 +111,9 @@ Status put_value(Buf& b, const Value& v, const std::string& where, uint32_t dept
                                 static_cast<uint32_t>(v.type)));
 }
 
-bool is_pow2(uint64_t a) { return a != 0 && (a & (a - 1)) == 0; }
+bool is_pow2(uint64_t a) {
+  return a != 0 && (a & (a - 1)) == 0;
+}
 
 }  // namespace
 
@@ -124,15 +149,16 @@ Status Writer::add_tensor(std::string name, DType type, std::vector<uint64_t> di
     if (t.name == name) return make_error("add_tensor: duplicate tensor name '" + name + "'");
   }
   if (dims.empty() || dims.size() > kMaxDims) {
-    return make_error(fmt::format("add_tensor '{}': {} dims, expected 1..{}", name, dims.size(),
-                                  kMaxDims));
+    return make_error(
+        fmt::format("add_tensor '{}': {} dims, expected 1..{}", name, dims.size(), kMaxDims));
   }
   auto nbytes = tensor_nbytes(type, dims);
   if (!nbytes.ok()) return nbytes.error().context("add_tensor '" + name + "'");
   if (nbytes.value() != data.size()) {
-    return make_error(fmt::format("add_tensor '{}': {} bytes of data, but type {} with these dims "
-                                  "takes {}",
-                                  name, data.size(), dtype_name(type), nbytes.value()));
+    return make_error(
+        fmt::format("add_tensor '{}': {} bytes of data, but type {} with these dims "
+                    "takes {}",
+                    name, data.size(), dtype_name(type), nbytes.value()));
   }
   tensors_.push_back(PendingTensor{std::move(name), type, std::move(dims),
                                    std::vector<uint8_t>(data.begin(), data.end())});
@@ -160,9 +186,10 @@ Result<std::vector<uint8_t>> Writer::header_bytes(
     }
   }
   if (align != alignment_) {
-    return make_error(fmt::format("gguf writer: '{}' is {} but the writer aligns to {} (use "
-                                  "set_alignment)",
-                                  kKeyAlignment, align, alignment_));
+    return make_error(
+        fmt::format("gguf writer: '{}' is {} but the writer aligns to {} (use "
+                    "set_alignment)",
+                    kKeyAlignment, align, alignment_));
   }
   Buf b;
   b.put<uint32_t>(kMagic);
@@ -250,8 +277,9 @@ Status Writer::write_split(const std::string& prefix, uint32_t n_parts) const {
           kvs.push_back(kv);
         }
       }
-    } else if (const auto it = std::find_if(kvs_.begin(), kvs_.end(),
-                                            [](const KeyValue& kv) { return kv.key == kKeyAlignment; });
+    } else if (const auto it =
+                   std::find_if(kvs_.begin(), kvs_.end(),
+                                [](const KeyValue& kv) { return kv.key == kKeyAlignment; });
                it != kvs_.end()) {
       kvs.push_back(*it);  // every part's data section uses the same alignment
     }
@@ -259,7 +287,8 @@ Status Writer::write_split(const std::string& prefix, uint32_t n_parts) const {
     kvs.push_back({std::string(kKeySplitCount), Value::u16(static_cast<uint16_t>(n_parts))});
     kvs.push_back({std::string(kKeySplitTensorsCount), Value::i32(static_cast<int32_t>(n))});
     std::vector<const PendingTensor*> ts;
-    for (size_t k = n * part / n_parts; k < n * (part + 1) / n_parts; ++k) ts.push_back(&tensors_[k]);
+    for (size_t k = n * part / n_parts; k < n * (part + 1) / n_parts; ++k)
+      ts.push_back(&tensors_[k]);
     MINFER_TRY_STATUS(write_file(split_path(prefix, part, n_parts), kvs, ts));
   }
   return Ok{};

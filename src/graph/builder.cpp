@@ -27,8 +27,7 @@ GraphBuilder::GraphBuilder(BuilderOptions options) : options_(options) {}
 const Node& GraphBuilder::src(NodeId id) const {
   MINFER_CHECK(!finished_, "GraphBuilder used after finish()");
   MINFER_CHECK(id >= 0 && static_cast<size_t>(id) < graph_.nodes_.size(),
-               "GraphBuilder: source id %d does not exist (%zu nodes)", id,
-               graph_.nodes_.size());
+               "GraphBuilder: source id %d does not exist (%zu nodes)", id, graph_.nodes_.size());
   return graph_.nodes_[id];
 }
 
@@ -38,8 +37,7 @@ void GraphBuilder::check_f32(NodeId id, const char* op) const {
                std::string(dtype_name(n.dtype)).c_str());
 }
 
-Node GraphBuilder::make(Op op, std::initializer_list<NodeId> srcs, Shape shape,
-                        DType dtype) const {
+Node GraphBuilder::make(Op op, std::initializer_list<NodeId> srcs, Shape shape, DType dtype) const {
   Node n;
   n.op = op;
   MINFER_CHECK(srcs.size() <= static_cast<size_t>(kMaxSrc), "too many sources");
@@ -94,12 +92,11 @@ NodeId GraphBuilder::kv_region(int32_t layer, KvKind kind, DType dtype, Shape sh
 NodeId GraphBuilder::get_rows(NodeId table, NodeId ids) {
   const Node& t = src(table);
   const Node& i = src(ids);
-  MINFER_CHECK(i.dtype == DType::kI32 && i.shape.n_rows() == 1,
-               "get_rows: ids %s must be I32 [n]", nm(i).c_str());
+  MINFER_CHECK(i.dtype == DType::kI32 && i.shape.n_rows() == 1, "get_rows: ids %s must be I32 [n]",
+               nm(i).c_str());
   MINFER_CHECK(t.shape.ne[2] == 1 && t.shape.ne[3] == 1, "get_rows: table %s is not 2-D",
                nm(t).c_str());
-  return push(make(Op::kGetRows, {table, ids}, Shape{t.shape.ne[0], i.shape.ne[0]},
-                   DType::kF32));
+  return push(make(Op::kGetRows, {table, ids}, Shape{t.shape.ne[0], i.shape.ne[0]}, DType::kF32));
 }
 
 NodeId GraphBuilder::rms_norm(NodeId x, float eps) {
@@ -165,8 +162,7 @@ NodeId GraphBuilder::kv_store(NodeId region, NodeId rows, NodeId cells) {
   check_f32(rows, "kv_store");
   const Node& rw = src(rows);
   const Node& c = src(cells);
-  MINFER_CHECK(r.op == Op::kKvRegion, "kv_store: destination %s is not a kv_region",
-               nm(r).c_str());
+  MINFER_CHECK(r.op == Op::kKvRegion, "kv_store: destination %s is not a kv_region", nm(r).c_str());
   MINFER_CHECK(c.dtype == DType::kI32 && c.shape.n_rows() == 1, "kv_store: cells %s must be I32",
                nm(c).c_str());
   MINFER_CHECK(rw.shape.n_elements() == r.shape.ne[0] * c.shape.ne[0],
@@ -190,13 +186,13 @@ NodeId GraphBuilder::attention(NodeId q, NodeId k, NodeId v, NodeId window,
   const Node& wn = src(window);
   MINFER_CHECK(kn.op == Op::kKvStore && vn.op == Op::kKvStore,
                "attention: k %s and v %s must be kv_store results (so the write is ordered "
-               "before the read)", nm(kn).c_str(), nm(vn).c_str());
+               "before the read)",
+               nm(kn).c_str(), nm(vn).c_str());
   MINFER_CHECK(kn.params.kv_kind == KvKind::kK && vn.params.kv_kind == KvKind::kV &&
                    kn.params.layer == p.layer && vn.params.layer == p.layer,
                "attention: k/v regions are not layer %d's K and V", p.layer);
   MINFER_CHECK(p.n_head > 0 && p.n_head_kv > 0 && p.n_head % p.n_head_kv == 0,
-               "attention: n_head %d / n_head_kv %d is not a GQA layout", p.n_head,
-               p.n_head_kv);
+               "attention: n_head %d / n_head_kv %d is not a GQA layout", p.n_head, p.n_head_kv);
   MINFER_CHECK(qn.shape.ne[1] == p.n_head && qn.shape.ne[3] == 1,
                "attention: q %s is not [head_dim, %d, n_tokens]", nm(qn).c_str(), p.n_head);
   const int64_t head_dim = qn.shape.ne[0];
@@ -213,8 +209,8 @@ NodeId GraphBuilder::attention(NodeId q, NodeId k, NodeId v, NodeId window,
                static_cast<long long>(n_tokens));
   MINFER_CHECK(p.scale > 0.0f, "attention: scale %g must be > 0", static_cast<double>(p.scale));
   const int64_t head_dim_v = vn.shape.ne[0] / p.n_head_kv;
-  Node n = make(Op::kAttention, {q, k, v, window}, Shape{head_dim_v * p.n_head, n_tokens},
-                DType::kF32);
+  Node n =
+      make(Op::kAttention, {q, k, v, window}, Shape{head_dim_v * p.n_head, n_tokens}, DType::kF32);
   n.params.n_head = p.n_head;
   n.params.n_head_kv = p.n_head_kv;
   n.params.scale = p.scale;

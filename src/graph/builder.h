@@ -27,7 +27,7 @@ struct BuilderOptions {
 
 struct RopeParams {
   RopeMode mode = RopeMode::kNormal;
-  int32_t n_rot = 0;          // rotated dims per head; 0 = the whole head
+  int32_t n_rot = 0;  // rotated dims per head; 0 = the whole head
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
 };
@@ -73,12 +73,12 @@ class GraphBuilder {
   // ([head_dim * n_head_kv, n_ctx]); window I32 [2 * n_runs, n_tokens]
   // → F32 [head_dim_v * n_head, n_tokens]
   NodeId attention(NodeId q, NodeId k, NodeId v, NodeId window, const AttentionParams& p);
-  NodeId silu(NodeId x);                    // F32 → same shape
-  NodeId swiglu(NodeId gate, NodeId up);    // F32, equal shapes → same shape
+  NodeId silu(NodeId x);                         // F32 → same shape
+  NodeId swiglu(NodeId gate, NodeId up);         // F32, equal shapes → same shape
   NodeId softmax(NodeId x, float scale = 1.0f);  // over ne0
   NodeId scale(NodeId x, float s);
-  NodeId cont(NodeId x);                    // contiguous copy (cpy/cont)
-  NodeId reshape(NodeId x, Shape shape);    // same element count; aliases x
+  NodeId cont(NodeId x);                  // contiguous copy (cpy/cont)
+  NodeId reshape(NodeId x, Shape shape);  // same element count; aliases x
   // contiguous window of n_elements(shape) starting at element `offset`; aliases x
   NodeId view(NodeId x, Shape shape, int64_t offset);
 

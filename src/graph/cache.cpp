@@ -3,10 +3,10 @@
 // never hand out the same uid and a backend's replay cache keyed by uid stays sound.
 #include "graph/cache.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <string>
-
-#include <fmt/format.h>
 
 namespace minfer::graph {
 namespace {
@@ -37,8 +37,8 @@ Result<bool> GraphCache::try_reuse(const GraphParams& params) {
   if (memory_) {
     Status st = memory_->map_graph(*entries_.front().graph);
     if (!st.ok()) {
-      return st.error().context(fmt::format("re-map onto cached graph uid {}",
-                                            entries_.front().graph->uid()));
+      return st.error().context(
+          fmt::format("re-map onto cached graph uid {}", entries_.front().graph->uid()));
     }
   }
   stats_.reuses++;

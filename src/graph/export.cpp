@@ -23,9 +23,13 @@ nlohmann::json params_json(const Node& n) {
   const OpParams& q = n.params;
   switch (n.op) {
     case Op::kRmsNorm:
-    case Op::kRmsNormMul: p["eps"] = q.eps; break;
+    case Op::kRmsNormMul:
+      p["eps"] = q.eps;
+      break;
     case Op::kScale:
-    case Op::kSoftmax: p["scale"] = q.scale; break;
+    case Op::kSoftmax:
+      p["scale"] = q.scale;
+      break;
     case Op::kRope:
       p["mode"] = q.rope_mode == RopeMode::kNeox ? "neox" : "normal";
       p["n_rot"] = q.n_rot;
@@ -44,8 +48,11 @@ nlohmann::json params_json(const Node& n) {
       p["scale"] = q.scale;
       p["causal"] = q.causal != 0;
       break;
-    case Op::kView: p["offset"] = q.offset; break;
-    default: break;
+    case Op::kView:
+      p["offset"] = q.offset;
+      break;
+    default:
+      break;
   }
   return p;
 }
@@ -58,10 +65,14 @@ std::string to_dot(const ComputeGraph& g) {
   for (size_t i = 0; i < g.size(); ++i) {
     const Node& n = g.nodes()[i];
     std::string style;
-    if (n.op == Op::kInput) style = ", style=filled, fillcolor=\"#cfe8ff\"";
-    else if (n.op == Op::kWeight) style = ", style=filled, fillcolor=\"#eeeeee\"";
-    else if (n.op == Op::kKvRegion) style = ", style=filled, fillcolor=\"#ffe0b0\"";
-    else if (n.is_output) style = ", style=filled, fillcolor=\"#c8f0c8\"";
+    if (n.op == Op::kInput)
+      style = ", style=filled, fillcolor=\"#cfe8ff\"";
+    else if (n.op == Op::kWeight)
+      style = ", style=filled, fillcolor=\"#eeeeee\"";
+    else if (n.op == Op::kKvRegion)
+      style = ", style=filled, fillcolor=\"#ffe0b0\"";
+    else if (n.is_output)
+      style = ", style=filled, fillcolor=\"#c8f0c8\"";
     out += fmt::format("  n{} [label=\"{} {}\\n{} {} {}\"{}];\n", i, i, dot_escape(n.name),
                        op_name(n.op), dtype_name(n.dtype), n.shape.str(), style);
   }

@@ -11,34 +11,53 @@ namespace minfer::graph {
 
 std::string_view op_name(Op op) {
   switch (op) {
-    case Op::kInput: return "input";
-    case Op::kWeight: return "weight";
-    case Op::kKvRegion: return "kv_region";
-    case Op::kGetRows: return "get_rows";
-    case Op::kRmsNorm: return "rms_norm";
-    case Op::kMul: return "mul";
-    case Op::kAdd: return "add";
-    case Op::kMulMat: return "mul_mat";
-    case Op::kRope: return "rope";
-    case Op::kKvStore: return "kv_store";
-    case Op::kAttention: return "attention";
-    case Op::kSilu: return "silu";
-    case Op::kSwiglu: return "swiglu";
-    case Op::kSoftmax: return "softmax";
-    case Op::kScale: return "scale";
-    case Op::kCont: return "cont";
-    case Op::kReshape: return "reshape";
-    case Op::kView: return "view";
-    case Op::kRmsNormMul: return "rms_norm_mul";
-    case Op::kCount: break;
+    case Op::kInput:
+      return "input";
+    case Op::kWeight:
+      return "weight";
+    case Op::kKvRegion:
+      return "kv_region";
+    case Op::kGetRows:
+      return "get_rows";
+    case Op::kRmsNorm:
+      return "rms_norm";
+    case Op::kMul:
+      return "mul";
+    case Op::kAdd:
+      return "add";
+    case Op::kMulMat:
+      return "mul_mat";
+    case Op::kRope:
+      return "rope";
+    case Op::kKvStore:
+      return "kv_store";
+    case Op::kAttention:
+      return "attention";
+    case Op::kSilu:
+      return "silu";
+    case Op::kSwiglu:
+      return "swiglu";
+    case Op::kSoftmax:
+      return "softmax";
+    case Op::kScale:
+      return "scale";
+    case Op::kCont:
+      return "cont";
+    case Op::kReshape:
+      return "reshape";
+    case Op::kView:
+      return "view";
+    case Op::kRmsNormMul:
+      return "rms_norm_mul";
+    case Op::kCount:
+      break;
   }
   MINFER_CHECK(false, "op_name: invalid op %d", static_cast<int>(op));
   return {};
 }
 
 Shape::Shape(std::initializer_list<int64_t> dims) {
-  MINFER_CHECK(dims.size() >= 1 && dims.size() <= 4, "Shape: %zu dims (1..4 allowed)",
-               dims.size());
+  MINFER_CHECK(dims.size() >= 1 && dims.size() <= 4, "Shape: %zu dims (1..4 allowed)", dims.size());
   int i = 0;
   for (int64_t d : dims) {
     MINFER_CHECK(d >= 1, "Shape: dim %d is %lld (must be >= 1)", i, static_cast<long long>(d));
@@ -63,9 +82,9 @@ uint64_t tensor_bytes(DType dtype, const Shape& shape) {
                static_cast<long long>(shape.ne[0]), std::string(info.name).c_str(),
                info.block_size);
   uint64_t row = 0, total = 0;
-  bool ok = checked_mul(static_cast<uint64_t>(shape.ne[0] / info.block_size), info.type_size,
-                        &row) &&
-            checked_mul(row, static_cast<uint64_t>(shape.n_rows()), &total);
+  bool ok =
+      checked_mul(static_cast<uint64_t>(shape.ne[0] / info.block_size), info.type_size, &row) &&
+      checked_mul(row, static_cast<uint64_t>(shape.n_rows()), &total);
   MINFER_CHECK(ok, "tensor_bytes: size of %s %s overflows", std::string(info.name).c_str(),
                shape.str().c_str());
   return total;
@@ -100,8 +119,10 @@ std::vector<int32_t> ComputeGraph::consumer_counts() const {
 }
 
 void ComputeGraph::assign_backend(NodeId id, BackendId backend) {
-  MINFER_CHECK(uid_ == 0, "assign_backend on cached graph uid %llu: placement is decided "
-               "before caching", static_cast<unsigned long long>(uid_));
+  MINFER_CHECK(uid_ == 0,
+               "assign_backend on cached graph uid %llu: placement is decided "
+               "before caching",
+               static_cast<unsigned long long>(uid_));
   node(id);  // range check
   nodes_[id].backend = backend;
 }
@@ -114,8 +135,8 @@ bool ComputeGraph::well_formed(std::string* why) const {
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     if (n.is_leaf() != (n.n_src == 0)) {
-      return fail("node " + std::to_string(i) + " (" + std::string(op_name(n.op)) +
-                  ") has " + std::to_string(n.n_src) + " sources");
+      return fail("node " + std::to_string(i) + " (" + std::string(op_name(n.op)) + ") has " +
+                  std::to_string(n.n_src) + " sources");
     }
     for (int s = 0; s < n.n_src; ++s) {
       if (n.src[s] < 0 || static_cast<size_t>(n.src[s]) >= i) {
@@ -141,8 +162,8 @@ void ComputeGraph::compact(const std::vector<bool>& keep) {
     remap[i] = static_cast<NodeId>(out.size());
     Node n = std::move(nodes_[i]);
     for (int s = 0; s < n.n_src; ++s) {
-      MINFER_CHECK(remap[n.src[s]] != kNoNode, "compact: kept node %zu reads dropped node %d",
-                   i, n.src[s]);
+      MINFER_CHECK(remap[n.src[s]] != kNoNode, "compact: kept node %zu reads dropped node %d", i,
+                   n.src[s]);
       n.src[s] = remap[n.src[s]];
     }
     out.push_back(std::move(n));

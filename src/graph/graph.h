@@ -26,10 +26,10 @@ struct Node {
   int32_t n_src = 0;
   Shape shape;
   DType dtype = DType::kF32;
-  std::string name;                // "attn_norm-3", "token_ids", "blk.0.attn_q.weight"
-  BackendId backend = kBackendCpu; // set by the builder, reassigned by the scheduler
-  int32_t layer = -1;              // transformer block this node belongs to (-1: none)
-  bool is_output = false;          // read after the step: never freed, never reused
+  std::string name;                 // "attn_norm-3", "token_ids", "blk.0.attn_q.weight"
+  BackendId backend = kBackendCpu;  // set by the builder, reassigned by the scheduler
+  int32_t layer = -1;               // transformer block this node belongs to (-1: none)
+  bool is_output = false;           // read after the step: never freed, never reused
   OpParams params;
 
   bool is_leaf() const { return op_is_leaf(op); }

@@ -9,13 +9,13 @@ namespace minfer::graph {
 Status validate(const GraphParams& p) {
   if (p.n_tokens == 0) return make_error("graph params: n_tokens is 0");
   if (p.n_out == 0 || p.n_out > p.n_tokens) {
-    return make_error(fmt::format("graph params: n_out {} outside 1..n_tokens ({})", p.n_out,
-                                  p.n_tokens));
+    return make_error(
+        fmt::format("graph params: n_out {} outside 1..n_tokens ({})", p.n_out, p.n_tokens));
   }
   if (p.cparams.n_ctx == 0) return make_error("graph params: n_ctx is 0");
   if (p.n_tokens > p.cparams.n_ctx) {
-    return make_error(fmt::format("graph params: n_tokens {} exceeds n_ctx {}", p.n_tokens,
-                                  p.cparams.n_ctx));
+    return make_error(
+        fmt::format("graph params: n_tokens {} exceeds n_ctx {}", p.n_tokens, p.cparams.n_ctx));
   }
   if (p.cparams.window.n_runs < 1) {
     return make_error(fmt::format("graph params: window n_runs {} < 1", p.cparams.window.n_runs));
@@ -32,9 +32,12 @@ std::string_view graph_type_name(GraphType t) {
 
 std::string_view kv_format_name(KvFormat f) {
   switch (f) {
-    case KvFormat::kF32: return "f32";
-    case KvFormat::kF16: return "f16";
-    case KvFormat::kQ8_0: return "q8_0";
+    case KvFormat::kF32:
+      return "f32";
+    case KvFormat::kF16:
+      return "f16";
+    case KvFormat::kQ8_0:
+      return "q8_0";
   }
   return "?";
 }
@@ -44,9 +47,8 @@ std::string to_string(const GraphParams& p) {
   return fmt::format(
       "{{n_tokens={} n_out={} gtype={} n_ctx={} flash_attn={} window_runs={} gpu={} "
       "gpu_layers={} fuse_rms_norm_mul={} kv_format={} weights_version={}}}",
-      p.n_tokens, p.n_out, graph_type_name(p.gtype), c.n_ctx, c.flash_attn, c.window.n_runs,
-      c.gpu, c.gpu_layers, c.fusion.rms_norm_mul, kv_format_name(c.kv_format),
-      p.weights_version);
+      p.n_tokens, p.n_out, graph_type_name(p.gtype), c.n_ctx, c.flash_attn, c.window.n_runs, c.gpu,
+      c.gpu_layers, c.fusion.rms_norm_mul, kv_format_name(c.kv_format), p.weights_version);
 }
 
 }  // namespace minfer::graph

@@ -11,14 +11,16 @@
 namespace minfer::kv {
 namespace {
 
-uint64_t bit(SeqId seq) { return uint64_t{1} << seq; }
+uint64_t bit(SeqId seq) {
+  return uint64_t{1} << seq;
+}
 
 }  // namespace
 
 Result<DType> kv_dtype(graph::KvFormat format) {
   if (format == graph::KvFormat::kF32) return DType::kF32;
-  return make_error(fmt::format("KV format {} is not implemented yet (only f32)",
-                                graph::kv_format_name(format)));
+  return make_error(
+      fmt::format("KV format {} is not implemented yet (only f32)", graph::kv_format_name(format)));
 }
 
 Result<KvCells> KvCells::create(const KvOptions& o) {
@@ -151,13 +153,17 @@ Status KvCells::place_into(std::span<const KvToken> batch, std::span<int32_t> ce
     const KvToken& t = batch[i];
     MINFER_TRY_STATUS(check_seq(t.seq));
     if (t.pos < 0 || static_cast<uint32_t>(t.pos) >= n_ctx_) {
-      return make_error(fmt::format("KV: position {} of sequence {} is outside the context "
-                                    "(n_ctx {})", t.pos, t.seq, n_ctx_));
+      return make_error(
+          fmt::format("KV: position {} of sequence {} is outside the context "
+                      "(n_ctx {})",
+                      t.pos, t.seq, n_ctx_));
     }
     for (size_t j = 0; j < i; ++j) {
       if (batch[j].seq == t.seq && batch[j].pos == t.pos) {
-        return make_error(fmt::format("KV: batch rows {} and {} both write sequence {} "
-                                      "position {}", j, i, t.seq, t.pos));
+        return make_error(
+            fmt::format("KV: batch rows {} and {} both write sequence {} "
+                        "position {}",
+                        j, i, t.seq, t.pos));
       }
     }
   }
@@ -186,8 +192,7 @@ Status KvCells::place_into(std::span<const KvToken> batch, std::span<int32_t> ce
     if (cells[i] < 0) {
       failure = make_error(
           reservations_[t.seq]
-              ? fmt::format("KV: sequence {} exhausted its reservation (position {})", t.seq,
-                            t.pos)
+              ? fmt::format("KV: sequence {} exhausted its reservation (position {})", t.seq, t.pos)
               : fmt::format("KV: no free cell for sequence {} position {} (cache full)", t.seq,
                             t.pos));
     }
@@ -268,8 +273,10 @@ Status KvCells::window_into(std::span<const KvToken> queries, const WindowOption
     }
     scanned = std::max(scanned, limit);
     if (n_needed == 0) {
-      return make_error(fmt::format("KV window: query (sequence {}, position {}) sees no cell "
-                                    "(place the batch first)", t.seq, t.pos));
+      return make_error(
+          fmt::format("KV window: query (sequence {}, position {}) sees no cell "
+                      "(place the batch first)",
+                      t.seq, t.pos));
     }
     if (n_needed > static_cast<size_t>(o.n_runs)) {
       return make_error(fmt::format(
@@ -306,8 +313,10 @@ Status KvCells::seq_cp(SeqId src, SeqId dst, Pos p0, Pos p1) {
   for (uint32_t c = 0; c < n_ctx_; ++c) {
     if (!in_range(c)) continue;
     if (auto other = find(dst, pos_[c]); other && *other != static_cast<int32_t>(c)) {
-      return make_error(fmt::format("KV seq_cp: sequence {} already holds position {} in cell "
-                                    "{} (remove it first)", dst, pos_[c], *other));
+      return make_error(
+          fmt::format("KV seq_cp: sequence {} already holds position {} in cell "
+                      "{} (remove it first)",
+                      dst, pos_[c], *other));
     }
   }
   for (uint32_t c = 0; c < n_ctx_; ++c) {
@@ -328,19 +337,23 @@ Status KvCells::seq_shift(SeqId seq, Pos p0, Pos p1, Pos delta) {
   for (uint32_t c = 0; c < n_ctx_; ++c) {
     if (!in_range(c)) continue;
     if (seqs_[c] != bit(seq)) {
-      return make_error(fmt::format("KV seq_shift: cell {} (position {}) is shared with other "
-                                    "sequences", c, pos_[c]));
+      return make_error(
+          fmt::format("KV seq_shift: cell {} (position {}) is shared with other "
+                      "sequences",
+                      c, pos_[c]));
     }
     const int64_t np = int64_t{pos_[c]} + delta;
     if (np >= n_ctx_) {
-      return make_error(fmt::format("KV seq_shift: position {} + {} is outside the context "
-                                    "(n_ctx {})", pos_[c], delta, n_ctx_));
+      return make_error(
+          fmt::format("KV seq_shift: position {} + {} is outside the context "
+                      "(n_ctx {})",
+                      pos_[c], delta, n_ctx_));
     }
     if (np >= 0) {
       auto other = find(seq, static_cast<Pos>(np));
       if (other && !in_range(static_cast<uint32_t>(*other))) {
-        return make_error(fmt::format("KV seq_shift: position {} would collide with cell {}", np,
-                                      *other));
+        return make_error(
+            fmt::format("KV seq_shift: position {} would collide with cell {}", np, *other));
       }
     }
   }

@@ -44,8 +44,8 @@ struct CellRange {
 };
 
 struct WindowOptions {
-  int32_t n_runs = 1;   // = CParams::window.n_runs (the input's shape)
-  bool causal = true;   // a query reads positions <= its own; false: the whole sequence
+  int32_t n_runs = 1;  // = CParams::window.n_runs (the input's shape)
+  bool causal = true;  // a query reads positions <= its own; false: the whole sequence
 };
 
 // Element type of a region for a KV format; only f32 is implemented (Error otherwise).
@@ -125,14 +125,14 @@ class KvCells {
   uint32_t n_seq_max_ = 0;
   graph::KvFormat format_ = graph::KvFormat::kF32;
   uint32_t n_used_ = 0;
-  std::vector<Pos> pos_;            // per cell, -1 free
-  std::vector<uint64_t> seqs_;      // per cell, bit s set: sequence s reads it
-  std::vector<SeqId> reserved_by_;  // per cell, -1 unreserved
+  std::vector<Pos> pos_;                                // per cell, -1 free
+  std::vector<uint64_t> seqs_;                          // per cell, bit s set: sequence s reads it
+  std::vector<SeqId> reserved_by_;                      // per cell, -1 unreserved
   std::vector<std::optional<CellRange>> reservations_;  // per sequence
-  std::vector<int32_t> index_;      // [seq * n_ctx + pos] → cell, -1 none
-  std::vector<int32_t> shift_;      // per cell, pending re-rope delta
+  std::vector<int32_t> index_;                          // [seq * n_ctx + pos] → cell, -1 none
+  std::vector<int32_t> shift_;                          // per cell, pending re-rope delta
   bool has_shift_ = false;
-  std::vector<uint8_t> scratch_;          // place(): cells claimed by this batch
+  std::vector<uint8_t> scratch_;  // place(): cells claimed by this batch
 };
 
 }  // namespace minfer::kv

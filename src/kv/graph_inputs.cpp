@@ -12,15 +12,17 @@ KvGraphInputs declare_kv_inputs(graph::GraphBuilder& b, const graph::GraphParams
   const int64_t nt = p.n_tokens;
   const int64_t n_runs = p.cparams.window.n_runs;
   KvGraphInputs in;
-  in.cells = b.input(graph::kInputKvCells, DType::kI32, {nt});                // I32 [n_tokens]
-  in.window = b.input(graph::kInputKvWindow, DType::kI32, {2 * n_runs, nt});  // I32 [2·n_runs, n_tokens]
+  in.cells = b.input(graph::kInputKvCells, DType::kI32, {nt});  // I32 [n_tokens]
+  in.window =
+      b.input(graph::kInputKvWindow, DType::kI32, {2 * n_runs, nt});  // I32 [2·n_runs, n_tokens]
   return in;
 }
 
 KvLayerRegions declare_kv_regions(graph::GraphBuilder& b, const graph::GraphParams& p,
                                   int32_t layer, int64_t n_embd_k, int64_t n_embd_v) {
   auto dtype = kv_dtype(p.cparams.kv_format);
-  MINFER_CHECK(dtype.ok(), "declare_kv_regions: %s", dtype.ok() ? "" : dtype.error().message.c_str());
+  MINFER_CHECK(dtype.ok(), "declare_kv_regions: %s",
+               dtype.ok() ? "" : dtype.error().message.c_str());
   const int64_t n_ctx = p.cparams.n_ctx;
   KvLayerRegions r;
   r.k = b.kv_region(layer, graph::KvKind::kK, *dtype, {n_embd_k, n_ctx});  // F32 [n_embd_k, n_ctx]

@@ -58,8 +58,8 @@ Result<float> read_freq_scale(const gguf::Model& f, const std::string& a) {
     return 1.0f / factor;
   }
   return make_error(fmt::format(
-      "rope scaling type '{}' ({}) is not supported (only linear scaling is implemented)",
-      type, type_key));
+      "rope scaling type '{}' ({}) is not supported (only linear scaling is implemented)", type,
+      type_key));
 }
 
 }  // namespace
@@ -80,29 +80,32 @@ Result<HParams> read_hparams(const gguf::Model& f, uint32_t n_vocab_fallback) {
 
   MINFER_TRY_STATUS(check(hp.n_layer > 0, a + ".block_count is 0"));
   MINFER_TRY_STATUS(check(hp.n_embd > 0 && hp.n_ff > 0, a + ".embedding_length or "
-                                                         ".feed_forward_length is 0"));
+                                                            ".feed_forward_length is 0"));
   MINFER_TRY_STATUS(check(hp.n_head > 0 && hp.n_head_kv > 0 && hp.n_head % hp.n_head_kv == 0,
                           fmt::format("{}.attention.head_count {} / head_count_kv {} is not a "
-                                      "grouped-query layout", a, hp.n_head, hp.n_head_kv)));
+                                      "grouped-query layout",
+                                      a, hp.n_head, hp.n_head_kv)));
   const uint32_t head_default = hp.n_embd % hp.n_head == 0 ? hp.n_embd / hp.n_head : 0;
   MINFER_TRY(hp.n_embd_head, get_u32_or(f, a + ".attention.key_length", head_default));
   MINFER_TRY(uint32_t n_embd_head_v, get_u32_or(f, a + ".attention.value_length", hp.n_embd_head));
   MINFER_TRY_STATUS(check(hp.n_embd_head > 0 && hp.n_embd_head % 2 == 0,
                           fmt::format("head size {} (n_embd {} / head_count {}) must be even and "
-                                      "> 0", hp.n_embd_head, hp.n_embd, hp.n_head)));
+                                      "> 0",
+                                      hp.n_embd_head, hp.n_embd, hp.n_head)));
   MINFER_TRY_STATUS(check(n_embd_head_v == hp.n_embd_head,
                           fmt::format("{}.attention.value_length {} != key_length {} is not "
-                                      "supported", a, n_embd_head_v, hp.n_embd_head)));
+                                      "supported",
+                                      a, n_embd_head_v, hp.n_embd_head)));
   MINFER_TRY(hp.n_rot, get_u32_or(f, a + ".rope.dimension_count", hp.n_embd_head));
   MINFER_TRY_STATUS(check(hp.n_rot > 0 && hp.n_rot <= hp.n_embd_head && hp.n_rot % 2 == 0,
                           fmt::format("{}.rope.dimension_count {} must be even and <= head size "
-                                      "{}", a, hp.n_rot, hp.n_embd_head)));
-  MINFER_TRY_STATUS(check(hp.rms_eps > 0.0f && std::isfinite(hp.rms_eps),
-                          fmt::format("{}.attention.layer_norm_rms_epsilon is missing or <= 0",
-                                      a)));
+                                      "{}",
+                                      a, hp.n_rot, hp.n_embd_head)));
+  MINFER_TRY_STATUS(
+      check(hp.rms_eps > 0.0f && std::isfinite(hp.rms_eps),
+            fmt::format("{}.attention.layer_norm_rms_epsilon is missing or <= 0", a)));
   MINFER_TRY_STATUS(check(hp.rope_freq_base > 0.0f && std::isfinite(hp.rope_freq_base),
-                          fmt::format("{}.rope.freq_base = {} must be > 0", a,
-                                      hp.rope_freq_base)));
+                          fmt::format("{}.rope.freq_base = {} must be > 0", a, hp.rope_freq_base)));
   MINFER_TRY_STATUS(check(hp.n_ctx_train > 0, a + ".context_length is 0"));
 
   if (f.has(a + ".vocab_size")) {

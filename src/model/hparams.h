@@ -14,17 +14,17 @@
 namespace minfer::model {
 
 struct HParams {
-  std::string arch;           // general.architecture ("llama", "qwen2")
-  uint32_t n_layer = 0;       // <arch>.block_count
-  uint32_t n_embd = 0;        // <arch>.embedding_length
-  uint32_t n_ff = 0;          // <arch>.feed_forward_length
-  uint32_t n_head = 0;        // <arch>.attention.head_count
-  uint32_t n_head_kv = 0;     // <arch>.attention.head_count_kv (default n_head)
-  uint32_t n_embd_head = 0;   // <arch>.attention.key_length (default n_embd / n_head)
-  uint32_t n_rot = 0;         // <arch>.rope.dimension_count (default n_embd_head)
-  uint32_t n_ctx_train = 0;   // <arch>.context_length
-  uint32_t n_vocab = 0;       // <arch>.vocab_size, else the token list, else token_embd
-  float rms_eps = 0.0f;       // <arch>.attention.layer_norm_rms_epsilon
+  std::string arch;                 // general.architecture ("llama", "qwen2")
+  uint32_t n_layer = 0;             // <arch>.block_count
+  uint32_t n_embd = 0;              // <arch>.embedding_length
+  uint32_t n_ff = 0;                // <arch>.feed_forward_length
+  uint32_t n_head = 0;              // <arch>.attention.head_count
+  uint32_t n_head_kv = 0;           // <arch>.attention.head_count_kv (default n_head)
+  uint32_t n_embd_head = 0;         // <arch>.attention.key_length (default n_embd / n_head)
+  uint32_t n_rot = 0;               // <arch>.rope.dimension_count (default n_embd_head)
+  uint32_t n_ctx_train = 0;         // <arch>.context_length
+  uint32_t n_vocab = 0;             // <arch>.vocab_size, else the token list, else token_embd
+  float rms_eps = 0.0f;             // <arch>.attention.layer_norm_rms_epsilon
   float rope_freq_base = 10000.0f;  // <arch>.rope.freq_base
   float rope_freq_scale = 1.0f;     // 1 / <arch>.rope.scaling.factor for linear scaling
   graph::RopeMode rope_mode = graph::RopeMode::kNormal;  // set by the architecture

@@ -15,11 +15,11 @@ using graph::NodeId;
 StepInputs declare_step_inputs(graph::GraphBuilder& b, const graph::GraphParams& p) {
   const int64_t nt = p.n_tokens;
   StepInputs in;
-  in.token_ids = b.input(graph::kInputTokenIds, DType::kI32, {nt});        // I32 [n_tokens]
-  in.positions = b.input(graph::kInputPositions, DType::kI32, {nt});       // I32 [n_tokens]
-  in.kv_cells = b.input(graph::kInputKvCells, DType::kI32, {nt});          // I32 [n_tokens]
+  in.token_ids = b.input(graph::kInputTokenIds, DType::kI32, {nt});   // I32 [n_tokens]
+  in.positions = b.input(graph::kInputPositions, DType::kI32, {nt});  // I32 [n_tokens]
+  in.kv_cells = b.input(graph::kInputKvCells, DType::kI32, {nt});     // I32 [n_tokens]
   in.kv_window = b.input(graph::kInputKvWindow, DType::kI32,
-                         {2 * int64_t{p.cparams.window.n_runs}, nt});       // I32 [2·n_runs, n_tokens]
+                         {2 * int64_t{p.cparams.window.n_runs}, nt});  // I32 [2·n_runs, n_tokens]
   if (p.n_out < p.n_tokens) {
     in.tail_ids = b.input(graph::kInputTailIds, DType::kI32, {int64_t{p.n_out}});  // I32 [n_out]
   }
@@ -40,53 +40,55 @@ NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& 
   const int64_t n_ctx = p.cparams.n_ctx;
   const int64_t n_embd_kv = hp.n_embd_kv();
 
-  NodeId q = b.mul_mat(weight_node(b, lw.wq), cur);                      // F32 [n_embd_q, n_tokens]
-  if (lw.bq.present()) q = b.add(q, weight_node(b, lw.bq));              // F32 [n_embd_q, n_tokens]
+  NodeId q = b.mul_mat(weight_node(b, lw.wq), cur);          // F32 [n_embd_q, n_tokens]
+  if (lw.bq.present()) q = b.add(q, weight_node(b, lw.bq));  // F32 [n_embd_q, n_tokens]
   b.name(q, "Qcur", il);
-  NodeId k = b.mul_mat(weight_node(b, lw.wk), cur);                      // F32 [n_embd_kv, n_tokens]
-  if (lw.bk.present()) k = b.add(k, weight_node(b, lw.bk));              // F32 [n_embd_kv, n_tokens]
+  NodeId k = b.mul_mat(weight_node(b, lw.wk), cur);          // F32 [n_embd_kv, n_tokens]
+  if (lw.bk.present()) k = b.add(k, weight_node(b, lw.bk));  // F32 [n_embd_kv, n_tokens]
   b.name(k, "Kcur", il);
-  NodeId v = b.mul_mat(weight_node(b, lw.wv), cur);                      // F32 [n_embd_kv, n_tokens]
-  if (lw.bv.present()) v = b.add(v, weight_node(b, lw.bv));              // F32 [n_embd_kv, n_tokens]
+  NodeId v = b.mul_mat(weight_node(b, lw.wv), cur);          // F32 [n_embd_kv, n_tokens]
+  if (lw.bv.present()) v = b.add(v, weight_node(b, lw.bv));  // F32 [n_embd_kv, n_tokens]
   b.name(v, "Vcur", il);
 
   const graph::RopeParams rope{.mode = hp.rope_mode,
                                .n_rot = static_cast<int32_t>(hp.n_rot),
                                .freq_base = hp.rope_freq_base,
                                .freq_scale = hp.rope_freq_scale};
-  q = b.reshape(q, {hd, hp.n_head, nt});                                 // F32 [hd, n_head, n_tokens]
-  q = b.rope(q, in.positions, rope);                                     // F32 [hd, n_head, n_tokens]
+  q = b.reshape(q, {hd, hp.n_head, nt});  // F32 [hd, n_head, n_tokens]
+  q = b.rope(q, in.positions, rope);      // F32 [hd, n_head, n_tokens]
   b.name(q, "Qrope", il);
-  k = b.reshape(k, {hd, hp.n_head_kv, nt});                              // F32 [hd, n_head_kv, n_tokens]
-  k = b.rope(k, in.positions, rope);                                     // F32 [hd, n_head_kv, n_tokens]
+  k = b.reshape(k, {hd, hp.n_head_kv, nt});  // F32 [hd, n_head_kv, n_tokens]
+  k = b.rope(k, in.positions, rope);         // F32 [hd, n_head_kv, n_tokens]
   b.name(k, "Krope", il);
 
   // KV: this step's rows go to the cells the KV store chose (data); attention reads
   // the cells the window lists (data). The regions themselves outlive the graph.
-  NodeId kv_k = b.kv_region(il, graph::KvKind::kK, DType::kF32, {n_embd_kv, n_ctx});  // F32 [n_embd_kv, n_ctx]
-  NodeId kv_v = b.kv_region(il, graph::KvKind::kV, DType::kF32, {n_embd_kv, n_ctx});  // F32 [n_embd_kv, n_ctx]
-  NodeId ks = b.kv_store(kv_k, k, in.kv_cells);                          // F32 [n_embd_kv, n_ctx] (alias)
-  NodeId vs = b.kv_store(kv_v, v, in.kv_cells);                          // F32 [n_embd_kv, n_ctx] (alias)
+  NodeId kv_k = b.kv_region(il, graph::KvKind::kK, DType::kF32,
+                            {n_embd_kv, n_ctx});  // F32 [n_embd_kv, n_ctx]
+  NodeId kv_v = b.kv_region(il, graph::KvKind::kV, DType::kF32,
+                            {n_embd_kv, n_ctx});  // F32 [n_embd_kv, n_ctx]
+  NodeId ks = b.kv_store(kv_k, k, in.kv_cells);   // F32 [n_embd_kv, n_ctx] (alias)
+  NodeId vs = b.kv_store(kv_v, v, in.kv_cells);   // F32 [n_embd_kv, n_ctx] (alias)
   NodeId att = b.attention(q, ks, vs, in.kv_window,
                            {.n_head = static_cast<int32_t>(hp.n_head),
                             .n_head_kv = static_cast<int32_t>(hp.n_head_kv),
                             .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                             .causal = true,
-                            .layer = il});                               // F32 [n_embd_q, n_tokens]
+                            .layer = il});  // F32 [n_embd_q, n_tokens]
   b.name(att, "kqv_out", il);
-  NodeId out = b.mul_mat(weight_node(b, lw.wo), att);                    // F32 [n_embd, n_tokens]
+  NodeId out = b.mul_mat(weight_node(b, lw.wo), att);  // F32 [n_embd, n_tokens]
   b.name(out, "attn_out", il);
   return out;
 }
 
 NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, NodeId cur, int il) {
-  NodeId gate = b.mul_mat(weight_node(b, lw.ffn_gate), cur);             // F32 [n_ff, rows]
+  NodeId gate = b.mul_mat(weight_node(b, lw.ffn_gate), cur);  // F32 [n_ff, rows]
   b.name(gate, "ffn_gate", il);
-  NodeId up = b.mul_mat(weight_node(b, lw.ffn_up), cur);                 // F32 [n_ff, rows]
+  NodeId up = b.mul_mat(weight_node(b, lw.ffn_up), cur);  // F32 [n_ff, rows]
   b.name(up, "ffn_up", il);
-  NodeId act = b.swiglu(gate, up);                                       // F32 [n_ff, rows]
+  NodeId act = b.swiglu(gate, up);  // F32 [n_ff, rows]
   b.name(act, "ffn_swiglu", il);
-  NodeId out = b.mul_mat(weight_node(b, lw.ffn_down), act);              // F32 [n_embd, rows]
+  NodeId out = b.mul_mat(weight_node(b, lw.ffn_down), act);  // F32 [n_embd, rows]
   b.name(out, "ffn_out", il);
   return out;
 }
@@ -95,8 +97,8 @@ NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const ModelWeights
                    NodeId tok_embd, NodeId cur) {
   cur = b.mul(b.rms_norm(cur, hp.rms_eps), weight_node(b, w.output_norm));  // F32 [n_embd, n_out]
   b.name(cur, "result_norm");
-  NodeId head = w.output_tied ? tok_embd : weight_node(b, w.output);       // [n_embd, n_vocab]
-  NodeId logits = b.mul_mat(head, cur);                                     // F32 [n_vocab, n_out]
+  NodeId head = w.output_tied ? tok_embd : weight_node(b, w.output);  // [n_embd, n_vocab]
+  NodeId logits = b.mul_mat(head, cur);                               // F32 [n_vocab, n_out]
   b.name(logits, "result_output");
   b.mark_output(logits);
   return logits;
@@ -143,8 +145,8 @@ Result<ModelWeights> bind_llama_family(const WeightBinder& wb, const HParams& hp
     MINFER_TRY(l.ffn_down, wb.require(blk(il, "ffn_down.weight"), {n_ff, n_embd}));
     for (const WeightRef* nw : {&l.attn_norm, &l.ffn_norm}) {
       if (nw->dtype != DType::kF32) {
-        return make_error(fmt::format("tensor '{}' has type {}, expected f32", nw->name,
-                                      dtype_name(nw->dtype)));
+        return make_error(
+            fmt::format("tensor '{}' has type {}, expected f32", nw->name, dtype_name(nw->dtype)));
       }
     }
   }

@@ -35,8 +35,7 @@ graph::NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWe
                         int il);
 
 // SwiGLU feed-forward: down(silu(gate(x)) * up(x)). F32 [n_embd, rows]
-graph::NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur,
-                         int il);
+graph::NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur, int il);
 
 // Final norm and LM head, marked as the graph output: F32 [n_vocab, n_out]. A tied
 // output reads `tok_embd`, the embedding's own weight node.
@@ -46,7 +45,6 @@ graph::NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const Model
 // Binds the tensors every Llama-family model has (token_embd, output_norm, output or
 // tied, and per block: norms, Q/K/V/O, gate/up/down); Q/K/V biases when `qkv_bias`.
 enum class QkvBias : uint8_t { kNone, kRequired };
-Result<ModelWeights> bind_llama_family(const WeightBinder& binder, const HParams& hp,
-                                       QkvBias bias);
+Result<ModelWeights> bind_llama_family(const WeightBinder& binder, const HParams& hp, QkvBias bias);
 
 }  // namespace minfer::model

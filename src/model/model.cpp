@@ -4,9 +4,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/check.h"
 #include "model/arch/llama/llama.h"
 #include "model/arch/qwen2/qwen2.h"
-#include "core/check.h"
 
 namespace minfer::model {
 namespace {

@@ -22,7 +22,7 @@ namespace minfer::model {
 // One architecture: how to finish the hparams, bind the weights and build the graph.
 // Each lives in src/model/arch/<name>/ and registers itself in model.cpp's table.
 struct Arch {
-  std::string_view name;  // general.architecture
+  std::string_view name;          // general.architecture
   Status (*adjust)(HParams& hp);  // arch-specific hparams (rope mode, checks)
   Result<ModelWeights> (*bind)(const WeightBinder& binder, const HParams& hp);
   // Unfused, unplaced graph; MINFER_CHECKs params already checked by check_params.

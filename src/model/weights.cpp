@@ -49,8 +49,8 @@ Result<WeightRef> WeightBinder::require(std::string_view name,
                                         std::initializer_list<int64_t> shape) const {
   const gguf::TensorInfo* t = file_.find_tensor(name);
   if (t == nullptr) {
-    return make_error(fmt::format("missing tensor '{}' (expected shape {})", name,
-                                  shape_str(shape)));
+    return make_error(
+        fmt::format("missing tensor '{}' (expected shape {})", name, shape_str(shape)));
   }
   // Trailing dims of 1 are equivalent in ggml ([576] == [576, 1]).
   std::vector<uint64_t> dims = t->dims;
@@ -62,12 +62,12 @@ Result<WeightRef> WeightBinder::require(std::string_view name,
     ++i;
   }
   if (!match) {
-    return make_error(fmt::format("tensor '{}' has shape {}, expected {}", name,
-                                  dims_str(t->dims), shape_str(shape)));
+    return make_error(fmt::format("tensor '{}' has shape {}, expected {}", name, dims_str(t->dims),
+                                  shape_str(shape)));
   }
   if (quant::traits(t->type) == nullptr) {
-    return make_error(fmt::format("tensor '{}' has type {}, which minfer cannot compute with",
-                                  name, dtype_name(t->type)));
+    return make_error(fmt::format("tensor '{}' has type {}, which minfer cannot compute with", name,
+                                  dtype_name(t->type)));
   }
   WeightRef w;
   w.name = std::string(name);

@@ -19,9 +19,9 @@
 namespace minfer::model {
 
 struct WeightRef {
-  std::string name;     // GGUF tensor name, also the graph weight node's name
+  std::string name;  // GGUF tensor name, also the graph weight node's name
   DType dtype = DType::kF32;
-  graph::Shape shape;   // ggml order: ne[0] contiguous
+  graph::Shape shape;  // ggml order: ne[0] contiguous
   const void* data = nullptr;
   uint64_t bytes = 0;
 
@@ -31,16 +31,16 @@ struct WeightRef {
 // The tensors of one Llama-family block. Biases are absent (data == nullptr) for
 // architectures without them.
 struct LayerWeights {
-  WeightRef attn_norm;  // F32 [n_embd]
-  WeightRef wq;         // [n_embd, n_embd_q]
-  WeightRef wk;         // [n_embd, n_embd_kv]
-  WeightRef wv;         // [n_embd, n_embd_kv]
-  WeightRef wo;         // [n_embd_q, n_embd]
-  WeightRef bq, bk, bv; // F32 [n_embd_q] / [n_embd_kv] (qwen2)
-  WeightRef ffn_norm;   // F32 [n_embd]
-  WeightRef ffn_gate;   // [n_embd, n_ff]
-  WeightRef ffn_up;     // [n_embd, n_ff]
-  WeightRef ffn_down;   // [n_ff, n_embd]
+  WeightRef attn_norm;   // F32 [n_embd]
+  WeightRef wq;          // [n_embd, n_embd_q]
+  WeightRef wk;          // [n_embd, n_embd_kv]
+  WeightRef wv;          // [n_embd, n_embd_kv]
+  WeightRef wo;          // [n_embd_q, n_embd]
+  WeightRef bq, bk, bv;  // F32 [n_embd_q] / [n_embd_kv] (qwen2)
+  WeightRef ffn_norm;    // F32 [n_embd]
+  WeightRef ffn_gate;    // [n_embd, n_ff]
+  WeightRef ffn_up;      // [n_embd, n_ff]
+  WeightRef ffn_down;    // [n_ff, n_embd]
 };
 
 struct ModelWeights {

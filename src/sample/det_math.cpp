@@ -10,8 +10,8 @@
 namespace minfer::sample {
 
 double det_exp(double x) {
-  if (x != x) return x;                          // NaN passes through
-  if (x < -745.2) return 0.0;                    // below the smallest subnormal
+  if (x != x) return x;        // NaN passes through
+  if (x < -745.2) return 0.0;  // below the smallest subnormal
   if (x > 709.7) return std::numeric_limits<double>::infinity();
   constexpr double kLog2e = 1.4426950408889634074;
   constexpr double kLn2Hi = 6.93147180369123816490e-01;  // fdlibm's split of ln 2
@@ -24,16 +24,26 @@ double det_exp(double x) {
   const double k = static_cast<double>(ki);
   const double r = (x - k * kLn2Hi) - k * kLn2Lo;
   double p = 1.0 / 6227020800.0;  // 1/13!
-  constexpr double kInvFact[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
-                                 1.0 / 362880.0,    1.0 / 40320.0,    1.0 / 5040.0,
-                                 1.0 / 720.0,       1.0 / 120.0,      1.0 / 24.0,
-                                 1.0 / 6.0,         1.0 / 2.0,        1.0,
+  constexpr double kInvFact[] = {1.0 / 479001600.0,
+                                 1.0 / 39916800.0,
+                                 1.0 / 3628800.0,
+                                 1.0 / 362880.0,
+                                 1.0 / 40320.0,
+                                 1.0 / 5040.0,
+                                 1.0 / 720.0,
+                                 1.0 / 120.0,
+                                 1.0 / 24.0,
+                                 1.0 / 6.0,
+                                 1.0 / 2.0,
+                                 1.0,
                                  1.0};
   for (double c : kInvFact) p = p * r + c;
   // p in [0.7, 1.42]; scale by 2^k with exact power-of-two multiplies built from the
   // exponent bits (ldexp would be a libm call). k may be below the normal range
   // (-1022): split it so each factor is a normal power of two.
-  auto pow2 = [](int64_t e) { return std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52); };
+  auto pow2 = [](int64_t e) {
+    return std::bit_cast<double>(static_cast<uint64_t>(e + 1023) << 52);
+  };
   if (ki >= -1022) return p * pow2(ki);
   return (p * pow2(ki + 1000)) * pow2(-1000);
 }

@@ -23,7 +23,11 @@ double det_exp(double x);
 double det_log(double x);
 
 // 2^y and log2(x) through the two above.
-inline double det_exp2(double y) { return det_exp(y * 0.69314718055994530942); }
-inline double det_log2(double x) { return det_log(x) * 1.44269504088896340736; }
+inline double det_exp2(double y) {
+  return det_exp(y * 0.69314718055994530942);
+}
+inline double det_log2(double x) {
+  return det_log(x) * 1.44269504088896340736;
+}
 
 }  // namespace minfer::sample

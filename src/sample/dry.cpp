@@ -25,8 +25,7 @@ bool breaker_ends_at(std::span<const TokenId> window, size_t end,
 }  // namespace
 
 void apply_dry(Candidates& c, std::span<const TokenId> window, const DryParams& params,
-               std::span<int32_t> repeat, std::span<int32_t> max_len,
-               std::span<TokenId> touched) {
+               std::span<int32_t> repeat, std::span<int32_t> max_len, std::span<TokenId> touched) {
   const size_t n = window.size();
   if (params.multiplier == 0.0f || n <= static_cast<size_t>(params.allowed_length)) return;
   MINFER_CHECK(repeat.size() >= n && touched.size() >= n, "DRY scratch too small for %zu", n);

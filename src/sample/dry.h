@@ -28,7 +28,6 @@ struct DryParams {
 // Scratch: `repeat` >= window.size(); `max_len` n_vocab zeros on entry and on exit;
 // `touched` >= window.size().
 void apply_dry(Candidates& c, std::span<const TokenId> window, const DryParams& params,
-               std::span<int32_t> repeat, std::span<int32_t> max_len,
-               std::span<TokenId> touched);
+               std::span<int32_t> repeat, std::span<int32_t> max_len, std::span<TokenId> touched);
 
 }  // namespace minfer::sample

@@ -3,10 +3,10 @@
 // index into them; the candidate array is id-ordered until the first truncation stage.
 #include "sample/sampler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "core/check.h"
 #include "sample/dry.h"
@@ -20,7 +20,8 @@ Result<Sampler> Sampler::create(const SamplerConfig& config, int32_t n_vocab) {
 
 Sampler::Sampler(const SamplerConfig& config, int32_t n_vocab)
     : config_(config), n_vocab_(n_vocab), rng_(config.seed), mu_(2.0f * config.mirostat_tau) {
-  const size_t dry_n = config.dry_multiplier > 0.0f ? static_cast<size_t>(config.dry_penalty_last_n) : 0;
+  const size_t dry_n =
+      config.dry_multiplier > 0.0f ? static_cast<size_t>(config.dry_penalty_last_n) : 0;
   const size_t cap = std::max(static_cast<size_t>(config.repeat_last_n), dry_n);
   history_.assign(cap, 0);
   candidates_.resize(static_cast<size_t>(n_vocab));

@@ -42,9 +42,7 @@ class Sampler {
 
   // The candidates as they stood at the draw (after the last sample()): the survivors
   // of the chain with their final probabilities. For tests, tracing and logprobs.
-  std::span<const Candidate> last_candidates() const {
-    return {candidates_.data(), last_size_};
-  }
+  std::span<const Candidate> last_candidates() const { return {candidates_.data(), last_size_}; }
   const SamplerConfig& config() const { return config_; }
   int32_t n_vocab() const { return n_vocab_; }
   float mirostat_mu() const { return mu_; }

@@ -2,9 +2,9 @@
 // Invariant: each error names the field (as the CLI flag spells it) and the bad value.
 #include "sample/sampler_config.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace minfer::sample {
 
@@ -17,7 +17,9 @@ Error bad(const char* field, T value, const char* rule) {
   return make_error(fmt::format("sampler: {} = {} is invalid ({})", field, value, rule));
 }
 
-bool in_unit(float v) { return v >= 0.0f && v <= 1.0f; }  // false for NaN
+bool in_unit(float v) {
+  return v >= 0.0f && v <= 1.0f;
+}  // false for NaN
 
 }  // namespace
 
@@ -76,8 +78,9 @@ Status SamplerConfig::validate() const {
   for (const LogitBias& b : logit_bias) {
     if (b.id < 0) return bad("logit-bias id", b.id, "must be >= 0");
     if (!(b.bias >= -kMaxLogitBias && b.bias <= kMaxLogitBias)) {
-      return make_error(fmt::format("sampler: logit-bias {}:{} is invalid (bias must be in [-{}, {}])",
-                                    b.id, b.bias, kMaxLogitBias, kMaxLogitBias));
+      return make_error(
+          fmt::format("sampler: logit-bias {}:{} is invalid (bias must be in [-{}, {}])", b.id,
+                      b.bias, kMaxLogitBias, kMaxLogitBias));
     }
   }
   return Ok{};
@@ -88,9 +91,9 @@ Status SamplerConfig::validate_for_vocab(int32_t n_vocab) const {
   if (n_vocab <= 0) return bad("n_vocab", n_vocab, "the vocabulary must not be empty");
   for (const LogitBias& b : logit_bias) {
     if (b.id >= n_vocab) {
-      return make_error(fmt::format(
-          "sampler: logit-bias id {} is invalid (must be < the vocabulary size {})", b.id,
-          n_vocab));
+      return make_error(
+          fmt::format("sampler: logit-bias id {} is invalid (must be < the vocabulary size {})",
+                      b.id, n_vocab));
     }
   }
   for (const auto& breaker : dry_sequence_breakers) {

@@ -28,27 +28,27 @@ enum class Mirostat : int32_t { kOff = 0, kV1 = 1, kV2 = 2 };
 // Defaults are the CLI's (minfer-features §1.2 "Sampling options").
 struct SamplerConfig {
   uint64_t seed = 42;
-  float temp = 0.8f;               // < kGreedyTemp (including <= 0) → greedy
-  int32_t top_k = 40;              // 0 disables
-  float top_p = 0.95f;             // in [0,1]; 0 or 1 disables
-  float min_p = 0.0f;              // in [0,1]; 0 disables; 1 keeps only the argmax (and ties)
-  float typical_p = 1.0f;          // in [0,1]; 1 disables; 0 keeps the single most typical
-  float repeat_penalty = 1.1f;     // > 0; 1 disables
-  int32_t repeat_last_n = 64;      // penalty window (tokens); 0 disables all penalties
-  float frequency_penalty = 0.0f;  // subtracted count times
-  float presence_penalty = 0.0f;   // subtracted once per distinct token in the window
-  float xtc_probability = 0.0f;    // in [0,1]; 0 disables
-  float xtc_threshold = 0.5f;      // in [0,0.5]
-  float dry_multiplier = 0.0f;     // >= 0; 0 disables DRY
-  float dry_base = 1.75f;          // >= 1
-  int32_t dry_allowed_length = 2;  // >= 0
-  int32_t dry_penalty_last_n = 64; // >= 1 when DRY is on
+  float temp = 0.8f;                // < kGreedyTemp (including <= 0) → greedy
+  int32_t top_k = 40;               // 0 disables
+  float top_p = 0.95f;              // in [0,1]; 0 or 1 disables
+  float min_p = 0.0f;               // in [0,1]; 0 disables; 1 keeps only the argmax (and ties)
+  float typical_p = 1.0f;           // in [0,1]; 1 disables; 0 keeps the single most typical
+  float repeat_penalty = 1.1f;      // > 0; 1 disables
+  int32_t repeat_last_n = 64;       // penalty window (tokens); 0 disables all penalties
+  float frequency_penalty = 0.0f;   // subtracted count times
+  float presence_penalty = 0.0f;    // subtracted once per distinct token in the window
+  float xtc_probability = 0.0f;     // in [0,1]; 0 disables
+  float xtc_threshold = 0.5f;       // in [0,0.5]
+  float dry_multiplier = 0.0f;      // >= 0; 0 disables DRY
+  float dry_base = 1.75f;           // >= 1
+  int32_t dry_allowed_length = 2;   // >= 0
+  int32_t dry_penalty_last_n = 64;  // >= 1 when DRY is on
   // Token-id sequences that reset DRY's repetition matching (e.g. {{198}, {13, 2}}).
   std::vector<std::vector<TokenId>> dry_sequence_breakers;
   Mirostat mirostat = Mirostat::kOff;
-  float mirostat_tau = 5.0f;       // target surprise in bits, > 0
-  float mirostat_eta = 0.1f;       // learning rate, in [0,1]
-  int32_t mirostat_m = 100;        // v1 estimator window, >= 1
+  float mirostat_tau = 5.0f;  // target surprise in bits, > 0
+  float mirostat_eta = 0.1f;  // learning rate, in [0,1]
+  int32_t mirostat_m = 100;   // v1 estimator window, >= 1
   std::vector<LogitBias> logit_bias;
 
   // Checks values that do not need the vocabulary.

@@ -72,8 +72,7 @@ size_t argmax(const Candidates& c) {
 void apply_logit_bias(Candidates& c, std::span<const LogitBias> bias) {
   for (const LogitBias& b : bias) {
     MINFER_CHECK(b.id >= 0 && static_cast<size_t>(b.id) < c.size && c[b.id].id == b.id,
-                 "logit bias id %d needs the id-ordered array of %zu candidates", b.id,
-                 c.size);
+                 "logit bias id %d needs the id-ordered array of %zu candidates", b.id, c.size);
     c[b.id].logit += b.bias;
   }
 }
@@ -88,8 +87,9 @@ void apply_penalties(Candidates& c, std::span<const TokenId> window, const Penal
                distinct.size(), window.size());
   size_t n_distinct = 0;
   for (TokenId t : window) {
-    MINFER_CHECK(t >= 0 && static_cast<size_t>(t) < c.size && static_cast<size_t>(t) < counts.size(),
-                 "penalty window token %d outside the vocabulary of %zu", t, c.size);
+    MINFER_CHECK(
+        t >= 0 && static_cast<size_t>(t) < c.size && static_cast<size_t>(t) < counts.size(),
+        "penalty window token %d outside the vocabulary of %zu", t, c.size);
     if (counts[t]++ == 0) distinct[n_distinct++] = t;
   }
   for (size_t i = 0; i < n_distinct; ++i) {
@@ -203,7 +203,8 @@ bool apply_xtc(Candidates& c, float probability, float threshold, Rng& rng) {
   }
   if (n_above < 2) return false;
   const TokenId keep_id = c[last].id;
-  c.size = compact(c, [&](const Candidate& cand) { return cand.p < threshold || cand.id == keep_id; });
+  c.size =
+      compact(c, [&](const Candidate& cand) { return cand.p < threshold || cand.id == keep_id; });
   return true;
 }
 

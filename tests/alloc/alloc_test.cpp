@@ -66,8 +66,8 @@ TEST(AllocPlan, LivenessFollowsBuildOrder_DeadBufferReusedByLaterNode) {
 TEST(AllocPlan, InputsLiveTheWholeStepAndAreNeverAliasedByIntermediates) {
   // The input's only reader is the first node; every later buffer still avoids it.
   GraphBuilder b;
-  NodeId x = b.input("x", DType::kF32, {64});  // F32 [64]
-  NodeId cur = b.silu(x);                      // F32 [64]
+  NodeId x = b.input("x", DType::kF32, {64});     // F32 [64]
+  NodeId cur = b.silu(x);                         // F32 [64]
   for (int i = 0; i < 6; ++i) cur = b.silu(cur);  // F32 [64] each, a chain of dead buffers
   b.mark_output(cur);
   ComputeGraph g = b.finish();
@@ -99,8 +99,8 @@ TEST(AllocPlan, ToyGraphNoTwoLiveBuffersShareBytesAndBuffersAreReused) {
       if (b.kind != PlacementKind::kArena) continue;
       const bool live_together = a.first <= b.last && b.first <= a.last;
       if (live_together) {
-        EXPECT_FALSE(overlap(a, b)) << g.node(static_cast<NodeId>(i)).name << " vs "
-                                    << g.node(static_cast<NodeId>(j)).name;
+        EXPECT_FALSE(overlap(a, b))
+            << g.node(static_cast<NodeId>(i)).name << " vs " << g.node(static_cast<NodeId>(j)).name;
       }
     }
   }

@@ -20,7 +20,9 @@ using engine::testing::same_bits;
 using engine::testing::TinyEngine;
 using minfer::testing::TinySpec;
 
-inline std::string qwen2_vocab() { return minfer::testing::vocab_path("ggml-vocab-qwen2.gguf"); }
+inline std::string qwen2_vocab() {
+  return minfer::testing::vocab_path("ggml-vocab-qwen2.gguf");
+}
 
 inline TinySpec chat_spec() {
   return TinySpec{.n_ctx_train = 4096, .vocab_gguf = qwen2_vocab(), .seed = 3};
@@ -49,8 +51,7 @@ inline ConversationOptions pinned(const engine::Engine& e, const std::string& to
   return o;
 }
 
-inline std::unique_ptr<Conversation> make_conversation(engine::Engine& e,
-                                                       const ChatRenderer& r,
+inline std::unique_ptr<Conversation> make_conversation(engine::Engine& e, const ChatRenderer& r,
                                                        ConversationOptions o) {
   auto c = Conversation::create(e, r, std::move(o));
   EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().message);
@@ -67,8 +68,7 @@ inline TurnStats turn(Conversation& c, const std::string& text, std::string* sho
 
 // Logits of the last position after prefilling `tokens` at 0.. in one forward.
 inline std::vector<float> fresh_prefill_logits(engine::Engine& fresh,
-                                               const std::vector<TokenId>& tokens,
-                                               uint32_t n_ctx) {
+                                               const std::vector<TokenId>& tokens, uint32_t n_ctx) {
   EXPECT_TRUE(fresh.set_n_ctx(n_ctx).ok());
   return engine::testing::run(fresh, tokens, engine::testing::iota_positions(tokens.size()), 1);
 }

@@ -38,8 +38,9 @@ TEST(Conversation, FirstTurnPrefillsTheWholeRenderAndKeepsCursorEqualToMirror) {
   auto c = make_conversation(*t, kChatMl, o);
   ASSERT_TRUE(c);
   const TurnStats s = turn(*c, "Hi there");
-  const auto expect = encode(*c, "<|im_start|>system\nYou are terse.<|im_end|>\n"
-                                 "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
+  const auto expect = encode(*c,
+                             "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                             "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(s.n_prompt, static_cast<int32_t>(expect.size()));
   EXPECT_EQ(s.n_prefilled, static_cast<int32_t>(expect.size()));
   EXPECT_EQ(s.n_reused, 0);
@@ -66,8 +67,8 @@ TEST(Conversation, LaterTurnsPrefillOnlyTheDeltaWithTheSeamExactCount) {
     const TurnStats s = turn(*c, msgs[i]);
     // The reply ended by -n (no <|im_end|> in the KV): the delta closes it (the seam)
     // and opens the next turn — and nothing else is forwarded.
-    const auto delta = encode(*c, "<|im_end|>\n<|im_start|>user\n" + msgs[i] +
-                                      "<|im_end|>\n<|im_start|>assistant\n");
+    const auto delta = encode(
+        *c, "<|im_end|>\n<|im_start|>user\n" + msgs[i] + "<|im_end|>\n<|im_start|>assistant\n");
     EXPECT_EQ(s.turn, static_cast<int32_t>(i) + 2);
     EXPECT_TRUE(s.seam);
     EXPECT_EQ(s.n_rewound, 0);
@@ -93,9 +94,10 @@ TEST(Conversation, EogIsDecodedIntoTheKvAndTheNextDeltaStartsAfterIt) {
   const TurnStats s2 = turn(*c, "again");
   EXPECT_FALSE(s2.seam);
   EXPECT_EQ(s2.n_reused, static_cast<int32_t>(before));
-  EXPECT_EQ(s2.n_prefilled,
-            static_cast<int32_t>(encode(*c, "\n<|im_start|>user\nagain<|im_end|>\n"
-                                            "<|im_start|>assistant\n").size()));
+  EXPECT_EQ(s2.n_prefilled, static_cast<int32_t>(encode(*c,
+                                                        "\n<|im_start|>user\nagain<|im_end|>\n"
+                                                        "<|im_start|>assistant\n")
+                                                     .size()));
 }
 
 // The KV-consistency invariant, end to end: after N turns of every ending kind, the
@@ -138,8 +140,8 @@ TEST(Conversation, KvAfterNTurnsMatchesFreshPrefillOfCanonicalRenderBitwise) {
     EXPECT_EQ(s.n_prompt, static_cast<int32_t>(prompt.size()));
     EXPECT_TRUE(same_bits(first_logits, fresh_prefill_logits(*fresh, prompt, 1024)))
         << "turn " << s.turn << " (reused " << s.n_reused << ", rewound " << s.n_rewound << ")";
-    EXPECT_TRUE(is_prefix(std::vector<TokenId>(c->stream().begin(), c->stream().begin() + s.n_prompt),
-                          canon));
+    EXPECT_TRUE(is_prefix(
+        std::vector<TokenId>(c->stream().begin(), c->stream().begin() + s.n_prompt), canon));
   }
 }
 

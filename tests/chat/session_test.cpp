@@ -166,8 +166,7 @@ TEST(Session, AFileSavedForAnotherModelIsRefused) {
   auto cb = make_conversation(*b, kChatMl, sampled(&l, &w));
   auto info = cb->load(file.path);
   ASSERT_FALSE(info.ok());
-  EXPECT_NE(info.error().message.find("another model"), std::string::npos)
-      << info.error().message;
+  EXPECT_NE(info.error().message.find("another model"), std::string::npos) << info.error().message;
 }
 
 }  // namespace

@@ -19,7 +19,9 @@ using minfer::testing::TempFile;
 using minfer::testing::TinySpec;
 
 // The GPT-2 vocabulary of llama.cpp's tokenizer tests (50257 tokens).
-inline std::string gpt2_vocab() { return minfer::testing::vocab_path("ggml-vocab-gpt-2.gguf"); }
+inline std::string gpt2_vocab() {
+  return minfer::testing::vocab_path("ggml-vocab-gpt-2.gguf");
+}
 
 struct TinyEngine {
   std::unique_ptr<TempFile> file;

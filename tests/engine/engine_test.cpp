@@ -57,7 +57,7 @@ TEST(Engine, A64TokenRunRebuildsOnceThenReuses63Times) {
   EXPECT_EQ(s.prefill_builds, 1u);
   EXPECT_EQ(s.decode_rebuilds, 1u);
   EXPECT_EQ(s.decode_reuses, 63u);
-  EXPECT_EQ(s.n_forwards, 64);  // the last one's logits are dropped by the -n gate
+  EXPECT_EQ(s.n_forwards, 64);               // the last one's logits are dropped by the -n gate
   EXPECT_EQ(t->cache_stats().rebuilds, 2u);  // prefill graph + decode graph
   EXPECT_EQ(t->cache_stats().reuses, 63u);
   EXPECT_FALSE(text.empty());
@@ -119,7 +119,7 @@ TEST(Engine, ChangingNctxForcesARebuildWithNewRegions) {
   EXPECT_NE(t->stats().graph_uid, uid64);
   EXPECT_EQ(t->cache()->current_params().cparams.n_ctx, 128u);
   EXPECT_EQ(t->allocator()->region(0, graph::KvKind::kK)->n_cells, 128);
-  EXPECT_FALSE(t->set_n_ctx(100000).ok());  // beyond the model's context length
+  EXPECT_FALSE(t->set_n_ctx(100000).ok());    // beyond the model's context length
   EXPECT_EQ(t->context_for(4096, 10), 512u);  // capped by context_length
   EXPECT_EQ(t->context_for(16, 40), 40u);     // grown to the prompt
 }
@@ -145,10 +145,10 @@ TEST(Engine, PositionAtOrPastNctxFailsBeforeAnythingRuns) {
   EXPECT_FALSE(t->forward(std::vector<int32_t>{5, 6}, iota_positions(2, 4), 3).ok());
   EXPECT_EQ(t->sched_stats().executes, executes);  // no kernel ran
   EXPECT_EQ(t->stats().executes, before.executes);
-  EXPECT_EQ(t->kv()->n_used(), used);              // no cell was placed
+  EXPECT_EQ(t->kv()->n_used(), used);  // no cell was placed
   EXPECT_EQ(t->cache_stats().rebuilds, cache_before.rebuilds);
   EXPECT_EQ(t->cache_stats().reuses, cache_before.reuses);
-  EXPECT_EQ(run(*t, {5}, {15}, 1).size(), 96u);    // the last cell is fine
+  EXPECT_EQ(run(*t, {5}, {15}, 1).size(), 96u);  // the last cell is fine
 }
 
 TEST(Engine, LogitsAreBitIdenticalWith1And2Threads) {
@@ -158,8 +158,8 @@ TEST(Engine, LogitsAreBitIdenticalWith1And2Threads) {
     auto t2 = make_engine(spec, 2, 64, std::string("thr2-") + arch);
     ASSERT_TRUE(t1.engine && t2.engine);
     const uint32_t n = static_cast<uint32_t>(kPrompt.size());
-    EXPECT_TRUE(same_bits(run(*t1, kPrompt, iota_positions(n), n),
-                          run(*t2, kPrompt, iota_positions(n), n)))
+    EXPECT_TRUE(
+        same_bits(run(*t1, kPrompt, iota_positions(n), n), run(*t2, kPrompt, iota_positions(n), n)))
         << arch << " prefill";
     for (int32_t pos = static_cast<int32_t>(n); pos < static_cast<int32_t>(n) + 4; ++pos) {
       EXPECT_TRUE(same_bits(run(*t1, {pos % 96}, {pos}, 1), run(*t2, {pos % 96}, {pos}, 1)))
@@ -177,7 +177,8 @@ TEST(Engine, PrefillAtOnceEqualsTokenByTokenBitwise) {
     const size_t n = kPrompt.size();
     const size_t nv = whole->hparams().n_vocab;
     // Every prompt position's logits in one forward (n_out = n) ...
-    const std::vector<float> all = run(*whole, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
+    const std::vector<float> all =
+        run(*whole, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
     ASSERT_EQ(all.size(), n * nv);
     for (size_t i = 0; i < n; ++i) {
       // ... equal the logits of the same token decoded alone at its position.

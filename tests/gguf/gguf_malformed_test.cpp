@@ -83,30 +83,37 @@ RawGguf one_tensor_file(const std::function<void(RawGguf&)>& tensor_info, size_t
 std::vector<Case> corpus() {
   constexpr uint64_t kHuge = std::numeric_limits<uint64_t>::max();
   std::vector<Case> c;
-  c.push_back({"bad_magic", [] { return RawGguf().u32(0x46554746).u32(3).u64(0).u64(0); },
+  c.push_back({"bad_magic",
+               [] { return RawGguf().u32(0x46554746).u32(3).u64(0).u64(0); },
                {"magic", "byte 0"}});
-  c.push_back({"ggml_magic", [] { return RawGguf().u32(0x67676d6c).u32(3).u64(0).u64(0); },
-               {"magic"}});
+  c.push_back(
+      {"ggml_magic", [] { return RawGguf().u32(0x67676d6c).u32(3).u64(0).u64(0); }, {"magic"}});
   c.push_back({"version_0", [] { return RawGguf().header(0, 0, 0); }, {"version", "byte 4"}});
   c.push_back({"version_1", [] { return RawGguf().header(0, 0, 1); }, {"version", "v1"}});
   c.push_back({"version_4", [] { return RawGguf().header(0, 0, 4); }, {"version", "4"}});
-  c.push_back({"big_endian", [] { return RawGguf().header(0, 0, 0x03000000); },
-               {"version", "big-endian"}});
-  c.push_back({"huge_tensor_count", [] { return RawGguf().header(kHuge, 0); },
-               {"tensor count", "byte 8"}});
-  c.push_back({"tensor_count_past_eof", [] { return RawGguf().header(1000, 0).zeros(100); },
+  c.push_back(
+      {"big_endian", [] { return RawGguf().header(0, 0, 0x03000000); }, {"version", "big-endian"}});
+  c.push_back(
+      {"huge_tensor_count", [] { return RawGguf().header(kHuge, 0); }, {"tensor count", "byte 8"}});
+  c.push_back({"tensor_count_past_eof",
+               [] { return RawGguf().header(1000, 0).zeros(100); },
                {"tensor count 1000"}});
-  c.push_back({"huge_kv_count", [] { return RawGguf().header(0, 1ull << 60); },
+  c.push_back({"huge_kv_count",
+               [] { return RawGguf().header(0, 1ull << 60); },
                {"key/value count", "byte 16"}});
-  c.push_back({"key_length_huge", [] { return RawGguf().header(0, 1).u64(kHuge).zeros(16); },
+  c.push_back({"key_length_huge",
+               [] { return RawGguf().header(0, 1).u64(kHuge).zeros(16); },
                {"metadata key #0", "key length", "limit"}});
-  c.push_back({"key_length_past_eof", [] { return RawGguf().header(0, 1).u64(1000).zeros(16); },
+  c.push_back({"key_length_past_eof",
+               [] { return RawGguf().header(0, 1).u64(1000).zeros(16); },
                {"key length 1000", "past end of file"}});
-  c.push_back({"key_empty", [] { return RawGguf().header(0, 1).str("").u32(4).u32(1); },
-               {"key is empty"}});
-  c.push_back({"key_invalid_utf8", [] { return RawGguf().header(0, 1).kv_u32("a\xff", 1); },
+  c.push_back(
+      {"key_empty", [] { return RawGguf().header(0, 1).str("").u32(4).u32(1); }, {"key is empty"}});
+  c.push_back({"key_invalid_utf8",
+               [] { return RawGguf().header(0, 1).kv_u32("a\xff", 1); },
                {"key", "UTF-8"}});
-  c.push_back({"key_overlong_utf8", [] { return RawGguf().header(0, 1).kv_u32("\xc0\x80", 1); },
+  c.push_back({"key_overlong_utf8",
+               [] { return RawGguf().header(0, 1).kv_u32("\xc0\x80", 1); },
                {"UTF-8"}});
   c.push_back({"key_surrogate_utf8",
                [] { return RawGguf().header(0, 1).kv_u32("\xed\xa0\x80", 1); },
@@ -132,12 +139,12 @@ std::vector<Case> corpus() {
   c.push_back({"string_array_count_past_eof",
                [] { return RawGguf().header(0, 1).str("k").u32(9).u32(8).u64(1u << 29).zeros(64); },
                {"array count 536870912", "string"}});
-  c.push_back({"array_elem_string_past_eof",
-               [] {
-                 return RawGguf().header(0, 1).str("k").u32(9).u32(8).u64(2).str("ok").u64(500).zeros(
-                     8);
-               },
-               {"'k'", "value[1] length 500", "past end of file"}});
+  c.push_back(
+      {"array_elem_string_past_eof",
+       [] {
+         return RawGguf().header(0, 1).str("k").u32(9).u32(8).u64(2).str("ok").u64(500).zeros(8);
+       },
+       {"'k'", "value[1] length 500", "past end of file"}});
   c.push_back({"string_value_over_limit",
                [] { return RawGguf().header(0, 1).str("k").u32(8).u64(1ull << 40).zeros(8); },
                {"'k'", "value length 1099511627776", "limit"}});
@@ -155,7 +162,8 @@ std::vector<Case> corpus() {
                  return g.u32(4).u64(0);
                },
                {"'k'", "nested more than 64"}});
-  c.push_back({"scalar_past_eof", [] { return RawGguf().header(0, 1).str("k").u32(10).u32(1); },
+  c.push_back({"scalar_past_eof",
+               [] { return RawGguf().header(0, 1).str("k").u32(10).u32(1); },
                {"'k'", "value at byte", "needs 8 bytes"}});
   c.push_back({"alignment_zero",
                [] { return RawGguf().header(0, 1).kv_u32("general.alignment", 0); },
@@ -177,7 +185,8 @@ std::vector<Case> corpus() {
                {"tensor info #0", "tensor name", "UTF-8"}});
   c.push_back({"tensor_name_too_long",
                [] {
-                 return one_tensor_file([](RawGguf& g) { g.tensor(std::string(64, 'n'), {4}, 0, 0); });
+                 return one_tensor_file(
+                     [](RawGguf& g) { g.tensor(std::string(64, 'n'), {4}, 0, 0); });
                },
                {"tensor name", "64 bytes", "63"}});
   c.push_back({"tensor_name_nul",
@@ -200,20 +209,24 @@ std::vector<Case> corpus() {
                [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {}, 0, 0); }); },
                {"tensor 'w'", "n_dims 0"}});
   c.push_back({"n_dims_5",
-               [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {1, 1, 1, 1, 1}, 0, 0); }); },
-               {"tensor 'w'", "n_dims 5"}});
-  c.push_back({"n_dims_huge",
                [] {
-                 return one_tensor_file([](RawGguf& g) { g.str("w").u32(0xFFFFFFFF).u64(4); });
+                 return one_tensor_file([](RawGguf& g) { g.tensor("w", {1, 1, 1, 1, 1}, 0, 0); });
                },
-               {"n_dims 4294967295"}});
+               {"tensor 'w'", "n_dims 5"}});
+  c.push_back(
+      {"n_dims_huge",
+       [] { return one_tensor_file([](RawGguf& g) { g.str("w").u32(0xFFFFFFFF).u64(4); }); },
+       {"n_dims 4294967295"}});
   c.push_back({"dim_negative",
-               [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {4, 1ull << 63}, 0, 0); }); },
+               [] {
+                 return one_tensor_file([](RawGguf& g) { g.tensor("w", {4, 1ull << 63}, 0, 0); });
+               },
                {"tensor 'w'", "dim 1", "INT64_MAX"}});
   c.push_back({"elements_overflow",
                [] {
-                 return one_tensor_file(
-                     [](RawGguf& g) { g.tensor("w", {1ull << 32, 1ull << 32, 1ull << 32}, 0, 0); });
+                 return one_tensor_file([](RawGguf& g) {
+                   g.tensor("w", {1ull << 32, 1ull << 32, 1ull << 32}, 0, 0);
+                 });
                },
                {"tensor 'w'", "element count", "overflows"}});
   c.push_back({"elements_int64_max",
@@ -221,9 +234,10 @@ std::vector<Case> corpus() {
                  return one_tensor_file([](RawGguf& g) { g.tensor("w", {1ull << 62, 2}, 1, 0); });
                },
                {"tensor 'w'", "element count"}});
-  c.push_back({"bytes_overflow",
-               [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {1ull << 62}, 0, 0); }); },
-               {"tensor 'w'", "byte size", "overflows"}});
+  c.push_back(
+      {"bytes_overflow",
+       [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {1ull << 62}, 0, 0); }); },
+       {"tensor 'w'", "byte size", "overflows"}});
   c.push_back({"tensor_type_removed_q4_2",
                [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {32}, 4, 0); }); },
                {"tensor 'w'", "tensor type 4", "not a known ggml type"}});
@@ -231,23 +245,23 @@ std::vector<Case> corpus() {
                [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {32}, 1000, 0); }); },
                {"tensor type 1000"}});
   c.push_back({"ne0_not_block_multiple",
-               [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {33, 2}, 2, 0); }); },
+               [] { return one_tensor_file([](RawGguf& g) {
+                      g.tensor("w", {33, 2}, 2, 0);
+                    }); },
                {"tensor 'w'", "ne[0] = 33", "block size 32"}});
   c.push_back({"offset_misaligned",
                [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {4}, 0, 1); }); },
                {"tensor 'w'", "offset 0x1", "alignment 32"}});
-  c.push_back({"offset_past_eof",
-               [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {4}, 0, 1ull << 20); }); },
-               {"tensor 'w' (tensor info #0 at byte 24)", "offset 0x100000", "past end of file"}});
-  c.push_back({"offset_wraps",
-               [] {
-                 return one_tensor_file([](RawGguf& g) { g.tensor("w", {4}, 0, kHuge - 31); });
-               },
-               {"tensor 'w'", "past end of file"}});
+  c.push_back(
+      {"offset_past_eof",
+       [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {4}, 0, 1ull << 20); }); },
+       {"tensor 'w' (tensor info #0 at byte 24)", "offset 0x100000", "past end of file"}});
+  c.push_back(
+      {"offset_wraps",
+       [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {4}, 0, kHuge - 31); }); },
+       {"tensor 'w'", "past end of file"}});
   c.push_back({"data_past_eof",
-               [] {
-                 return one_tensor_file([](RawGguf& g) { g.tensor("w", {1024}, 0, 0); }, 64);
-               },
+               [] { return one_tensor_file([](RawGguf& g) { g.tensor("w", {1024}, 0, 0); }, 64); },
                {"tensor 'w'", "size 4096", "extends past end of file"}});
   c.push_back({"data_section_past_eof",
                [] { return RawGguf().header(1, 0).tensor("w", {0}, 0, 0); },
@@ -273,9 +287,10 @@ std::vector<Case> corpus() {
                  return g;
                },
                {"tensor 'b'", "gap", "expected 0x20"}});
-  c.push_back({"tensor_type_past_eof",
-               [] { return RawGguf().header(1, 0).str("wwwwwwwwwwww").u32(1).u64(4).u32(0).zeros(4); },
-               {"tensor 'wwwwwwwwwwww'", "data offset at byte", "needs 8 bytes"}});
+  c.push_back(
+      {"tensor_type_past_eof",
+       [] { return RawGguf().header(1, 0).str("wwwwwwwwwwww").u32(1).u64(4).u32(0).zeros(4); },
+       {"tensor 'wwwwwwwwwwww'", "data offset at byte", "needs 8 bytes"}});
   return c;
 }
 

@@ -50,12 +50,11 @@ std::vector<KeyValue> every_value_type() {
       {"arr.str", Value::string_array({"x", "", "yz"})},
       {"arr.empty", Value::arr(ValueType::kString, {})},
       {"arr.nested",
-       Value::arr(ValueType::kArray,
-                  {Value::string_array({"a"}), Value::string_array({}),
-                   Value::string_array({"b", "c"})})},
+       Value::arr(ValueType::kArray, {Value::string_array({"a"}), Value::string_array({}),
+                                      Value::string_array({"b", "c"})})},
       {"arr.nested3",
-       Value::arr(ValueType::kArray,
-                  {Value::arr(ValueType::kArray, {Value::f32_array({1.0f}), Value::f32_array({})})})},
+       Value::arr(ValueType::kArray, {Value::arr(ValueType::kArray, {Value::f32_array({1.0f}),
+                                                                     Value::f32_array({})})})},
   };
 }
 
@@ -241,9 +240,9 @@ TEST(GgufValue, ToDisplay_exactAndTruncated) {
   EXPECT_EQ(Value::i32_array({1, 2, 3}).to_display(), "[1, 2, 3]");
   EXPECT_EQ(Value::i32_array({1, 2, 3}).to_display(2), "[1, 2, ... (3 i32 total)]");
   EXPECT_EQ(Value::string_array({"a", "b"}).to_display(0), "[... (2 string total)]");
-  EXPECT_EQ(Value::arr(ValueType::kArray, {Value::i32_array({1}), Value::i32_array({})})
-                .to_display(),
-            "[[1], []]");
+  EXPECT_EQ(
+      Value::arr(ValueType::kArray, {Value::i32_array({1}), Value::i32_array({})}).to_display(),
+      "[[1], []]");
   EXPECT_EQ(Value::arr(ValueType::kUint8, {}).to_display(), "[]");
 }
 

@@ -1,5 +1,7 @@
 // Stage 8 tests (graph reuse): reuse iff params are equal, uid discipline, the MRU
 // bound, and verify_structural as the determinism net. Bars: exact counters and uids.
+#include "graph/cache.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -7,7 +9,6 @@
 #include <set>
 #include <vector>
 
-#include "graph/cache.h"
 #include "toy_transformer.h"
 
 namespace minfer::graph {

@@ -27,7 +27,7 @@ TEST(GraphBuilder, ToyGraphIsWellFormedWithNamedIntermediatesAndShapes) {
   ComputeGraph g = build_toy(p);
   std::string why;
   ASSERT_TRUE(g.well_formed(&why)) << why;
-  EXPECT_EQ(g.uid(), 0u);  // not cached yet
+  EXPECT_EQ(g.uid(), 0u);            // not cached yet
   EXPECT_EQ(g.inputs().size(), 5u);  // token_ids, positions, kv_cells, kv_window, tail_ids
   ASSERT_EQ(g.outputs().size(), 1u);
   const Node& logits = g.node(g.outputs()[0]);
@@ -56,11 +56,11 @@ TEST(GraphBuilder, DecodeGraphHasNoTailInput) {
 
 TEST(GraphBuilder, MulMatAcceptsQuantWeightsAndBroadcastsShapes) {
   GraphBuilder b;
-  NodeId w = b.weight("w", DType::kQ4_K, {256, 10});      // Q4_K [256, 10]
-  NodeId x = b.input("x", DType::kF32, {256, 3});         // F32 [256, 3]
-  NodeId y = b.mul_mat(w, x);                             // F32 [10, 3]
-  NodeId bias = b.input("bias", DType::kF32, {10});       // F32 [10]
-  NodeId z = b.add(y, bias);                              // F32 [10, 3]
+  NodeId w = b.weight("w", DType::kQ4_K, {256, 10});  // Q4_K [256, 10]
+  NodeId x = b.input("x", DType::kF32, {256, 3});     // F32 [256, 3]
+  NodeId y = b.mul_mat(w, x);                         // F32 [10, 3]
+  NodeId bias = b.input("bias", DType::kF32, {10});   // F32 [10]
+  NodeId z = b.add(y, bias);                          // F32 [10, 3]
   b.mark_output(z);
   ComputeGraph g = b.finish();
   EXPECT_EQ(g.node(y).shape, (Shape{10, 3}));
@@ -100,11 +100,11 @@ TEST(Fusion, RmsNormMulFusesEveryNormAndKeepsTheMulName) {
 
 TEST(Fusion, NormWithTwoConsumersOrUnsupportedBackendIsNotFused) {
   GraphBuilder b;
-  NodeId x = b.input("x", DType::kF32, {8, 2});   // F32 [8, 2]
-  NodeId w = b.weight("w", DType::kF32, {8});     // F32 [8]
-  NodeId n = b.rms_norm(x, 1e-6f);                // F32 [8, 2]
-  NodeId m = b.mul(n, w);                         // F32 [8, 2]
-  NodeId s = b.add(m, n);                         // F32 [8, 2] (second reader of n)
+  NodeId x = b.input("x", DType::kF32, {8, 2});  // F32 [8, 2]
+  NodeId w = b.weight("w", DType::kF32, {8});    // F32 [8]
+  NodeId n = b.rms_norm(x, 1e-6f);               // F32 [8, 2]
+  NodeId m = b.mul(n, w);                        // F32 [8, 2]
+  NodeId s = b.add(m, n);                        // F32 [8, 2] (second reader of n)
   b.mark_output(s);
   ComputeGraph g = b.finish();
   EXPECT_EQ(run_fusion(g, FusionFlags{}).rms_norm_mul, 0);

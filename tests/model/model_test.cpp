@@ -2,6 +2,8 @@
 // (unknown architecture, missing tensor, wrong shape, refused rope scaling), and the
 // builder contract — deterministic in GraphParams, tail rows only in prefill, named
 // intermediates, per-architecture differences (bias, rope mode, tied output).
+#include "model/model.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,7 +11,6 @@
 
 #include "graph/cache.h"
 #include "graph/input_names.h"
-#include "model/model.h"
 #include "tiny_model.h"
 
 namespace minfer::model {
@@ -66,11 +67,11 @@ TEST(HParams, ReadFromMetadataWithDefaults) {
   EXPECT_EQ(hp.n_ff, 128u);
   EXPECT_EQ(hp.n_head, 4u);
   EXPECT_EQ(hp.n_head_kv, 2u);
-  EXPECT_EQ(hp.n_embd_head, 16u);    // n_embd / n_head
-  EXPECT_EQ(hp.n_rot, 16u);          // defaults to the head size
+  EXPECT_EQ(hp.n_embd_head, 16u);  // n_embd / n_head
+  EXPECT_EQ(hp.n_rot, 16u);        // defaults to the head size
   EXPECT_EQ(hp.n_embd_kv(), 32u);
   EXPECT_EQ(hp.n_ctx_train, 512u);
-  EXPECT_EQ(hp.n_vocab, 96u);        // from token_embd (no vocab_size, no tokens)
+  EXPECT_EQ(hp.n_vocab, 96u);  // from token_embd (no vocab_size, no tokens)
   EXPECT_FLOAT_EQ(hp.rms_eps, 1e-5f);
   EXPECT_FLOAT_EQ(hp.rope_freq_base, 10000.0f);
   EXPECT_FLOAT_EQ(hp.rope_freq_scale, 1.0f);
@@ -111,10 +112,10 @@ TEST(HParams, LinearRopeScalingIsHonoured) {
 }
 
 TEST(HParams, OtherRopeScalingIsRefusedByName) {
-  const std::string msg = load_error(
-      TinySpec{.extra_kv = {{"llama.rope.scaling.type", gguf::Value::string("yarn")},
-                            {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)}}},
-      "yarn");
+  const std::string msg =
+      load_error(TinySpec{.extra_kv = {{"llama.rope.scaling.type", gguf::Value::string("yarn")},
+                                       {"llama.rope.scaling.factor", gguf::Value::f32(4.0f)}}},
+                 "yarn");
   EXPECT_NE(msg.find("'yarn'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("not supported"), std::string::npos) << msg;
 }
@@ -133,8 +134,7 @@ TEST(Weights, WrongShapeIsAnErrorWithBothShapes) {
 }
 
 TEST(Weights, Qwen2RequiresQkvBiases) {
-  const std::string msg =
-      load_error(TinySpec{.arch = "qwen2", .qkv_bias = false}, "qwen2nobias");
+  const std::string msg = load_error(TinySpec{.arch = "qwen2", .qkv_bias = false}, "qwen2nobias");
   EXPECT_NE(msg.find("missing tensor 'blk.0.attn_q.bias'"), std::string::npos) << msg;
 }
 
@@ -201,9 +201,9 @@ TEST(Graph, IntermediatesAreNamedPerLayer) {
   auto l = load(TinySpec{}, "names");
   ASSERT_TRUE(l.ok());
   graph::ComputeGraph g = l->model->build_graph(params(3, 1));
-  for (const char* base : {"attn_norm", "Qcur", "Kcur", "Vcur", "Qrope", "Krope", "kqv_out",
-                           "attn_out", "ffn_inp", "ffn_norm", "ffn_gate", "ffn_up", "ffn_swiglu",
-                           "ffn_out", "l_out"}) {
+  for (const char* base :
+       {"attn_norm", "Qcur", "Kcur", "Vcur", "Qrope", "Krope", "kqv_out", "attn_out", "ffn_inp",
+        "ffn_norm", "ffn_gate", "ffn_up", "ffn_swiglu", "ffn_out", "l_out"}) {
     for (int il = 0; il < 2; ++il) {
       const std::string name = std::string(base) + "-" + std::to_string(il);
       auto id = g.find(name);
@@ -254,7 +254,8 @@ TEST(Graph, UnimplementedParamsAreErrorsNotGraphs) {
 }
 
 TEST(RealModel, SmolLM2LoadsWithTiedOutput) {
-  const std::string path = std::string(MINFER_CACHE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path =
+      std::string(MINFER_CACHE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present (scripts/setup.sh)";
   auto file = gguf::Model::open(path);
   ASSERT_TRUE(file.ok()) << file.error().message;

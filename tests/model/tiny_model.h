@@ -23,8 +23,8 @@
 namespace minfer::testing {
 
 struct TinySpec {
-  std::string arch = "llama";   // general.architecture
-  int64_t n_vocab = 96;         // ignored when vocab_gguf is given
+  std::string arch = "llama";  // general.architecture
+  int64_t n_vocab = 96;        // ignored when vocab_gguf is given
   int64_t n_embd = 64;
   int64_t n_layer = 2;
   int64_t n_head = 4;
@@ -32,13 +32,13 @@ struct TinySpec {
   int64_t n_ff = 128;
   uint32_t n_ctx_train = 512;
   float rope_base = 10000.0f;
-  DType wtype = DType::kQ8_0;   // 2-D weights; norms and biases are F32
-  bool tied = true;             // no output.weight
-  bool qkv_bias = false;        // attn_{q,k,v}.bias (qwen2)
-  std::string vocab_gguf;       // copy tokenizer.* metadata from here ("" = none)
+  DType wtype = DType::kQ8_0;  // 2-D weights; norms and biases are F32
+  bool tied = true;            // no output.weight
+  bool qkv_bias = false;       // attn_{q,k,v}.bias (qwen2)
+  std::string vocab_gguf;      // copy tokenizer.* metadata from here ("" = none)
   uint32_t seed = 1;
-  std::string drop_tensor;      // fault: leave this tensor out
-  std::string bad_shape_tensor; // fault: give this tensor one extra row
+  std::string drop_tensor;       // fault: leave this tensor out
+  std::string bad_shape_tensor;  // fault: give this tensor one extra row
   std::vector<std::pair<std::string, gguf::Value>> extra_kv;  // fault / extra keys
   std::vector<std::string> drop_kv;                           // fault: keys left out
 };

@@ -19,11 +19,21 @@ void* operator new(std::size_t size) {
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
-void* operator new[](std::size_t size) { return operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void* operator new[](std::size_t size) {
+  return operator new(size);
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace minfer::sample {
 namespace {
@@ -70,12 +80,21 @@ TEST(NoAllocation, CountingOperatorNewWorks) {
   EXPECT_GE(g_allocations.load() - before, 2);
 }
 
-TEST(NoAllocation, DefaultChainOver100Tokens) { expect_no_allocation({}, "default"); }
+TEST(NoAllocation, DefaultChainOver100Tokens) {
+  expect_no_allocation({}, "default");
+}
 
 TEST(NoAllocation, EveryStageOnOver100Tokens) {
-  expect_no_allocation({.temp = 0.9f, .top_k = 0, .top_p = 0.9f, .min_p = 0.01f, .typical_p = 0.95f,
-                        .frequency_penalty = 0.1f, .presence_penalty = 0.1f,
-                        .xtc_probability = 0.5f, .xtc_threshold = 0.1f, .dry_multiplier = 0.8f,
+  expect_no_allocation({.temp = 0.9f,
+                        .top_k = 0,
+                        .top_p = 0.9f,
+                        .min_p = 0.01f,
+                        .typical_p = 0.95f,
+                        .frequency_penalty = 0.1f,
+                        .presence_penalty = 0.1f,
+                        .xtc_probability = 0.5f,
+                        .xtc_threshold = 0.1f,
+                        .dry_multiplier = 0.8f,
                         .dry_sequence_breakers = {{3}, {4, 5}},
                         .logit_bias = {{.id = 7, .bias = 2.0f}}},
                        "all stages");

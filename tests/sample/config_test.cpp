@@ -85,7 +85,8 @@ TEST(SamplerConfig, BoundaryValuesAreAccepted) {
        {SamplerConfig{.top_p = 0.0f}, SamplerConfig{.top_p = 1.0f}, SamplerConfig{.min_p = 1.0f},
         SamplerConfig{.typical_p = 0.0f}, SamplerConfig{.xtc_threshold = 0.5f},
         SamplerConfig{.xtc_threshold = 0.0f}, SamplerConfig{.repeat_last_n = 0},
-        SamplerConfig{.dry_base = 1.0f}, SamplerConfig{.logit_bias = {{.id = 0, .bias = -100.0f}}}}) {
+        SamplerConfig{.dry_base = 1.0f},
+        SamplerConfig{.logit_bias = {{.id = 0, .bias = -100.0f}}}}) {
     EXPECT_TRUE(c.validate().ok()) << c.validate().error().message;
   }
 }

@@ -1,11 +1,12 @@
 // Stage 14 tests: the deterministic exp/log and the RNG against independent references.
 // Invariant pinned: the RNG stream for a seed is fixed forever (changing it changes
 // every seeded generation), and det_exp/det_log agree with libm to ~1e-15 relative.
+#include "sample/det_math.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "sample/det_math.h"
 #include "sample/rng.h"
 
 namespace minfer::sample {

@@ -1,11 +1,12 @@
 // Stage 14 tests: DRY on llama.cpp's documented example window.
 // Invariant pinned: penalty = multiplier · base^(L - allowed_length) for the token that
 // would extend a repeat of length L; breakers cap L and are never penalised themselves.
+#include "sample/dry.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "sample/dry.h"
 #include "test_util.h"
 
 namespace minfer::sample {

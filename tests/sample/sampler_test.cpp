@@ -1,12 +1,13 @@
 // Stage 14 tests: the whole chain — order, greedy, penalty window, determinism.
 // Invariants pinned: greedy = argmax of bias/penalty-adjusted logits (lowest id on
 // ties, no RNG draw); the window is the prompt tail; same seed → same tokens.
+#include "sample/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "sample/sampler.h"
 #include "test_util.h"
 
 namespace minfer::sample {
@@ -45,7 +46,8 @@ TEST(Greedy, UsesBiasAdjustedLogits) {
 TEST(Greedy, UsesPenaltyAdjustedLogitsAndIgnoresTruncation) {
   // 3.0 / 1.1 = 2.727 < 2.9 once id 0 is in the window. Typical and XTC would drop the
   // argmax here if they ran; greedy comes before them.
-  Sampler s = make({.temp = 0.0f, .typical_p = 0.0f, .xtc_probability = 1.0f, .xtc_threshold = 0.0f}, 2);
+  Sampler s =
+      make({.temp = 0.0f, .typical_p = 0.0f, .xtc_probability = 1.0f, .xtc_threshold = 0.0f}, 2);
   const std::vector<float> logits = {3.0f, 2.9f};
   EXPECT_EQ(s.sample(logits).value(), 0);
   s.accept(0);
@@ -96,7 +98,8 @@ TEST(Chain, OrderTopKThenTopPThenTemperature) {
 
 TEST(Chain, MinPRunsOnTopPSurvivors) {
   // top-p 0.9 keeps 0.5, 0.3, 0.15 (mass 0.95); min-p 0.4 then needs p >= 0.2: 0.5, 0.3.
-  Sampler s = make({.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.4f, .repeat_penalty = 1.0f}, 4);
+  Sampler s =
+      make({.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.4f, .repeat_penalty = 1.0f}, 4);
   (void)s.sample(logits_for({0.5, 0.3, 0.15, 0.05})).value();
   ASSERT_EQ(survivor_ids(s), (Ids{0, 1}));
   EXPECT_NEAR(s.last_candidates()[0].p, 0.625f, kProbTol);
@@ -104,7 +107,8 @@ TEST(Chain, MinPRunsOnTopPSurvivors) {
 
 TEST(Chain, MirostatReplacesTheTruncationStages) {
   // With mirostat v2 on, top-k 1 must not apply: tau 1 keeps two tokens (see stages test).
-  Sampler s = make({.top_k = 1, .repeat_penalty = 1.0f, .mirostat = Mirostat::kV2, .mirostat_tau = 1.0f}, 4);
+  Sampler s = make(
+      {.top_k = 1, .repeat_penalty = 1.0f, .mirostat = Mirostat::kV2, .mirostat_tau = 1.0f}, 4);
   EXPECT_FLOAT_EQ(s.mirostat_mu(), 2.0f);
   EXPECT_EQ(s.sample(logits_for({0.15, 0.5, 0.05, 0.3})).value(), 1);
   EXPECT_EQ(survivor_ids(s), (Ids{1, 3}));

@@ -1,11 +1,12 @@
 // Stage 14 tests: each sampler stage alone, against values computed by hand.
 // Invariants pinned: exact survivor sets and order (logit desc, id asc on ties), the
 // llama.cpp penalty formula, one RNG draw per XTC application.
+#include "sample/stages.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "sample/stages.h"
 #include "test_util.h"
 
 namespace minfer::sample {
@@ -60,8 +61,8 @@ TEST(Penalties, LlamaCppFormulaOnAKnownWindow_exact) {
   const TokenId window[] = {5, 1, 5, 2, 3};
   std::vector<int32_t> counts(6, 0);
   std::vector<TokenId> distinct(5);
-  apply_penalties(c.view, window, {.repeat = 2.0f, .frequency = 0.5f, .presence = 0.25f},
-                  counts, distinct);
+  apply_penalties(c.view, window, {.repeat = 2.0f, .frequency = 0.5f, .presence = 0.25f}, counts,
+                  distinct);
   EXPECT_EQ(c.logits(), (std::vector<float>{1.0f, -2.75f, 0.25f, -0.75f, 3.0f, 0.75f}));
   EXPECT_EQ(counts, std::vector<int32_t>(6, 0)) << "scratch must be left zeroed";
 }
@@ -98,8 +99,8 @@ TEST(TopP, SmallestPrefixReachingP) {
     float p;
     Ids want;
   };
-  for (const Case& t : {Case{0.45f, {1}}, Case{0.75f, {1, 3}}, Case{0.85f, {1, 3, 0}},
-                        Case{0.97f, {1, 3, 0, 2}}}) {
+  for (const Case& t :
+       {Case{0.45f, {1}}, Case{0.75f, {1, 3}}, Case{0.85f, {1, 3, 0}}, Case{0.97f, {1, 3, 0, 2}}}) {
     Cands c(logits_for(kProbs));
     apply_top_p(c.view, t.p);
     EXPECT_EQ(c.ids(), t.want) << "top_p=" << t.p;
@@ -118,7 +119,8 @@ TEST(TopP, BoundsDisable) {
 TEST(TopP, LargeVocabLazySortMatchesFullSort) {
   // 3000 near-uniform candidates: the nucleus is far past the first 256-entry chunk.
   std::vector<float> logits(3000);
-  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 7919) % 3000) * 1e-4f;
+  for (size_t i = 0; i < logits.size(); ++i)
+    logits[i] = static_cast<float>((i * 7919) % 3000) * 1e-4f;
   Cands c(logits);
   apply_top_p(c.view, 0.9f);
   ASSERT_GT(c.view.size, 256u);
@@ -134,8 +136,8 @@ TEST(MinP, KeepsAtLeastPTimesMaxInOrder) {
     float min_p;
     Ids want;
   };
-  for (const Case& t : {Case{0.25f, {0, 1, 3}}, Case{0.5f, {1, 3}}, Case{1.0f, {1}},
-                        Case{0.0f, {0, 1, 2, 3}}}) {
+  for (const Case& t :
+       {Case{0.25f, {0, 1, 3}}, Case{0.5f, {1, 3}}, Case{1.0f, {1}}, Case{0.0f, {0, 1, 2, 3}}}) {
     Cands c(logits_for(kProbs));
     apply_min_p(c.view, t.min_p);
     EXPECT_EQ(c.ids(), t.want) << "min_p=" << t.min_p;
@@ -149,8 +151,8 @@ TEST(Typical, KeepsTheMostTypicalMass) {
     float p;
     Ids want;
   };
-  for (const Case& t : {Case{0.0f, {3}}, Case{0.2f, {3}}, Case{0.5f, {3, 1}},
-                        Case{0.9f, {3, 1, 0}}, Case{1.0f, {0, 1, 2, 3}}}) {
+  for (const Case& t : {Case{0.0f, {3}}, Case{0.2f, {3}}, Case{0.5f, {3, 1}}, Case{0.9f, {3, 1, 0}},
+                        Case{1.0f, {0, 1, 2, 3}}}) {
     Cands c(logits_for(kProbs));
     apply_typical(c.view, t.p);
     EXPECT_EQ(c.ids(), t.want) << "typical=" << t.p;

@@ -145,7 +145,8 @@ int dump(const std::string& path) {
     nlohmann::json e;
     e["key"] = kv.key;
     e["type"] = static_cast<uint32_t>(kv.value.type);
-    if (kv.value.type == ValueType::kArray) e["array_type"] = static_cast<uint32_t>(kv.value.array_type);
+    if (kv.value.type == ValueType::kArray)
+      e["array_type"] = static_cast<uint32_t>(kv.value.array_type);
     e["value"] = to_json(kv.value);
     e["display"] = kv.value.to_display();
     kvs.push_back(e);

@@ -4,9 +4,9 @@
 // the tensor names, metadata keys and per-tensor types llama.cpp uses (model_spec.h).
 // Invariant: the output bytes are a pure function of the arguments and the vocabulary
 // file (not of the thread count or the machine); tests/golden checks a hash.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -30,18 +30,20 @@ int fail(const std::string& msg) {
 // Rows [r0, r1) of one tensor: generate F32 values, convert to the tensor's type.
 // Rows are independent (no quant block crosses a row), so any split gives the same
 // bytes.
-minfer::Status fill_rows(const fx::TensorPlan& t, uint64_t stream, uint64_t r0, uint64_t r1, uint64_t row_bytes,
-                         std::vector<uint8_t>& out) {
+minfer::Status fill_rows(const fx::TensorPlan& t, uint64_t stream, uint64_t r0, uint64_t r1,
+                         uint64_t row_bytes, std::vector<uint8_t>& out) {
   const uint64_t ne0 = t.dims[0];
   std::vector<float> row(ne0);
   for (uint64_t r = r0; r < r1; ++r) {
     fx::fill_normal(stream, r * ne0, t.mean, t.std, row);
-    MINFER_TRY_STATUS(minfer::quant::quantize(t.type, row, std::span(out.data() + r * row_bytes, row_bytes)));
+    MINFER_TRY_STATUS(
+        minfer::quant::quantize(t.type, row, std::span(out.data() + r * row_bytes, row_bytes)));
   }
   return minfer::Ok{};
 }
 
-minfer::Result<std::vector<uint8_t>> tensor_bytes(const fx::TensorPlan& t, uint64_t seed, unsigned n_threads) {
+minfer::Result<std::vector<uint8_t>> tensor_bytes(const fx::TensorPlan& t, uint64_t seed,
+                                                  unsigned n_threads) {
   MINFER_TRY(const uint64_t row_bytes, minfer::quant::row_bytes(t.type, t.dims[0]));
   uint64_t n_rows = 1;
   for (size_t d = 1; d < t.dims.size(); ++d) n_rows *= t.dims[d];
@@ -52,7 +54,8 @@ minfer::Result<std::vector<uint8_t>> tensor_bytes(const fx::TensorPlan& t, uint6
   std::vector<std::thread> workers;
   for (uint64_t p = 0; p < n_parts; ++p) {
     const uint64_t r0 = n_rows * p / n_parts, r1 = n_rows * (p + 1) / n_parts;
-    workers.emplace_back([&, p, r0, r1] { status[p] = fill_rows(t, stream, r0, r1, row_bytes, out); });
+    workers.emplace_back(
+        [&, p, r0, r1] { status[p] = fill_rows(t, stream, r0, r1, row_bytes, out); });
   }
   for (auto& w : workers) w.join();
   for (auto& s : status) {
@@ -61,17 +64,18 @@ minfer::Result<std::vector<uint8_t>> tensor_bytes(const fx::TensorPlan& t, uint6
   return out;
 }
 
-void set_hparams(minfer::gguf::Writer& w, const fx::Shape& s, const fx::FtypeInfo& ft, const std::string& name,
-                 uint64_t seed) {
+void set_hparams(minfer::gguf::Writer& w, const fx::Shape& s, const fx::FtypeInfo& ft,
+                 const std::string& name, uint64_t seed) {
   const std::string a(fx::arch_name(s.arch));
   auto u32 = [](uint64_t v) { return Value::u32(static_cast<uint32_t>(v)); };
   w.set("general.architecture", Value::string(a));
   w.set("general.type", Value::string("model"));
   w.set("general.name", Value::string(name));
   w.set("general.description",
-        Value::string(fmt::format("random weights written by minfer-model-fixture (generator v{}, seed {}); "
-                                  "not a trained model",
-                                  fx::kGeneratorVersion, seed)));
+        Value::string(
+            fmt::format("random weights written by minfer-model-fixture (generator v{}, seed {}); "
+                        "not a trained model",
+                        fx::kGeneratorVersion, seed)));
   w.set(a + ".block_count", u32(s.n_layer));
   w.set(a + ".context_length", u32(s.n_ctx_train));
   w.set(a + ".embedding_length", u32(s.n_embd));
@@ -105,7 +109,8 @@ int main(int argc, char** argv) {
   std::optional<bool> tied, qkv_bias;
   app.add_option("--arch", arch_s, "qwen2 | llama")->capture_default_str();
   app.add_option("--preset", preset_s, "tiny | qwen2.5-0.5b")->capture_default_str();
-  app.add_option("--type", type_s, "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k_s q4_k_m q5_k_m q6_k")
+  app.add_option("--type", type_s,
+                 "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k_s q4_k_m q5_k_m q6_k")
       ->capture_default_str();
   app.add_option("--vocab", vocab_path, "GGUF whose tokenizer.* metadata is copied")->required();
   app.add_option("-o,--output", out_path, "GGUF file to write");
@@ -123,7 +128,8 @@ int main(int argc, char** argv) {
   app.add_option("--rms-eps", rms_eps);
   app.add_option("--tied", tied, "tied embeddings (true/false)");
   app.add_option("--qkv-bias", qkv_bias, "attn_{q,k,v}.bias (true/false)");
-  app.add_flag("--print-plan", print_plan, "print the tensor list (name, type, dims, std) and exit");
+  app.add_flag("--print-plan", print_plan,
+               "print the tensor list (name, type, dims, std) and exit");
   CLI11_PARSE(app, argc, argv);
 
   const auto arch = fx::arch_from_name(arch_s);
@@ -158,7 +164,8 @@ int main(int argc, char** argv) {
     for (const auto& t : plan) {
       std::string dims;
       for (auto d : t.dims) dims += (dims.empty() ? "" : " x ") + std::to_string(d);
-      fmt::print("{:<28} {:<5} [{}] mean {} std {:.6g}\n", t.name, minfer::dtype_name(t.type), dims, t.mean, t.std);
+      fmt::print("{:<28} {:<5} [{}] mean {} std {:.6g}\n", t.name, minfer::dtype_name(t.type), dims,
+                 t.mean, t.std);
     }
     return 0;
   }

@@ -20,25 +20,21 @@ constexpr double kNormJitter = 0.1;  // norm weights: 1 + 0.1·N(0,1)
 constexpr double kBiasStd = 0.1;     // q/k/v biases
 
 constexpr FtypeInfo kFtypes[] = {
-    {Ftype::kF32, "f32", 0, DType::kF32},
-    {Ftype::kF16, "f16", 1, DType::kF16},
-    {Ftype::kBF16, "bf16", 32, DType::kBF16},
-    {Ftype::kQ4_0, "q4_0", 2, DType::kQ4_0},
-    {Ftype::kQ4_1, "q4_1", 3, DType::kQ4_1},
-    {Ftype::kQ5_0, "q5_0", 8, DType::kQ5_0},
-    {Ftype::kQ5_1, "q5_1", 9, DType::kQ5_1},
-    {Ftype::kQ8_0, "q8_0", 7, DType::kQ8_0},
-    {Ftype::kQ4_K_S, "q4_k_s", 14, DType::kQ4_K},
-    {Ftype::kQ4_K_M, "q4_k_m", 15, DType::kQ4_K},
-    {Ftype::kQ5_K_M, "q5_k_m", 17, DType::kQ5_K},
-    {Ftype::kQ6_K, "q6_k", 18, DType::kQ6_K},
+    {Ftype::kF32, "f32", 0, DType::kF32},         {Ftype::kF16, "f16", 1, DType::kF16},
+    {Ftype::kBF16, "bf16", 32, DType::kBF16},     {Ftype::kQ4_0, "q4_0", 2, DType::kQ4_0},
+    {Ftype::kQ4_1, "q4_1", 3, DType::kQ4_1},      {Ftype::kQ5_0, "q5_0", 8, DType::kQ5_0},
+    {Ftype::kQ5_1, "q5_1", 9, DType::kQ5_1},      {Ftype::kQ8_0, "q8_0", 7, DType::kQ8_0},
+    {Ftype::kQ4_K_S, "q4_k_s", 14, DType::kQ4_K}, {Ftype::kQ4_K_M, "q4_k_m", 15, DType::kQ4_K},
+    {Ftype::kQ5_K_M, "q5_k_m", 17, DType::kQ5_K}, {Ftype::kQ6_K, "q6_k", 18, DType::kQ6_K},
 };
 
 bool is_quantized(DType t) {
   return t != DType::kF32 && t != DType::kF16 && t != DType::kBF16;
 }
 
-uint64_t block(DType t) { return dtype_info(t).block_size; }
+uint64_t block(DType t) {
+  return dtype_info(t).block_size;
+}
 
 // llama-quant.cpp use_more_bits: the first and last eighth of the layers and every
 // third layer in between get more bits in the _M mixes.
@@ -53,11 +49,20 @@ DType fallback(DType t, uint64_t ncols) {
   DType r = t;
   switch (t) {
     case DType::kQ2_K:
-    case DType::kQ3_K: r = DType::kQ4_0; break;
-    case DType::kQ4_K: r = DType::kQ5_0; break;
-    case DType::kQ5_K: r = DType::kQ5_1; break;
-    case DType::kQ6_K: r = DType::kQ8_0; break;
-    default: break;
+    case DType::kQ3_K:
+      r = DType::kQ4_0;
+      break;
+    case DType::kQ4_K:
+      r = DType::kQ5_0;
+      break;
+    case DType::kQ5_K:
+      r = DType::kQ5_1;
+      break;
+    case DType::kQ6_K:
+      r = DType::kQ8_0;
+      break;
+    default:
+      break;
   }
   return ncols % block(r) == 0 ? r : DType::kF16;
 }
@@ -67,7 +72,8 @@ DType fallback(DType t, uint64_t ncols) {
 // convert_hf_to_gguf.py --outtype writes: every 2-D weight in that type.
 DType choose_type(const TensorPlan& t, const Shape& s, const FtypeInfo& ft) {
   // tensor_allows_quantization: 2-D "...weight" tensors that are not norms.
-  const bool is_weight = t.name.ends_with("weight") && t.name.find("_norm.weight") == std::string::npos;
+  const bool is_weight =
+      t.name.ends_with("weight") && t.name.find("_norm.weight") == std::string::npos;
   if (t.dims.size() < 2 || !is_weight) return DType::kF32;
   DType type = ft.base;
   if (!is_quantized(type)) return type;
@@ -81,13 +87,15 @@ DType choose_type(const TensorPlan& t, const Shape& s, const FtypeInfo& ft) {
       type = DType::kQ6_K;
     }
   } else if (t.role == Role::kAttnV) {
-    if ((ft.ftype == Ftype::kQ4_K_M || ft.ftype == Ftype::kQ5_K_M) && use_more_bits(t.layer, n_layer)) {
+    if ((ft.ftype == Ftype::kQ4_K_M || ft.ftype == Ftype::kQ5_K_M) &&
+        use_more_bits(t.layer, n_layer)) {
       type = DType::kQ6_K;
     } else if (ft.ftype == Ftype::kQ4_K_S && t.layer < 4) {
       type = DType::kQ5_K;
     }
   } else if (t.role == Role::kFfnDown) {
-    if ((ft.ftype == Ftype::kQ4_K_M || ft.ftype == Ftype::kQ5_K_M) && use_more_bits(t.layer, n_layer)) {
+    if ((ft.ftype == Ftype::kQ4_K_M || ft.ftype == Ftype::kQ5_K_M) &&
+        use_more_bits(t.layer, n_layer)) {
       type = DType::kQ6_K;
     } else if (ft.ftype == Ftype::kQ4_K_S && t.layer < n_layer / 8) {
       type = DType::kQ5_K;
@@ -104,7 +112,9 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view arch_name(Arch a) { return a == Arch::kQwen2 ? "qwen2" : "llama"; }
+std::string_view arch_name(Arch a) {
+  return a == Arch::kQwen2 ? "qwen2" : "llama";
+}
 
 std::optional<Shape> preset(std::string_view name, Arch arch) {
   Shape s;
@@ -141,7 +151,9 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
   return std::nullopt;
 }
 
-std::vector<std::string> preset_names() { return {"tiny", "qwen2.5-0.5b"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "qwen2.5-0.5b"};
+}
 
 std::optional<FtypeInfo> ftype_from_name(std::string_view name) {
   for (const auto& f : kFtypes) {
@@ -165,7 +177,8 @@ std::vector<std::string> ftype_names() {
 
 std::string shape_problem(const Shape& s) {
   if (s.n_vocab == 0) return "n_vocab is 0 (the vocabulary has no tokens)";
-  if (s.n_embd == 0 || s.n_layer == 0 || s.n_head == 0 || s.n_head_kv == 0 || s.n_embd_head == 0 || s.n_ff == 0) {
+  if (s.n_embd == 0 || s.n_layer == 0 || s.n_head == 0 || s.n_head_kv == 0 || s.n_embd_head == 0 ||
+      s.n_ff == 0) {
     return "every dimension must be positive";
   }
   if (s.n_head % s.n_head_kv != 0) return "n_head must be a multiple of n_head_kv";
@@ -183,9 +196,14 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype) {
   auto lin = [](uint64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
 
   std::vector<TensorPlan> out;
-  auto add = [&](std::string name, Role role, int layer, std::vector<uint64_t> dims, double mean, double std) {
-    out.push_back(TensorPlan{.name = std::move(name), .role = role, .layer = layer, .dims = std::move(dims),
-                             .mean = mean, .std = std});
+  auto add = [&](std::string name, Role role, int layer, std::vector<uint64_t> dims, double mean,
+                 double std) {
+    out.push_back(TensorPlan{.name = std::move(name),
+                             .role = role,
+                             .layer = layer,
+                             .dims = std::move(dims),
+                             .mean = mean,
+                             .std = std});
   };
   add("token_embd.weight", Role::kTokenEmbd, -1, {s.n_embd, s.n_vocab}, 0, logit_std);
   for (uint64_t il = 0; il < s.n_layer; ++il) {
@@ -205,7 +223,8 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype) {
     add(p + "ffn_down.weight", Role::kFfnDown, l, {s.n_ff, s.n_embd}, 0, lin(s.n_ff));
   }
   add("output_norm.weight", Role::kOutputNorm, -1, {s.n_embd}, 1, kNormJitter);
-  if (!s.tied_embeddings) add("output.weight", Role::kOutput, -1, {s.n_embd, s.n_vocab}, 0, logit_std);
+  if (!s.tied_embeddings)
+    add("output.weight", Role::kOutput, -1, {s.n_embd, s.n_vocab}, 0, logit_std);
 
   const FtypeInfo& ft = ftype_info(ftype);
   for (auto& t : out) t.type = choose_type(t, s, ft);

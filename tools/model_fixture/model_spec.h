@@ -47,7 +47,20 @@ std::optional<Shape> preset(std::string_view name, Arch arch);
 std::vector<std::string> preset_names();
 
 // A weight mix, named as llama.cpp names them (llama_ftype).
-enum class Ftype { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ8_0, kQ4_K_S, kQ4_K_M, kQ5_K_M, kQ6_K };
+enum class Ftype {
+  kF32,
+  kF16,
+  kBF16,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ8_0,
+  kQ4_K_S,
+  kQ4_K_M,
+  kQ5_K_M,
+  kQ6_K
+};
 struct FtypeInfo {
   Ftype ftype;
   std::string_view name;  // CLI name, lower case: "q4_k_m"
@@ -59,18 +72,30 @@ const FtypeInfo& ftype_info(Ftype f);
 std::vector<std::string> ftype_names();
 
 enum class Role {
-  kTokenEmbd, kOutputNorm, kOutput,
-  kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOut, kAttnQBias, kAttnKBias, kAttnVBias,
-  kFfnNorm, kFfnGate, kFfnUp, kFfnDown,
+  kTokenEmbd,
+  kOutputNorm,
+  kOutput,
+  kAttnNorm,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnOut,
+  kAttnQBias,
+  kAttnKBias,
+  kAttnVBias,
+  kFfnNorm,
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,
 };
 
 struct TensorPlan {
-  std::string name;             // GGUF name: "blk.3.attn_q.weight"
+  std::string name;  // GGUF name: "blk.3.attn_q.weight"
   Role role;
-  int layer = -1;               // -1 outside blocks
-  std::vector<uint64_t> dims;   // ne[0] first
+  int layer = -1;              // -1 outside blocks
+  std::vector<uint64_t> dims;  // ne[0] first
   DType type = DType::kF32;
-  double mean = 0;              // values are mean + std * unit_normal
+  double mean = 0;  // values are mean + std * unit_normal
   double std = 0;
 };
 

@@ -35,8 +35,8 @@ Result<CpuIsa> isa_from_name(std::string_view name) {
   for (CpuIsa isa : {CpuIsa::kAuto, CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (name == isa_name(isa)) return isa;
   }
-  return make_error(fmt::format("unknown CPU ISA '{}' (expected auto, scalar, avx2 or avx512)",
-                                name));
+  return make_error(
+      fmt::format("unknown CPU ISA '{}' (expected auto, scalar, avx2 or avx512)", name));
 }
 
 CpuIsa detect_isa() {

@@ -1,16 +1,15 @@
 // Stage 12 (kernels): AVX-512 VNNI (256-bit EVEX forms: AVX512VL + AVX512_VNNI + BW,
 // with F16C and FMA) dot products and their register-blocked GEMM, for Q4_0,
-// Q5_0, Q8_0, Q4_K and Q6_K weights (Q4_1 stays on AVX2: see avx512_dot_kernel). This file alone is compiled with those flags; callers
-// reach it only after cpuid said yes, once, at startup.
-// Legacy types run two blocks per zmm (see PairFmt) and meet the scalar reference
-// within the legacy SIMD tolerance; the K-quants keep exact integer super-block sums
-// and the scalar float expression on 256-bit lanes, so they equal the scalar (and
-// AVX2) twins bit for bit. The speed comes from vpdpbusd (one instruction for
-// u8·s8 → int32, with the code offsets folded into its accumulator), hardware fp16
-// scale conversion, and register blocking: gemm computes an NW × NX tile of outputs per pass over
-// the blocks, each output with its own accumulator and exactly vec_dot's operations in vec_dot's
-// order (invariant 8: prefill GEMM == decode GEMV, bitwise); NW weight rows per activation row give
-// the decode GEMV independent FMA chains.
+// Q5_0, Q8_0, Q4_K and Q6_K weights (Q4_1 stays on AVX2: see avx512_dot_kernel). This file alone is
+// compiled with those flags; callers reach it only after cpuid said yes, once, at startup. Legacy
+// types run two blocks per zmm (see PairFmt) and meet the scalar reference within the legacy SIMD
+// tolerance; the K-quants keep exact integer super-block sums and the scalar float expression on
+// 256-bit lanes, so they equal the scalar (and AVX2) twins bit for bit. The speed comes from
+// vpdpbusd (one instruction for u8·s8 → int32, with the code offsets folded into its accumulator),
+// hardware fp16 scale conversion, and register blocking: gemm computes an NW × NX tile of outputs
+// per pass over the blocks, each output with its own accumulator and exactly vec_dot's operations
+// in vec_dot's order (invariant 8: prefill GEMM == decode GEMV, bitwise); NW weight rows per
+// activation row give the decode GEMV independent FMA chains.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -129,9 +128,7 @@ struct PairFmt {
     __m512i start;  // −offset · Σx per lane (0 without offset)
     __m512 d;
   };
-  static void init(Acc& a) {
-    a.v = _mm512_setzero_ps();
-  }
+  static void init(Acc& a) { a.v = _mm512_setzero_ps(); }
   static WP prep(const WB* b, bool two) {
     WP p;
     p.q = Codes::load2(b[0], two ? b[1] : b[0], two);
@@ -390,9 +387,8 @@ void gemm(const GemmArgs& a) {
 
 template <class F>
 DotKernel kernel(FromF32Fn from) {
-  return {std::is_same_v<typename F::XB, BlockQ8_K>   ? DType::kQ8_K
-                                                      : DType::kQ8_0,
-          from, vec_dot<F>, gemm<F>};
+  return {std::is_same_v<typename F::XB, BlockQ8_K> ? DType::kQ8_K : DType::kQ8_0, from, vec_dot<F>,
+          gemm<F>};
 }
 
 }  // namespace
