@@ -47,4 +47,11 @@ graph::NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const Model
 enum class QkvBias : uint8_t { kNone, kRequired };
 Result<ModelWeights> bind_llama_family(const WeightBinder& binder, const HParams& hp, QkvBias bias);
 
+// The llama-family forward graph (llama.cpp's llm_build_llama / llm_build_qwen2): pre-norm
+// blocks of attention and SwiGLU FFN added to the residual stream, the last block cut to
+// the n_out tail rows in prefill. Architectures differ only in what adjust/bind set up
+// (rope mode, Q/K/V biases), so llama and qwen2 share it. Pure function of GraphParams.
+graph::ComputeGraph build_llama_family(const HParams& hp, const ModelWeights& w,
+                                       const graph::GraphParams& p);
+
 }  // namespace minfer::model

@@ -4,14 +4,15 @@
 // pure function of GraphParams.
 #pragma once
 
+#include "model/layers.h"
 #include "model/model.h"
 
 namespace minfer::model::llama {
 
 Status adjust(HParams& hp);
 Result<ModelWeights> bind(const WeightBinder& binder, const HParams& hp);
-graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph::GraphParams& p);
 
-inline constexpr Arch kArch{.name = "llama", .adjust = adjust, .bind = bind, .build = build};
+inline constexpr Arch kArch{
+    .name = "llama", .adjust = adjust, .bind = bind, .build = build_llama_family};
 
 }  // namespace minfer::model::llama

@@ -4,14 +4,15 @@
 // is a pure function of GraphParams.
 #pragma once
 
+#include "model/layers.h"
 #include "model/model.h"
 
 namespace minfer::model::qwen2 {
 
 Status adjust(HParams& hp);
 Result<ModelWeights> bind(const WeightBinder& binder, const HParams& hp);
-graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph::GraphParams& p);
 
-inline constexpr Arch kArch{.name = "qwen2", .adjust = adjust, .bind = bind, .build = build};
+inline constexpr Arch kArch{
+    .name = "qwen2", .adjust = adjust, .bind = bind, .build = build_llama_family};
 
 }  // namespace minfer::model::qwen2
