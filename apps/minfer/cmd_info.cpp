@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "gguf/gguf.h"
+#include "gguf/json.h"
 #include "model_path.h"
 
 namespace minfer::cli {
@@ -18,35 +19,6 @@ using json = nlohmann::ordered_json;
 std::string type_label(const gguf::Value& v) {
   if (v.type != gguf::ValueType::kArray) return std::string(gguf::value_type_name(v.type));
   return fmt::format("arr[{},{}]", gguf::value_type_name(v.array_type), v.array.size());
-}
-
-json value_to_json(const gguf::Value& v) {
-  using gguf::ValueType;
-  switch (v.type) {
-    case ValueType::kUint8:
-    case ValueType::kUint16:
-    case ValueType::kUint32:
-    case ValueType::kUint64:
-      return v.u;
-    case ValueType::kInt8:
-    case ValueType::kInt16:
-    case ValueType::kInt32:
-    case ValueType::kInt64:
-      return v.i;
-    case ValueType::kFloat32:
-    case ValueType::kFloat64:
-      return v.f;
-    case ValueType::kBool:
-      return v.u != 0;
-    case ValueType::kString:
-      return v.str;
-    case ValueType::kArray: {
-      json a = json::array();
-      for (const auto& e : v.array) a.push_back(value_to_json(e));
-      return a;
-    }
-  }
-  return nullptr;
 }
 
 std::string shape_str(const std::vector<uint64_t>& dims) {
@@ -94,7 +66,8 @@ int run_info(const std::vector<std::string>& args) {
     j["architecture"] = arch;
     json meta = json::object();
     for (const auto& kv : model->metadata()) {
-      meta[kv.key] = {{"type", type_label(kv.value)}, {"value", value_to_json(kv.value)}};
+      meta[kv.key] = {{"type", type_label(kv.value)},
+                      {"value", gguf::value_to_json<json>(kv.value)}};
     }
     j["metadata"] = meta;
     json tensors = json::array();

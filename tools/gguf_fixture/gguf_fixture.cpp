@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "gguf/json.h"
 
 namespace {
 
@@ -93,30 +94,6 @@ int fill_sample(Writer& w) {
   return 0;
 }
 
-nlohmann::json to_json(const Value& v) {
-  switch (v.type) {
-    case ValueType::kInt8:
-    case ValueType::kInt16:
-    case ValueType::kInt32:
-    case ValueType::kInt64:
-      return v.i;
-    case ValueType::kFloat32:
-    case ValueType::kFloat64:
-      return v.f;
-    case ValueType::kBool:
-      return v.u != 0;
-    case ValueType::kString:
-      return v.str;
-    case ValueType::kArray: {
-      auto a = nlohmann::json::array();
-      for (const Value& e : v.array) a.push_back(to_json(e));
-      return a;
-    }
-    default:
-      return v.u;
-  }
-}
-
 std::string hex(const uint8_t* p, uint64_t n) {
   static const char* kDigits = "0123456789abcdef";
   std::string s;
@@ -147,7 +124,7 @@ int dump(const std::string& path) {
     e["type"] = static_cast<uint32_t>(kv.value.type);
     if (kv.value.type == ValueType::kArray)
       e["array_type"] = static_cast<uint32_t>(kv.value.array_type);
-    e["value"] = to_json(kv.value);
+    e["value"] = minfer::gguf::value_to_json<nlohmann::json>(kv.value);
     e["display"] = kv.value.to_display();
     kvs.push_back(e);
   }
