@@ -92,11 +92,15 @@ void ThreadPool::for_each(int64_t n_chunks, ChunkFn fn, void* ctx) {
     return;
   }
   const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  // The claim word moves to the new generation first: a late worker still inside the
+  // previous generation must not read this task's n_chunks_ while the old claim word is
+  // live, or it could claim (and count) chunk n_old of the new task, which then runs
+  // twice and overfills n_done_ (a hang in wait_done).
+  claim_.store(uint64_t{gen} << 32, std::memory_order_seq_cst);
   chunk_fn_.store(fn, std::memory_order_relaxed);
   ctx_.store(ctx, std::memory_order_relaxed);
-  n_chunks_.store(n_chunks, std::memory_order_relaxed);
   n_done_.store(0, std::memory_order_relaxed);
-  claim_.store(uint64_t{gen} << 32, std::memory_order_release);
+  n_chunks_.store(n_chunks, std::memory_order_release);
   publish();
   work_chunks(gen, 0);
   wait_done(n_chunks);
@@ -109,7 +113,9 @@ void ThreadPool::work_chunks(uint32_t gen, int32_t thread) {
     // Claim the next chunk of generation `gen` (a stale generation claims nothing).
     for (;;) {
       if (static_cast<uint32_t>(v >> 32) != gen) goto out;
-      if (static_cast<int64_t>(v & 0xFFFFFFFFu) >= n_chunks_.load(std::memory_order_relaxed))
+      // acquire: a new task's n_chunks_ is read only with its claim word visible, so
+      // the CAS below then fails for a stale generation.
+      if (static_cast<int64_t>(v & 0xFFFFFFFFu) >= n_chunks_.load(std::memory_order_acquire))
         goto out;
       if (claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel,
                                        std::memory_order_acquire))
