@@ -83,6 +83,22 @@ def reports(err):
     return re.findall(r"\[turn (\d+)( regen \d+)?\] prefill (\d+) tokens \((\d+) reused\)", err)
 
 
+def generated(err):
+    """Per turn report: (tokens generated, why it ended)."""
+    return [(int(n), why) for n, why in
+            re.findall(r"\[turn \d+[^\]]*\] prefill .* generated (\d+) tokens in [^,]*, (.+)", err)]
+
+
+def reply_after(screen, question):
+    """The reply printed after the last `> question` line, up to the next prompt."""
+    out = []
+    for line in screen.split("> " + question)[-1].splitlines()[1:]:
+        if line.startswith(">"):
+            break
+        out.append(line)
+    return "\n".join(out).strip()
+
+
 @needs_model
 @needs_tmux
 def test_four_turns_with_regen_and_clear_in_a_real_terminal(tmp_path):
@@ -90,18 +106,22 @@ def test_four_turns_with_regen_and_clear_in_a_real_terminal(tmp_path):
     t = Term(tmp_path, MODEL, "--cnv", "--temp", "0", "-n", "48", "-t", "2", "--session", session)
     try:
         t.wait(lambda: t.prompts() >= 1, what="the first prompt")
+        # The exact wording of a greedy reply depends on the kernels' rounding (ISA); the
+        # bars are the facts in it and that replays reproduce it byte for byte.
         t.turn("What is the capital of France?", 1)
-        assert "The capital of France is Paris." in t.screen()
+        first_reply = reply_after(t.screen(), "What is the capital of France?")
+        assert "Paris" in first_reply
         t.turn("And of Germany?", 2)
-        assert "The capital of Germany is Berlin." in t.screen()
+        second_reply = reply_after(t.screen(), "And of Germany?")
+        assert "Berlin" in second_reply
         # /regen at --temp 0 redraws the same reply; the screen shows it a second time.
         t.turn("/regen", 3)
-        assert t.screen().count("The capital of Germany is Berlin.") == 2
+        assert t.screen().count(second_reply) == 2
         before = t.prompts()
         t.send("/clear")
         t.wait(lambda: "[history cleared]" in t.screen() and t.prompts() > before, what="/clear")
         t.turn("What is the capital of France?", 4)
-        assert t.screen().count("The capital of France is Paris.") == 2
+        assert t.screen().count(first_reply) == 2
         before = t.prompts()
         t.send("/help")
         t.wait(lambda: "/regen [N]" in t.screen() and t.prompts() > before, what="/help")
@@ -118,7 +138,9 @@ def test_four_turns_with_regen_and_clear_in_a_real_terminal(tmp_path):
     # and its <|im_end|>) is reused; /regen replays exactly that delta; after /clear the
     # first turn is prefilled whole again, as at the start.
     assert first == (first[0], 0) and first[0] > 30
-    assert second[1] == first[0] + 7 + 1, err  # "The capital of France is Paris." = 7 tokens
+    n_reply, why = generated(err)[0]
+    assert why == "end of turn", err
+    assert second[1] == first[0] + n_reply + 1, err  # the reply and its <|im_end|>
     assert second[0] < 20
     assert regen == second
     assert after_clear == first
@@ -189,7 +211,7 @@ def test_cnv_with_no_template_is_refused():
 def test_single_shot_applies_the_model_template_unless_no_template():
     templ = minfer(MODEL, "What is the capital of France?", "--temp", "0", "-n", "16", "-t", "2")
     assert templ.returncode == 0, templ.stderr.decode()
-    assert templ.stdout.decode() == "The capital of France is Paris."
+    assert "Paris" in templ.stdout.decode()
     assert "Prompt: 37 tokens" in templ.stderr.decode()  # rendered with SmolLM2's system prompt
     raw = minfer(MODEL, "What is the capital of France?", "--no-template", "--temp", "0", "-n", "4",
                  "-t", "2")

@@ -1,6 +1,7 @@
 // Stage 12 (kernels): elementwise ops — add, mul (with ggml broadcasting of b), scale,
 // silu, swiglu, cont. Scalar only: memory bound, and one rounding per element, so any
-// vectorisation the compiler does is bitwise identical.
+// vectorisation the compiler does is bitwise identical. silu follows ggml's CPU kernel
+// bit for bit (polynomial e^x on 16-lane row bodies), so llama.cpp's results reproduce.
 #include <cmath>
 #include <cstring>
 
@@ -13,8 +14,28 @@ using graph::Node;
 using graph::NodeId;
 using graph::Op;
 
-inline float silu(float x) {
-  return x / (1.0f + std::exp(-x));
+// e^x as ggml's vectorised expf (the Arm optimized-routines polynomial, max error ~1.5
+// ulp), written with scalar fma / ldexp so every ISA gives its bits: llama.cpp's CPU
+// silu / swiglu use it on every full 16-lane group of a row, glibc expf on the tail.
+inline float expf_poly(float x) {
+  const float r = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, r);
+  const float n = z - r;  // round(x / ln 2)
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  if (std::isnan(n)) return n;
+  if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+  return std::ldexp(j, static_cast<int>(n));
+}
+
+// silu(x) = x / (1 + e^−x); element i0 of a row of ne0 takes the polynomial e^x when
+// it lies in the row's 16-aligned body, glibc's expf in the tail (as ggml does).
+inline float silu_at(float x, int64_t i0, int64_t body) {
+  const float e = i0 < body ? expf_poly(-x) : std::exp(-x);
+  return x / (1.0f + e);
 }
 
 template <typename F>
@@ -73,15 +94,18 @@ Status op_elementwise(const OpCtx& c, NodeId id) {
       return Ok{};
     }
     case Op::kSilu:
-      unary(c, id, [](float x) { return silu(x); });
-      return Ok{};
     case Op::kSwiglu: {
-      const float* up = c.data.as<const float>(n.src[1]);
       const float* gate = c.data.as<const float>(n.src[0]);
+      const float* up = n.op == Op::kSwiglu ? c.data.as<const float>(n.src[1]) : nullptr;
       float* o = c.data.as<float>(id);
       const int64_t ne = n.shape.n_elements();
+      const int64_t ne0 = n.shape.ne[0];
+      const int64_t row_body = ne0 & ~int64_t{15};
       auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
-        for (int64_t i = lo; i < hi; ++i) o[i] = silu(gate[i]) * up[i];
+        for (int64_t i = lo; i < hi; ++i) {
+          const float v = silu_at(gate[i], i % ne0, row_body);
+          o[i] = up != nullptr ? v * up[i] : v;
+        }
       };
       parallel_range(c.pool, ne, 16384, body);
       return Ok{};

@@ -36,8 +36,10 @@ Status op_rope(const OpCtx& c, graph::NodeId id) {
         const int64_t b = neox ? i0 / 2 + n_rot / 2 : i0 + 1;
         const float x0 = xr[a];
         const float x1 = xr[b];
-        o[a] = x0 * cs - x1 * sn;
-        o[b] = x0 * sn + x1 * cs;
+        // One rounding per line as ggml's compiled rotate_pairs does (its x0*cos - x1*sin
+        // is contracted to fma(x0, cos, -(x1*sin))): bit-identical to llama.cpp's CPU rope.
+        o[a] = std::fma(x0, cs, -(x1 * sn));
+        o[b] = std::fma(x0, sn, x1 * cs);
       }
       if (n_rot < hd && o != xr) {
         std::memcpy(o + n_rot, xr + n_rot, static_cast<size_t>(hd - n_rot) * sizeof(float));
