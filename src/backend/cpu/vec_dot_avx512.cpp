@@ -45,13 +45,6 @@ inline float hsum_f32x8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline int32_t hsum_i32x8(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-
 inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
@@ -179,8 +172,9 @@ using Q4_0Fmt = PairFmt<BlockQ4_0, BlockQ8_0, Q4Codes>;
 using Q5_0Fmt = PairFmt<BlockQ5_0, BlockQ8_0, Q5Codes>;
 using Q8_0Fmt = PairFmt<BlockQ8_0, BlockQ8_0, Q8Codes>;
 
-// Q4_K: per super-block d·Σ(sc·Σq·y) − dmin·Σ(m·bsum) in exact integers, then the
-// scalar twin's float expression; sumf accumulates in super-block order.
+// Q4_K and Q6_K: ggml's x86 lane order, as the AVX2 and scalar twins (bit-identical
+// with them): per super-block 8 exact integer lanes, scaled into 8 f32 lanes by one
+// fma; Q4_K's mins in 4 f32 lanes; one reduction in finish().
 struct Q4_KFmt {
   using WB = BlockQ4_K;
   using XB = BlockQ8_K;
@@ -188,7 +182,8 @@ struct Q4_KFmt {
   static constexpr int64_t kStep = 1;
   static constexpr int kTileX = 4;
   struct Acc {
-    float sumf;
+    __m256 acc;
+    __m128 acc_m;
   };
   struct WP {
     const uint8_t* qs;
@@ -201,7 +196,10 @@ struct Q4_KFmt {
     __m256i bsum;  // int32 bsums[2j] + bsums[2j+1] in lane j
     float d;
   };
-  static void init(Acc& a) { a.sumf = 0.0f; }
+  static void init(Acc& a) {
+    a.acc = _mm256_setzero_ps();
+    a.acc_m = _mm_setzero_ps();
+  }
   static WP prep(const WB* pb, bool) {
     const WB& b = *pb;
     WP p;
@@ -230,7 +228,12 @@ struct Q4_KFmt {
   }
   static void step(Acc& a, const WP& w, const XP& x) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const int32_t summ = hsum_i32x8(_mm256_mullo_epi32(w.m, x.bsum));
+    // mins: lane t of 4 = m[2t]·q8s[2t] + m[2t+1]·q8s[2t+1] (q8s[j] = bsums 2j + 2j+1)
+    const __m256i mq = _mm256_mullo_epi32(w.m, x.bsum);
+    const __m256i pairs = _mm256_hadd_epi32(mq, mq);
+    const __m128i prod =
+        _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+    a.acc_m = _mm_fmadd_ps(_mm_set1_ps(-x.d * w.dmin), _mm_cvtepi32_ps(prod), a.acc_m);
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q4 = load256(w.qs + 32 * c);
@@ -241,11 +244,13 @@ struct Q4_KFmt {
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, w.sc[2 * c]));
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, w.sc[2 * c + 1]));
     }
-    const float d = x.d * w.d;
-    const float dmin = x.d * w.dmin;
-    a.sumf += d * static_cast<float>(hsum_i32x8(sumi)) - dmin * static_cast<float>(summ);
+    a.acc = _mm256_fmadd_ps(_mm256_set1_ps(x.d * w.d), _mm256_cvtepi32_ps(sumi), a.acc);
   }
-  static float finish(const Acc& a) { return a.sumf; }
+  static float finish(const Acc& a) {
+    __m128 m = _mm_add_ps(a.acc_m, _mm_movehl_ps(a.acc_m, a.acc_m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return hsum_f32x8(a.acc) + _mm_cvtss_f32(m);
+  }
 };
 
 struct Q6_KFmt {
@@ -255,28 +260,24 @@ struct Q6_KFmt {
   static constexpr int64_t kStep = 1;
   static constexpr int kTileX = 4;
   struct Acc {
-    float sumf;
+    __m256 acc;
   };
   struct WP {
     const WB* b;
+    __m256i sc16;  // the 16 sub-block scales as int16
     float d;
   };
   struct XP {
     const int8_t* qs;
-    __m256i k32y[8];  // 32 · y per 32 codes, as int16 pair sums (the −32 offset)
+    __m256i bsums;  // 16 int16 sums of 16 y each
     float d;
   };
-  static void init(Acc& a) { a.sumf = 0.0f; }
-  static WP prep(const WB* b, bool) { return {b, h2f(b->d)}; }
-  static XP prepx(const XB* pb, bool) {
-    const XB& b = *pb;
-    XP p;
-    p.qs = b.qs;
-    const __m256i k32 = _mm256_set1_epi8(32);
-    for (int i = 0; i < 8; ++i) p.k32y[i] = _mm256_maddubs_epi16(k32, load256(b.qs + 32 * i));
-    p.d = b.d;
-    return p;
+  static void init(Acc& a) { a.acc = _mm256_setzero_ps(); }
+  static WP prep(const WB* b, bool) {
+    return {b, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales))),
+            h2f(b->d)};
   }
+  static XP prepx(const XB* pb, bool) { return {pb->qs, load256(pb->bsums), pb->d}; }
   static void step(Acc& a, const WP& w, const XP& x) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m2 = _mm256_set1_epi8(0x03);
@@ -297,16 +298,18 @@ struct Q6_KFmt {
                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
       for (int k = 0; k < 4; ++k) {
         const __m256i y = load256(x.qs + 128 * h + 32 * k);
-        const __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], y), x.k32y[4 * h + k]);
+        const __m256i p = _mm256_maddubs_epi16(q[k], y);  // codes 0..63; offset below
         const int s = 8 * h + 2 * k;
         const __m256i scale =
             _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
       }
     }
-    a.sumf += (x.d * w.d) * static_cast<float>(hsum_i32x8(sumi));
+    // the −32 offset, per lane l: 32 · (bsums[2l]·sc[2l] + bsums[2l+1]·sc[2l+1])
+    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(x.bsums, w.sc16), 5));
+    a.acc = _mm256_fmadd_ps(_mm256_set1_ps(x.d * w.d), _mm256_cvtepi32_ps(sumi), a.acc);
   }
-  static float finish(const Acc& a) { return a.sumf; }
+  static float finish(const Acc& a) { return hsum_f32x8(a.acc); }
 };
 
 // ---- the blocked tile and the kernels built from it ----
