@@ -18,6 +18,7 @@
 
 #include "commands.h"
 #include "engine/engine.h"
+#include "engine_flags.h"
 #include "model_path.h"
 
 namespace minfer::cli {
@@ -71,6 +72,8 @@ int run_bench(const std::vector<std::string>& args) {
   app.add_option("-t,--threads", n_threads, "CPU threads (0: all cores)")->capture_default_str();
   app.add_option("-o,--output", format, "md | csv | json")->capture_default_str();
   app.add_option("--n-ctx", n_ctx, "context size (default: pp + tg + 16)");
+  KvFlags kv;
+  add_kv_flags(app, kv);
   try {
     std::vector<std::string> rev(args.rbegin(), args.rend());
     app.parse(rev);
@@ -84,7 +87,9 @@ int run_bench(const std::vector<std::string>& args) {
 
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
-  auto eng = engine::Engine::open(*path, {.n_threads = n_threads});
+  engine::EngineOptions options{.n_threads = n_threads};
+  if (auto st = apply_kv_flags(kv, options); !st.ok()) return fail(st.error().message);
+  auto eng = engine::Engine::open(*path, options);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
   const uint32_t want_ctx = n_ctx ? n_ctx : static_cast<uint32_t>(n_prompt + n_gen + 16);

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "core/config.h"
 #include "engine/engine.h"
+#include "engine_flags.h"
 #include "model_path.h"
 
 namespace minfer::cli {
@@ -33,6 +34,7 @@ double rate(double n, double s) {
 }
 
 struct ChatArgs {
+  KvFlags kv;
   std::vector<std::string> positionals;
   std::string model_opt;
   std::string system;
@@ -63,6 +65,7 @@ void add_flags(CLI::App& app, ChatArgs& a) {
   app.add_option("-s,--seed", sc.seed, "sampling seed (per-reply seeds derive from it)")
       ->capture_default_str();
   app.add_option("-t,--threads", a.n_threads, "CPU threads")->capture_default_str();
+  add_kv_flags(app, a.kv);
   app.add_option("-c,--n-ctx", a.n_ctx, "context size (KV cells) of the whole conversation")
       ->capture_default_str();
   app.add_option("--temp", sc.temp, "temperature; 0 = greedy")->capture_default_str();
@@ -177,9 +180,11 @@ int run_chat(const std::vector<std::string>& args) {
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
   fmt::print(stderr, "Loading model: {}\n", *path);
-  auto eng = engine::Engine::open(*path, {.n_threads = a.n_threads,
-                                          .rebuild_trace = config.rebuild_trace,
-                                          .graph_trace = config.graph_trace});
+  engine::EngineOptions options{.n_threads = a.n_threads,
+                                .rebuild_trace = config.rebuild_trace,
+                                .graph_trace = config.graph_trace};
+  if (auto st = apply_kv_flags(a.kv, options); !st.ok()) return fail(st.error().message);
+  auto eng = engine::Engine::open(*path, options);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
   if (!e.has_tokenizer()) return fail("the model has no tokenizer metadata (tokenizer.ggml.*)");

@@ -22,6 +22,7 @@
 #include "core/config.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine_flags.h"
 #include "graph/export.h"
 #include "model_path.h"
 
@@ -49,6 +50,7 @@ int default_threads() {
 
 // Everything the flags set; defaults are the CLI's (docs/USAGE.md).
 struct GenerateArgs {
+  KvFlags kv;
   std::vector<std::string> positionals;
   std::string model_opt;
   std::optional<std::string> prompt_opt;
@@ -80,6 +82,7 @@ void add_flags(CLI::App& app, GenerateArgs& a) {
                  "tokens to generate at most (-1: until the context is full)")
       ->capture_default_str();
   app.add_option("-t,--threads", a.n_threads, "CPU threads")->capture_default_str();
+  add_kv_flags(app, a.kv);
   app.add_option("-c,--n-ctx", a.n_ctx,
                  "context size (KV cells): max(n_ctx, prompt), capped by the model")
       ->capture_default_str();
@@ -166,9 +169,11 @@ int run_generate(const std::vector<std::string>& args) {
   if (!path) return fail(path.error().message);
   fmt::print(stderr, "Loading model: {}\n", *path);
   const auto t_load = Clock::now();
-  auto eng = engine::Engine::open(*path, {.n_threads = n_threads,
-                                          .rebuild_trace = config.rebuild_trace,
-                                          .graph_trace = config.graph_trace});
+  engine::EngineOptions options{.n_threads = n_threads,
+                                .rebuild_trace = config.rebuild_trace,
+                                .graph_trace = config.graph_trace};
+  if (auto st = apply_kv_flags(a.kv, options); !st.ok()) return fail(st.error().message);
+  auto eng = engine::Engine::open(*path, options);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
   if (!e.has_tokenizer()) return fail("the model has no tokenizer metadata (tokenizer.ggml.*)");

@@ -20,6 +20,9 @@ Config Config::from_env() {
   c.graph_trace = flag("MINFER_GRAPH_TRACE");
   c.rebuild_trace = flag("MINFER_REBUILD_TRACE");
   if (const char* isa = std::getenv("MINFER_CPU_ISA"); isa != nullptr) c.cpu_isa = isa;
+  if (const char* t = std::getenv("MINFER_CACHE_TYPE"); t != nullptr) c.cache_type = t;
+  if (const char* d = std::getenv("MINFER_GRAPH_DUMP"); d != nullptr) c.graph_dump = d;
+  if (const char* m = std::getenv("MINFER_NUMERICS"); m != nullptr) c.numerics = m;
   return c;
 }
 

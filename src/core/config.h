@@ -12,6 +12,9 @@ struct Config {
   bool graph_trace = false;    // MINFER_GRAPH_TRACE: split layout + op census per execute
   bool rebuild_trace = false;  // MINFER_REBUILD_TRACE: one line per graph rebuild
   std::string cpu_isa;         // MINFER_CPU_ISA: "" (best the CPU runs), scalar, avx2, avx512
+  std::string cache_type;      // MINFER_CACHE_TYPE: "" (f32), f32, f16 (--cache-type wins)
+  std::string graph_dump;      // MINFER_GRAPH_DUMP: directory for per-node f32 dumps ("" off)
+  std::string numerics;        // MINFER_NUMERICS: "" (default), default, llamacpp (flag wins)
 
   // Reads the variables now (a flag is on when set to anything but "", "0").
   static Config from_env();

@@ -35,6 +35,12 @@ Result<std::unique_ptr<Engine>> Engine::open(const std::string& path,
   return create(std::move(file), options);
 }
 
+Result<Numerics> parse_numerics(std::string_view text) {
+  if (text == "default") return Numerics::kDefault;
+  if (text == "llamacpp") return Numerics::kLlamaCpp;
+  return make_error(fmt::format("unknown numerics '{}' (expected default or llamacpp)", text));
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(gguf::Model file, const EngineOptions& options) {
   auto e = std::unique_ptr<Engine>(new Engine());
   e->file_ = std::move(file);
@@ -58,7 +64,31 @@ Result<std::unique_ptr<Engine>> Engine::create(gguf::Model file, const EngineOpt
     if (!parsed) return parsed.error().context("MINFER_CPU_ISA");
     isa = *parsed;
   }
-  MINFER_TRY(auto cpu, backend::cpu::CpuBackend::create({.n_threads = e->n_threads_, .isa = isa}));
+  if (options.numerics == Numerics::kLlamaCpp) {
+    // ggml's x86 quant dots accumulate 8 f32 lanes per block in order: our AVX2 kernels
+    // follow it; the AVX-512 ones re-block (faster, other rounding) and the scalar
+    // reference sums per block.
+    if (isa == backend::cpu::CpuIsa::kAuto) isa = backend::cpu::CpuIsa::kAvx2;
+    if (isa != backend::cpu::CpuIsa::kAvx2) {
+      return make_error(
+          "--numerics llamacpp needs the AVX2 kernels (MINFER_CPU_ISA must be "
+          "unset or avx2)");
+    }
+    if (options.kv_format != graph::KvFormat::kF16) {
+      return make_error(fmt::format("--numerics llamacpp needs the f16 KV cache (cache type is {})",
+                                    graph::kv_format_name(options.kv_format)));
+    }
+  }
+  {  // the KV format / attention numerics pair is checked once, before any context
+    graph::GraphParams probe = e->params_for(1, 1);
+    probe.cparams.n_ctx = 1;
+    MINFER_TRY_STATUS(e->model_->check_params(probe));
+  }
+  MINFER_TRY(auto cpu, backend::cpu::CpuBackend::create(
+                           {.n_threads = e->n_threads_,
+                            .isa = isa,
+                            .dump_dir = Config::get().graph_dump,
+                            .llamacpp_numerics = options.numerics == Numerics::kLlamaCpp}));
   e->sched_.add_backend(std::move(cpu));
   if (options.graph_trace) {
     Engine* self = e.get();
@@ -97,7 +127,8 @@ Status Engine::set_n_ctx(uint32_t n_ctx) {
     clear_kv();
     return Ok{};
   }
-  MINFER_TRY(kv::KvCells cells, kv::KvCells::create({.n_ctx = n_ctx}));
+  MINFER_TRY(kv::KvCells cells,
+             kv::KvCells::create({.n_ctx = n_ctx, .format = options_.kv_format}));
   // Regions are sized once per n_ctx: a new context gets a fresh allocator (and so a
   // fresh cache), never a grown region.
   auto memory = std::make_unique<alloc::Allocator>();
@@ -129,6 +160,9 @@ graph::GraphParams Engine::params_for(uint32_t n_tokens, uint32_t n_out) const {
   p.gtype = n_tokens == 1 ? graph::GraphType::kDecode : graph::GraphType::kPrefill;
   p.cparams.n_ctx = n_ctx_;
   p.cparams.window.n_runs = 1;  // one sequence filled from 0: one contiguous run
+  p.cparams.kv_format = options_.kv_format;
+  p.cparams.attn_numerics = options_.numerics == Numerics::kLlamaCpp ? graph::AttnNumerics::kGgmlF16
+                                                                     : graph::AttnNumerics::kF32;
   p.weights_version = 1;
   return p;
 }

@@ -31,10 +31,23 @@ namespace minfer::engine {
 
 using TokenId = tokenizer::TokenId;
 
+// Arithmetic the engine commits to (ARCHITECTURE §6).
+//  kDefault:  f32 attention over the KV window, the fastest kernels of the CPU.
+//  kLlamaCpp: llama.cpp's CPU arithmetic, reproduced bit for bit on the ops whose
+//             order we follow: f16 KV cache, attention as ggml's flash-attention vector
+//             path (AttnNumerics::kGgmlF16), mul_mat kernels that accumulate in ggml's
+//             AVX2 order (no AVX-512 re-blocking). Needs an AVX2 CPU. Still thread- and
+//             batch-independent (invariant 8); slower than kDefault on AVX-512.
+enum class Numerics : uint8_t { kDefault, kLlamaCpp };
+// "default" / "llamacpp" (--numerics, MINFER_NUMERICS); unknown → Error.
+Result<Numerics> parse_numerics(std::string_view text);
+
 struct EngineOptions {
   int32_t n_threads = 0;       // CPU worker threads including the caller; 0 = all cores
   bool rebuild_trace = false;  // one stderr line per rebuild (Config::rebuild_trace)
   bool graph_trace = false;    // split layout + census per execute (Config::graph_trace)
+  graph::KvFormat kv_format = graph::KvFormat::kF32;  // KV cache element type
+  Numerics numerics = Numerics::kDefault;
 };
 
 struct EngineStats {

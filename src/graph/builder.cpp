@@ -208,6 +208,11 @@ NodeId GraphBuilder::attention(NodeId q, NodeId k, NodeId v, NodeId window,
                "attention: window %s must be I32 [2 * n_runs, %lld]", nm(wn).c_str(),
                static_cast<long long>(n_tokens));
   MINFER_CHECK(p.scale > 0.0f, "attention: scale %g must be > 0", static_cast<double>(p.scale));
+  MINFER_CHECK(kn.dtype == vn.dtype && (kn.dtype == DType::kF32 || kn.dtype == DType::kF16),
+               "attention: K %s and V %s must both be F32 or both F16", nm(kn).c_str(),
+               nm(vn).c_str());
+  MINFER_CHECK(!p.ggml_f16 || kn.dtype == DType::kF16,
+               "attention: ggml-f16 numerics need F16 K/V regions (K is %s)", nm(kn).c_str());
   const int64_t head_dim_v = vn.shape.ne[0] / p.n_head_kv;
   Node n =
       make(Op::kAttention, {q, k, v, window}, Shape{head_dim_v * p.n_head, n_tokens}, DType::kF32);
@@ -215,6 +220,7 @@ NodeId GraphBuilder::attention(NodeId q, NodeId k, NodeId v, NodeId window,
   n.params.n_head_kv = p.n_head_kv;
   n.params.scale = p.scale;
   n.params.causal = p.causal ? 1 : 0;
+  n.params.ggml_f16 = p.ggml_f16 ? 1 : 0;
   n.params.layer = p.layer;
   return push(std::move(n));
 }

@@ -37,7 +37,8 @@ struct AttentionParams {
   int32_t n_head_kv = 0;
   float scale = 0.0f;  // usually 1/sqrt(head_dim)
   bool causal = true;
-  int32_t layer = -1;  // whose KV region the k/v sources store into
+  int32_t layer = -1;     // whose KV region the k/v sources store into
+  bool ggml_f16 = false;  // AttnNumerics::kGgmlF16 (needs F16 regions)
 };
 
 class GraphBuilder {

@@ -47,6 +47,7 @@ nlohmann::json params_json(const Node& n) {
       p["n_head_kv"] = q.n_head_kv;
       p["scale"] = q.scale;
       p["causal"] = q.causal != 0;
+      p["numerics"] = q.ggml_f16 != 0 ? "ggml-f16" : "f32";
       break;
     case Op::kView:
       p["offset"] = q.offset;

@@ -23,6 +23,12 @@ Status validate(const GraphParams& p) {
   if (p.cparams.gpu_layers < 0) {
     return make_error(fmt::format("graph params: gpu_layers {} < 0", p.cparams.gpu_layers));
   }
+  if (p.cparams.attn_numerics == AttnNumerics::kGgmlF16 && p.cparams.kv_format != KvFormat::kF16) {
+    return make_error(
+        fmt::format("graph params: attention numerics ggml-f16 needs the f16 KV "
+                    "cache (kv_format is {})",
+                    kv_format_name(p.cparams.kv_format)));
+  }
   return Ok{};
 }
 
@@ -42,13 +48,25 @@ std::string_view kv_format_name(KvFormat f) {
   return "?";
 }
 
+std::string_view attn_numerics_name(AttnNumerics a) {
+  return a == AttnNumerics::kGgmlF16 ? "ggml-f16" : "f32";
+}
+
+Result<KvFormat> parse_kv_format(std::string_view text) {
+  for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8_0}) {
+    if (text == kv_format_name(f)) return f;
+  }
+  return make_error(fmt::format("unknown KV cache type '{}' (expected f32, f16 or q8_0)", text));
+}
+
 std::string to_string(const GraphParams& p) {
   const CParams& c = p.cparams;
   return fmt::format(
       "{{n_tokens={} n_out={} gtype={} n_ctx={} flash_attn={} window_runs={} gpu={} "
-      "gpu_layers={} fuse_rms_norm_mul={} kv_format={} weights_version={}}}",
+      "gpu_layers={} fuse_rms_norm_mul={} kv_format={} attn={} weights_version={}}}",
       p.n_tokens, p.n_out, graph_type_name(p.gtype), c.n_ctx, c.flash_attn, c.window.n_runs, c.gpu,
-      c.gpu_layers, c.fusion.rms_norm_mul, kv_format_name(c.kv_format), p.weights_version);
+      c.gpu_layers, c.fusion.rms_norm_mul, kv_format_name(c.kv_format),
+      attn_numerics_name(c.attn_numerics), p.weights_version);
 }
 
 }  // namespace minfer::graph

@@ -18,8 +18,16 @@ namespace minfer::graph {
 enum class GraphType : uint8_t { kPrefill, kDecode };
 
 // Element format of the KV regions: it sizes every cell, so a graph built for one
-// format never serves another. Only kF32 is implemented; kF16 / kQ8_0 are reserved.
+// format never serves another. kF32 and kF16 are implemented; kQ8_0 is reserved.
 enum class KvFormat : uint8_t { kF32, kF16, kQ8_0 };
+
+// How attention accumulates over the KV window (part of the numerics, so of topology).
+//  kF32:    f32 scores and f32 accumulator, softmax rescaled at fixed 64-cell chunks.
+//  kGgmlF16: llama.cpp's CPU flash-attention vector path, reproduced: Q rounded to f16,
+//           Q·K in f32 lanes, per-cell online softmax, the V accumulator rounded to f16
+//           after every step. Needs kv_format kF16. Opt-in, for token-exact agreement
+//           with llama.cpp; it is still batch- and thread-independent (invariant 8).
+enum class AttnNumerics : uint8_t { kF32, kGgmlF16 };
 
 // Fusion-pass switches. They change which ops the graph contains, so they are part of
 // the reuse identity: flipping one (an A/B env toggle) must force a rebuild.
@@ -48,6 +56,7 @@ struct CParams {
   int32_t gpu_layers = 0;   // blocks [0, gpu_layers) offloaded
   FusionFlags fusion;       // fusion-pass switches
   KvFormat kv_format = KvFormat::kF32;
+  AttnNumerics attn_numerics = AttnNumerics::kF32;
 
   bool operator==(const CParams&) const = default;
 };
@@ -68,6 +77,10 @@ Status validate(const GraphParams& params);
 
 std::string_view graph_type_name(GraphType t);
 std::string_view kv_format_name(KvFormat f);
+std::string_view attn_numerics_name(AttnNumerics a);
+// Parses "f32" / "f16" / "q8_0" (MINFER_CACHE_TYPE, --cache-type); unknown → Error.
+Result<KvFormat> parse_kv_format(std::string_view text);
+
 std::string to_string(const GraphParams& params);  // one line, for rebuild traces
 
 }  // namespace minfer::graph

@@ -19,8 +19,9 @@ uint64_t bit(SeqId seq) {
 
 Result<DType> kv_dtype(graph::KvFormat format) {
   if (format == graph::KvFormat::kF32) return DType::kF32;
-  return make_error(
-      fmt::format("KV format {} is not implemented yet (only f32)", graph::kv_format_name(format)));
+  if (format == graph::KvFormat::kF16) return DType::kF16;
+  return make_error(fmt::format("KV format {} is not implemented yet (f32 and f16 are)",
+                                graph::kv_format_name(format)));
 }
 
 Result<KvCells> KvCells::create(const KvOptions& o) {

@@ -48,7 +48,7 @@ struct WindowOptions {
   bool causal = true;  // a query reads positions <= its own; false: the whole sequence
 };
 
-// Element type of a region for a KV format; only f32 is implemented (Error otherwise).
+// Element type of a region for a KV format: f32 or f16 (Error for the reserved q8_0).
 Result<DType> kv_dtype(graph::KvFormat format);
 
 class KvCells {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "graph/input_names.h"
+#include "kv/graph_inputs.h"
 
 namespace minfer::model {
 
@@ -17,9 +18,9 @@ StepInputs declare_step_inputs(graph::GraphBuilder& b, const graph::GraphParams&
   StepInputs in;
   in.token_ids = b.input(graph::kInputTokenIds, DType::kI32, {nt});   // I32 [n_tokens]
   in.positions = b.input(graph::kInputPositions, DType::kI32, {nt});  // I32 [n_tokens]
-  in.kv_cells = b.input(graph::kInputKvCells, DType::kI32, {nt});     // I32 [n_tokens]
-  in.kv_window = b.input(graph::kInputKvWindow, DType::kI32,
-                         {2 * int64_t{p.cparams.window.n_runs}, nt});  // I32 [2·n_runs, n_tokens]
+  const kv::KvGraphInputs kv = kv::declare_kv_inputs(b, p);
+  in.kv_cells = kv.cells;    // I32 [n_tokens]
+  in.kv_window = kv.window;  // I32 [2·n_runs, n_tokens]
   if (p.n_out < p.n_tokens) {
     in.tail_ids = b.input(graph::kInputTailIds, DType::kI32, {int64_t{p.n_out}});  // I32 [n_out]
   }
@@ -37,7 +38,6 @@ NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& 
                  const StepInputs& in, const graph::GraphParams& p, NodeId cur, int il) {
   const int64_t nt = p.n_tokens;
   const int64_t hd = hp.n_embd_head;
-  const int64_t n_ctx = p.cparams.n_ctx;
   const int64_t n_embd_kv = hp.n_embd_kv();
 
   NodeId q = b.mul_mat(weight_node(b, lw.wq), cur);          // F32 [n_embd_q, n_tokens]
@@ -63,18 +63,19 @@ NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& 
 
   // KV: this step's rows go to the cells the KV store chose (data); attention reads
   // the cells the window lists (data). The regions themselves outlive the graph.
-  NodeId kv_k = b.kv_region(il, graph::KvKind::kK, DType::kF32,
-                            {n_embd_kv, n_ctx});  // F32 [n_embd_kv, n_ctx]
-  NodeId kv_v = b.kv_region(il, graph::KvKind::kV, DType::kF32,
-                            {n_embd_kv, n_ctx});  // F32 [n_embd_kv, n_ctx]
-  NodeId ks = b.kv_store(kv_k, k, in.kv_cells);   // F32 [n_embd_kv, n_ctx] (alias)
-  NodeId vs = b.kv_store(kv_v, v, in.kv_cells);   // F32 [n_embd_kv, n_ctx] (alias)
-  NodeId att = b.attention(q, ks, vs, in.kv_window,
-                           {.n_head = static_cast<int32_t>(hp.n_head),
-                            .n_head_kv = static_cast<int32_t>(hp.n_head_kv),
-                            .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
-                            .causal = true,
-                            .layer = il});  // F32 [n_embd_q, n_tokens]
+  // Regions hold kv_format elements (F32 or F16 [n_embd_kv, n_ctx]).
+  const kv::KvLayerRegions kv = kv::declare_kv_regions(b, p, il, n_embd_kv, n_embd_kv);
+  NodeId ks = b.kv_store(kv.k, k, in.kv_cells);  // [n_embd_kv, n_ctx] (alias)
+  NodeId vs = b.kv_store(kv.v, v, in.kv_cells);  // [n_embd_kv, n_ctx] (alias)
+  NodeId att =
+      b.attention(q, ks, vs, in.kv_window,
+                  {.n_head = static_cast<int32_t>(hp.n_head),
+                   .n_head_kv = static_cast<int32_t>(hp.n_head_kv),
+                   .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                   .causal = true,
+                   .layer = il,
+                   .ggml_f16 = p.cparams.attn_numerics ==
+                               graph::AttnNumerics::kGgmlF16});  // F32 [n_embd_q, n_tokens]
   b.name(att, "kqv_out", il);
   NodeId out = b.mul_mat(weight_node(b, lw.wo), att);  // F32 [n_embd, n_tokens]
   b.name(out, "attn_out", il);

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "core/check.h"
+#include "kv/cells.h"
 #include "model/arch/llama/llama.h"
 #include "model/arch/qwen2/qwen2.h"
 
@@ -53,10 +54,7 @@ Result<std::unique_ptr<Model>> Model::load(const gguf::Model& file) {
 
 Status Model::check_params(const graph::GraphParams& p) const {
   MINFER_TRY_STATUS(graph::validate(p));
-  if (p.cparams.kv_format != graph::KvFormat::kF32) {
-    return make_error(fmt::format("KV format {} is not implemented yet (only f32)",
-                                  graph::kv_format_name(p.cparams.kv_format)));
-  }
+  MINFER_TRY_STATUS(kv::kv_dtype(p.cparams.kv_format));
   if (p.cparams.gpu || p.cparams.gpu_layers != 0) {
     return make_error("GPU placement is not implemented yet");
   }

@@ -245,11 +245,9 @@ TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
         fast.from_f32(x.data(), xa.data(), k);
         const float a = fast.vec_dot(k, wb.data(), xa.data());
         const float r = ref.vec_dot(k, wb.data(), xa.data());
-        if (t == DType::kQ4_K || t == DType::kQ6_K) {
+        if (t == DType::kQ4_K || t == DType::kQ6_K) {  // one lane order on every ISA
           const float b = twin.vec_dot(k, wb.data(), xa.data());
           ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
-        }
-        if (t == DType::kQ4_K || t == DType::kQ6_K) {
           ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r));
         } else {
           std::vector<float> wd = decode(t, wb, static_cast<size_t>(k));
@@ -302,6 +300,44 @@ TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
         }
       }
     }
+}
+
+// llama.cpp's f16 dot orders: the AVX2 GEMV form equals its portable scalar emulation
+// bit for bit, and the batched (sgemm) form equals a one-accumulator reference.
+TEST(VecDotSimd, LlamaCppF16DotsFollowTheirOrder_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU";
+  const DotKernel k = llamacpp_f16_dot_kernel();
+  ASSERT_NE(k.vec_dot_batch, nullptr);
+  for (int64_t n : {16, 37, 64, 100, 128, 896, 4864}) {
+    SCOPED_TRACE(n);
+    auto a = random_floats(static_cast<size_t>(n), 50 + static_cast<uint32_t>(n), -1.0f, 1.0f);
+    auto b = random_floats(static_cast<size_t>(n), 60 + static_cast<uint32_t>(n), -1.0f, 1.0f);
+    std::vector<uint16_t> ha(a.size()), hb(b.size());
+    from_f32_f16(a.data(), ha.data(), n);
+    from_f32_f16(b.data(), hb.data(), n);
+    const float vec = k.vec_dot(n, ha.data(), hb.data());
+    const float ref_vec = ggml_dot_f16_vec_scalar(n, ha.data(), hb.data());
+    EXPECT_EQ(fp32_to_bits(vec), fp32_to_bits(ref_vec));
+    const float batch = k.vec_dot_batch(n, ha.data(), hb.data());
+    if (n % 16 != 0) {
+      EXPECT_EQ(fp32_to_bits(batch), fp32_to_bits(vec));  // tinyBLAS declines: GEMV order
+      continue;
+    }
+    float lane[16] = {};
+    for (int64_t i = 0; i < n; i += 16) {
+      for (int e = 0; e < 16; ++e) {
+        lane[e] = std::fma(fp16_to_fp32(ha[i + e]), fp16_to_fp32(hb[i + e]), lane[e]);
+      }
+    }
+    float l8[8], l4[4];
+    for (int e = 0; e < 8; ++e) l8[e] = lane[8 + e] + lane[e];
+    for (int e = 0; e < 4; ++e) l4[e] = l8[4 + e] + l8[e];
+    const float ref_batch = (l4[0] + l4[2]) + (l4[1] + l4[3]);
+    EXPECT_EQ(fp32_to_bits(batch), fp32_to_bits(ref_batch));
+    double exact = 0.0;
+    for (int64_t i = 0; i < n; ++i) exact += double{fp16_to_fp32(ha[i])} * fp16_to_fp32(hb[i]);
+    EXPECT_NEAR(vec, exact, 1e-5 * static_cast<double>(n));
+  }
 }
 
 TEST(VecDot, Q8ActivationFollowsGgmlX86Rounding) {

@@ -3,7 +3,10 @@
 // prefill-vs-decode, and loud bounds. Bars: named tolerances or bitwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "core/fp16.h"
 #include "graph/builder.h"
@@ -185,8 +188,8 @@ struct AttnGraph {
 };
 
 // q [hd, nh, nt], new K/V rows for nt tokens stored at `cells`, window per token.
-const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t key,
-                                      AttnGraph* ag) {
+const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t key, AttnGraph* ag,
+                                      DType kv = DType::kF32, bool ggml_f16 = false) {
   const int hd = 8, nh = 4, nkv = 2, n_ctx = 160;
   GraphBuilder b;
   NodeId q = b.input("q", DType::kF32, {hd, nh, nt});
@@ -194,12 +197,17 @@ const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t 
   NodeId v = b.input("v", DType::kF32, {hd * nkv, nt});
   NodeId cells = b.input("cells", DType::kI32, {nt});
   NodeId win = b.input("win", DType::kI32, {2 * n_runs, nt});
-  NodeId rk = b.kv_region(0, KvKind::kK, DType::kF32, {hd * nkv, n_ctx});
-  NodeId rv = b.kv_region(0, KvKind::kV, DType::kF32, {hd * nkv, n_ctx});
+  NodeId rk = b.kv_region(0, KvKind::kK, kv, {hd * nkv, n_ctx});
+  NodeId rv = b.kv_region(0, KvKind::kV, kv, {hd * nkv, n_ctx});
   NodeId ks = b.kv_store(rk, k, cells);
   NodeId vs = b.kv_store(rv, v, cells);
-  ag->out = b.attention(
-      q, ks, vs, win, {.n_head = nh, .n_head_kv = nkv, .scale = 0.35f, .causal = true, .layer = 0});
+  ag->out = b.attention(q, ks, vs, win,
+                        {.n_head = nh,
+                         .n_head_kv = nkv,
+                         .scale = 0.35f,
+                         .causal = true,
+                         .layer = 0,
+                         .ggml_f16 = ggml_f16});
   b.mark_output(ag->out);
   return rig.load(b.finish(), key, n_ctx);
 }
@@ -273,6 +281,73 @@ TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
     auto o = rig.read(g, ag.out);
     ASSERT_EQ(0, std::memcmp(o.data(), out.data() + t * nh * hd, o.size() * 4)) << "token " << t;
   }
+}
+
+// Prefill of T causal tokens with the given cache / numerics, outputs [T, nh, hd].
+std::vector<float> attn_prefill(int32_t threads, DType kv, bool ggml_f16,
+                                const std::vector<float>& vq, const std::vector<float>& vk,
+                                const std::vector<float>& vv, int T) {
+  std::vector<int32_t> cells(T), win(2 * T);
+  for (int t = 0; t < T; ++t) {
+    cells[t] = t;
+    win[2 * t] = 0;
+    win[2 * t + 1] = t + 1;
+  }
+  CpuRig rig(threads);
+  AttnGraph ag;
+  const auto& g = attn_graph(rig, T, 1, 1, &ag, kv, ggml_f16);
+  const size_t nq = static_cast<size_t>(T) * 4 * 8, nk = static_cast<size_t>(T) * 2 * 8;
+  rig.fill_f32(g, "q", std::span<const float>(vq.data(), nq));  // the first T tokens
+  rig.fill_f32(g, "k", std::span<const float>(vk.data(), nk));
+  rig.fill_f32(g, "v", std::span<const float>(vv.data(), nk));
+  rig.fill_i32(g, "cells", cells);
+  rig.fill_i32(g, "win", win);
+  Status st = rig.run(g);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  return rig.read(g, ag.out);
+}
+
+std::vector<float> round_to_f16(std::vector<float> v) {
+  for (float& x : v) x = fp16_to_fp32(fp32_to_fp16(x));
+  return v;
+}
+
+// An f16 cache with f32 numerics is the f32 computation on f16-rounded K and V: the
+// store rounds to nearest-even and the read widens exactly.
+TEST(Attention, F16CacheEqualsF32AttentionOverRoundedKV_bitwise) {
+  const int T = 100, hd = 8, nh = 4, nkv = 2;
+  auto vq = random_floats(T * nh * hd, 31, -2.0f, 2.0f);
+  auto vk = random_floats(T * nkv * hd, 32, -2.0f, 2.0f);
+  auto vv = random_floats(T * nkv * hd, 33);
+  const auto f16 = attn_prefill(2, DType::kF16, false, vq, vk, vv, T);
+  const auto ref = attn_prefill(2, DType::kF32, false, vq, round_to_f16(vk), round_to_f16(vv), T);
+  ASSERT_EQ(f16.size(), ref.size());
+  EXPECT_EQ(0, std::memcmp(f16.data(), ref.data(), f16.size() * 4));
+}
+
+// llama.cpp's flash-attention rounding (f16 Q, f16 V accumulator): still independent of
+// the thread count and of prefill vs token-by-token decode, and within the f16
+// accumulator's error of the exact softmax.
+TEST(Attention, GgmlF16NumericsAreBatchAndThreadInvariantAndNearExact) {
+  const int T = 130, hd = 8, nh = 4, nkv = 2;
+  auto vq = random_floats(T * nh * hd, 41, -2.0f, 2.0f);
+  auto vk = random_floats(T * nkv * hd, 42, -2.0f, 2.0f);
+  auto vv = random_floats(T * nkv * hd, 43);
+  const auto a = attn_prefill(1, DType::kF16, true, vq, vk, vv, T);
+  const auto b = attn_prefill(3, DType::kF16, true, vq, vk, vv, T);
+  ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+  for (int t = 0; t < T; t += 3) {  // token t alone, after the cells before it
+    const auto one = attn_prefill(2, DType::kF16, true, vq, vk, vv, t + 1);
+    ASSERT_EQ(0, std::memcmp(one.data() + t * nh * hd, a.data() + t * nh * hd, nh * hd * 4))
+        << "token " << t;
+  }
+  const auto exact = attn_prefill(1, DType::kF32, false, vq, vk, vv, T);
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - exact[i]));
+  }
+  EXPECT_GT(worst, 0.0);
+  EXPECT_LT(worst, 5e-3);  // f16 inputs (2^-11) and ~T f16 accumulations of |v| <= 1
 }
 
 TEST(Attention, WindowRunsAndLoudBounds) {

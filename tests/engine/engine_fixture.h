@@ -31,18 +31,28 @@ struct TinyEngine {
 };
 
 inline TinyEngine make_engine(const TinySpec& spec, int32_t n_threads, uint32_t n_ctx,
-                              const std::string& stem) {
+                              const std::string& stem, EngineOptions options = {}) {
   TinyEngine t;
   t.file = std::make_unique<TempFile>(stem + "-t" + std::to_string(n_threads));
   Status w = minfer::testing::write_tiny_model(t.file->path, spec);
   EXPECT_TRUE(w.ok()) << (w.ok() ? "" : w.error().message);
-  auto e = Engine::open(t.file->path, {.n_threads = n_threads});
+  options.n_threads = n_threads;
+  auto e = Engine::open(t.file->path, options);
   EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
   if (!e.ok()) return t;
   t.engine = std::move(*e);
   Status st = t.engine->set_n_ctx(n_ctx);
   EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message);
   return t;
+}
+
+// Opens a tiny model with `options` and returns the engine or the error (for refusals).
+inline Result<std::unique_ptr<Engine>> make_engine_status(const TinySpec& spec,
+                                                          const EngineOptions& options) {
+  TempFile file("status");
+  Status w = minfer::testing::write_tiny_model(file.path, spec);
+  if (!w.ok()) return w.error();
+  return Engine::open(file.path, options);
 }
 
 inline std::vector<int32_t> iota_positions(size_t n, int32_t first = 0) {

@@ -4,12 +4,15 @@
 // the real SmolLM2 model generating text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "alloc/allocator.h"
+#include "backend/cpu/cpu_backend.h"
 #include "engine/generate.h"
 #include "engine_fixture.h"
 
@@ -19,6 +22,7 @@ namespace {
 using testing::gpt2_vocab;
 using testing::iota_positions;
 using testing::make_engine;
+using testing::make_engine_status;
 using testing::run;
 using testing::same_bits;
 using testing::TinySpec;
@@ -151,48 +155,106 @@ TEST(Engine, PositionAtOrPastNctxFailsBeforeAnythingRuns) {
   EXPECT_EQ(run(*t, {5}, {15}, 1).size(), 96u);  // the last cell is fine
 }
 
+// The numerics configurations invariant 8 is proved for: the default (f32 cache), the
+// f16 cache, and llama.cpp's arithmetic (Q8_0 weights: its quant dots are
+// batch-independent; only its f16 weights are not, as in llama.cpp).
+struct NumericsCase {
+  const char* name;
+  EngineOptions options;
+};
+std::vector<NumericsCase> numerics_cases() {
+  std::vector<NumericsCase> cases = {
+      {"f32-cache", {}},
+      {"f16-cache", {.kv_format = graph::KvFormat::kF16}},
+  };
+  if (backend::cpu::detect_isa() != backend::cpu::CpuIsa::kScalar) {
+    cases.push_back(
+        {"llamacpp", {.kv_format = graph::KvFormat::kF16, .numerics = Numerics::kLlamaCpp}});
+  }
+  return cases;
+}
+
 TEST(Engine, LogitsAreBitIdenticalWith1And2Threads) {
-  for (const char* arch : {"llama", "qwen2"}) {
-    const TinySpec spec{.arch = arch, .qkv_bias = std::string(arch) == "qwen2"};
-    auto t1 = make_engine(spec, 1, 64, std::string("thr1-") + arch);
-    auto t2 = make_engine(spec, 2, 64, std::string("thr2-") + arch);
-    ASSERT_TRUE(t1.engine && t2.engine);
-    const uint32_t n = static_cast<uint32_t>(kPrompt.size());
-    EXPECT_TRUE(
-        same_bits(run(*t1, kPrompt, iota_positions(n), n), run(*t2, kPrompt, iota_positions(n), n)))
-        << arch << " prefill";
-    for (int32_t pos = static_cast<int32_t>(n); pos < static_cast<int32_t>(n) + 4; ++pos) {
-      EXPECT_TRUE(same_bits(run(*t1, {pos % 96}, {pos}, 1), run(*t2, {pos % 96}, {pos}, 1)))
-          << arch << " decode at " << pos;
+  for (const NumericsCase& nc : numerics_cases()) {
+    for (const char* arch : {"llama", "qwen2"}) {
+      const TinySpec spec{.arch = arch, .qkv_bias = std::string(arch) == "qwen2"};
+      const std::string stem = std::string(arch) + "-" + nc.name;
+      auto t1 = make_engine(spec, 1, 64, "thr1-" + stem, nc.options);
+      auto t2 = make_engine(spec, 2, 64, "thr2-" + stem, nc.options);
+      ASSERT_TRUE(t1.engine && t2.engine) << stem;
+      const uint32_t n = static_cast<uint32_t>(kPrompt.size());
+      EXPECT_TRUE(same_bits(run(*t1, kPrompt, iota_positions(n), n),
+                            run(*t2, kPrompt, iota_positions(n), n)))
+          << stem << " prefill";
+      for (int32_t pos = static_cast<int32_t>(n); pos < static_cast<int32_t>(n) + 4; ++pos) {
+        EXPECT_TRUE(same_bits(run(*t1, {pos % 96}, {pos}, 1), run(*t2, {pos % 96}, {pos}, 1)))
+            << stem << " decode at " << pos;
+      }
     }
   }
 }
 
 TEST(Engine, PrefillAtOnceEqualsTokenByTokenBitwise) {
-  for (const char* arch : {"llama", "qwen2"}) {
-    const TinySpec spec{.arch = arch, .tied = false, .qkv_bias = std::string(arch) == "qwen2"};
-    auto whole = make_engine(spec, 2, 64, std::string("whole-") + arch);
-    auto steps = make_engine(spec, 2, 64, std::string("steps-") + arch);
-    ASSERT_TRUE(whole.engine && steps.engine);
-    const size_t n = kPrompt.size();
-    const size_t nv = whole->hparams().n_vocab;
-    // Every prompt position's logits in one forward (n_out = n) ...
-    const std::vector<float> all =
-        run(*whole, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
-    ASSERT_EQ(all.size(), n * nv);
-    for (size_t i = 0; i < n; ++i) {
-      // ... equal the logits of the same token decoded alone at its position.
-      const std::vector<float> one = run(*steps, {kPrompt[i]}, {static_cast<int32_t>(i)}, 1);
-      const std::vector<float> row(all.begin() + static_cast<std::ptrdiff_t>(i * nv),
-                                   all.begin() + static_cast<std::ptrdiff_t>((i + 1) * nv));
-      EXPECT_TRUE(same_bits(row, one)) << arch << " position " << i;
+  for (const NumericsCase& nc : numerics_cases()) {
+    for (const char* arch : {"llama", "qwen2"}) {
+      const TinySpec spec{.arch = arch, .tied = false, .qkv_bias = std::string(arch) == "qwen2"};
+      const std::string stem = std::string(arch) + "-" + nc.name;
+      auto whole = make_engine(spec, 2, 64, "whole-" + stem, nc.options);
+      auto steps = make_engine(spec, 2, 64, "steps-" + stem, nc.options);
+      ASSERT_TRUE(whole.engine && steps.engine) << stem;
+      const size_t n = kPrompt.size();
+      const size_t nv = whole->hparams().n_vocab;
+      // Every prompt position's logits in one forward (n_out = n) ...
+      const std::vector<float> all =
+          run(*whole, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
+      ASSERT_EQ(all.size(), n * nv);
+      for (size_t i = 0; i < n; ++i) {
+        // ... equal the logits of the same token decoded alone at its position.
+        const std::vector<float> one = run(*steps, {kPrompt[i]}, {static_cast<int32_t>(i)}, 1);
+        const std::vector<float> row(all.begin() + static_cast<std::ptrdiff_t>(i * nv),
+                                     all.begin() + static_cast<std::ptrdiff_t>((i + 1) * nv));
+        EXPECT_TRUE(same_bits(row, one)) << stem << " position " << i;
+      }
+      // The tail-row graph (n_out = 1) gives the last row bit for bit too.
+      auto tail = make_engine(spec, 1, 64, "tail-" + stem, nc.options);
+      ASSERT_TRUE(tail.engine);
+      const std::vector<float> last(all.end() - static_cast<std::ptrdiff_t>(nv), all.end());
+      EXPECT_TRUE(same_bits(run(*tail, kPrompt, iota_positions(n), 1), last)) << stem;
     }
-    // The tail-row graph (n_out = 1) gives the last row bit for bit too.
-    auto tail = make_engine(spec, 1, 64, std::string("tail-") + arch);
-    ASSERT_TRUE(tail.engine);
-    const std::vector<float> last(all.end() - static_cast<std::ptrdiff_t>(nv), all.end());
-    EXPECT_TRUE(same_bits(run(*tail, kPrompt, iota_positions(n), 1), last)) << arch;
   }
+}
+
+TEST(Engine, F16CacheStaysWithinHalfPrecisionOfTheF32Cache) {
+  // Same model and prompt; the f16 cache only rounds K and V (relative 2^-11), so the
+  // logits move by far less than the model's own quantization noise.
+  const TinySpec spec{.arch = "qwen2", .qkv_bias = true};
+  auto a = make_engine(spec, 1, 64, "kv32");
+  auto b = make_engine(spec, 1, 64, "kv16", {.kv_format = graph::KvFormat::kF16});
+  ASSERT_TRUE(a.engine && b.engine);
+  const uint32_t n = static_cast<uint32_t>(kPrompt.size());
+  const std::vector<float> la = run(*a, kPrompt, iota_positions(n), n);
+  const std::vector<float> lb = run(*b, kPrompt, iota_positions(n), n);
+  ASSERT_EQ(la.size(), lb.size());
+  double max_diff = 0.0, max_abs = 0.0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(la[i]) - lb[i]));
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(la[i])));
+  }
+  EXPECT_GT(max_diff, 0.0);  // the cache really is f16
+  EXPECT_LT(max_diff, 2e-2 * std::max(1.0, max_abs)) << "max |logit| " << max_abs;
+}
+
+TEST(Engine, NumericsAndCacheTypeAreCheckedAtOpen) {
+  // llama.cpp numerics need the f16 cache (its flash attention reads f16 K/V).
+  auto bad = make_engine_status(TinySpec{}, {.numerics = Numerics::kLlamaCpp});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("f16 KV cache"), std::string::npos) << bad.error().message;
+  auto q8 = make_engine_status(TinySpec{}, {.kv_format = graph::KvFormat::kQ8_0});
+  ASSERT_FALSE(q8.ok());
+  EXPECT_NE(q8.error().message.find("q8_0"), std::string::npos) << q8.error().message;
+  EXPECT_TRUE(parse_numerics("llamacpp").ok());
+  EXPECT_FALSE(parse_numerics("llama.cpp").ok());
+  EXPECT_FALSE(graph::parse_kv_format("bf16").ok());
 }
 
 TEST(Generate, EndOfGenerationIsDroppedWithoutAForward) {

@@ -151,8 +151,8 @@ TEST(KvCells, SeqShiftMovesPositionsAndRecordsReropeDeltas) {
   EXPECT_FALSE(c.seq_shift(0, 0, 1, 1).ok());  // shared cell
 }
 
-TEST(KvCells, UnimplementedFormatsAreRefused) {
-  EXPECT_FALSE(KvCells::create({.n_ctx = 8, .format = graph::KvFormat::kF16}).ok());
+TEST(KvCells, F32AndF16AreAcceptedQ8_0AndBadSeqCountsAreRefused) {
+  EXPECT_TRUE(KvCells::create({.n_ctx = 8, .format = graph::KvFormat::kF16}).ok());
   EXPECT_FALSE(KvCells::create({.n_ctx = 8, .format = graph::KvFormat::kQ8_0}).ok());
   EXPECT_FALSE(KvCells::create({.n_ctx = 8, .n_seq_max = 65}).ok());
   EXPECT_TRUE(KvCells::create({.n_ctx = 8, .n_seq_max = 64}).ok());

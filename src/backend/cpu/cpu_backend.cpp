@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <string>
 #include <thread>
 
 #include "backend/cpu/ops.h"
@@ -55,8 +57,10 @@ CpuIsa detect_isa() {
 }
 
 IsaKernels scalar_kernels() {
-  return IsaKernels{
-      .dot_kernel = scalar_dot_kernel, .dot_f32 = dot_f32_scalar, .axpy_f32 = axpy_f32_scalar};
+  return IsaKernels{.dot_kernel = scalar_dot_kernel,
+                    .dot_f32 = dot_f32_scalar,
+                    .axpy_f32 = axpy_f32_scalar,
+                    .f16_to_f32 = f16_to_f32_scalar};
 }
 
 namespace {
@@ -74,14 +78,31 @@ DotKernel avx512_or_avx2(DType t) {
   return k.vec_dot != nullptr ? k : avx2_or_scalar(t);
 }
 
+// llama.cpp's accumulation orders: the AVX2 quant dots (ggml's x86 order) and the f16
+// vec/sgemm pair.
+DotKernel llamacpp_or_avx2(DType t) {
+  return t == DType::kF16 ? llamacpp_f16_dot_kernel() : avx2_or_scalar(t);
+}
+
+IsaKernels llamacpp_kernels() {
+  return IsaKernels{.dot_kernel = llamacpp_or_avx2,
+                    .dot_f32 = dot_f32_avx2,
+                    .axpy_f32 = axpy_f32_avx2,
+                    .f16_to_f32 = f16_to_f32_avx2};
+}
+
 IsaKernels avx512_kernels() {
-  return IsaKernels{
-      .dot_kernel = avx512_or_avx2, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2};
+  return IsaKernels{.dot_kernel = avx512_or_avx2,
+                    .dot_f32 = dot_f32_avx2,
+                    .axpy_f32 = axpy_f32_avx2,
+                    .f16_to_f32 = f16_to_f32_avx2};
 }
 
 IsaKernels avx2_kernels() {
-  return IsaKernels{
-      .dot_kernel = avx2_or_scalar, .dot_f32 = dot_f32_avx2, .axpy_f32 = axpy_f32_avx2};
+  return IsaKernels{.dot_kernel = avx2_or_scalar,
+                    .dot_f32 = dot_f32_avx2,
+                    .axpy_f32 = axpy_f32_avx2,
+                    .f16_to_f32 = f16_to_f32_avx2};
 }
 
 bool cpu_supports(const Node& n, std::span<const DType> dts) {
@@ -111,11 +132,12 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
     case Op::kRope:
       return dts.size() == 2 && dts[0] == DType::kF32 && dts[1] == DType::kI32;
     case Op::kKvStore:
-      return dts.size() == 3 && dts[0] == DType::kF32 && dts[1] == DType::kF32 &&
-             dts[2] == DType::kI32;
+      return dts.size() == 3 && (dts[0] == DType::kF32 || dts[0] == DType::kF16) &&
+             dts[1] == DType::kF32 && dts[2] == DType::kI32;
     case Op::kAttention:
-      return dts.size() == 4 && dts[0] == DType::kF32 && dts[1] == DType::kF32 &&
-             dts[2] == DType::kF32 && dts[3] == DType::kI32;
+      return dts.size() == 4 && dts[0] == DType::kF32 &&
+             (dts[1] == DType::kF32 || dts[1] == DType::kF16) && dts[2] == dts[1] &&
+             dts[3] == DType::kI32;
     case Op::kCont:
     case Op::kReshape:
     case Op::kView:
@@ -131,14 +153,36 @@ struct CpuBackend::Impl {
   IsaKernels kernels;
   ThreadPool pool;
   Scratch scratch;
-  Impl(CpuIsa i, graph::BackendId b, int32_t n_threads)
+  std::string dump_dir;  // MINFER_GRAPH_DUMP ("" = off)
+  uint64_t dump_seq = 0;
+  Impl(CpuIsa i, graph::BackendId b, int32_t n_threads, bool llamacpp)
       : isa(i),
         id(b),
-        kernels(i == CpuIsa::kAvx512 ? avx512_kernels()
-                : i == CpuIsa::kAvx2 ? avx2_kernels()
-                                     : scalar_kernels()),
+        kernels(llamacpp               ? llamacpp_kernels()
+                : i == CpuIsa::kAvx512 ? avx512_kernels()
+                : i == CpuIsa::kAvx2   ? avx2_kernels()
+                                       : scalar_kernels()),
         pool(n_threads) {}
 };
+
+namespace {
+
+// MINFER_GRAPH_DUMP: every computed F32 node's output as raw little-endian f32, one file
+// per node and execute, named <seq>_<name>.f32 (names carry the layer, "Qcur-3"); a
+// debugging aid for comparing intermediates with another engine
+// (tools/reference/compare_intermediates.py); off unless the variable names a directory.
+void dump_node(const std::string& dir, uint64_t seq, const Node& n, const NodeData& data,
+               NodeId id) {
+  if (n.dtype != DType::kF32 || n.name.empty()) return;
+  const std::string path = fmt::format("{}/{:06d}_{}.f32", dir, seq, n.name);
+  if (std::FILE* f = std::fopen(path.c_str(), "wb")) {
+    std::fwrite(data.as<const float>(id), sizeof(float), static_cast<size_t>(n.shape.n_elements()),
+                f);
+    std::fclose(f);
+  }
+}
+
+}  // namespace
 
 Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions& o) {
   const CpuIsa best = detect_isa();
@@ -154,7 +198,12 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions& 
   if (n_threads < 0) return make_error(fmt::format("cpu backend: n_threads {} < 0", n_threads));
   if (n_threads == 0)
     n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::unique_ptr<CpuBackend>(new CpuBackend(std::make_unique<Impl>(isa, o.id, n_threads)));
+  if (o.llamacpp_numerics && isa != CpuIsa::kAvx2) {
+    return make_error("cpu backend: llama.cpp numerics run on the AVX2 kernels only");
+  }
+  auto impl = std::make_unique<Impl>(isa, o.id, n_threads, o.llamacpp_numerics);
+  impl->dump_dir = o.dump_dir;
+  return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
 }
 
 CpuBackend::CpuBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -224,6 +273,7 @@ Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId>
                                       graph::op_name(n.op)));
     }
     if (!st.ok()) return st.error().context(fmt::format("cpu backend, node {}", id));
+    if (!impl_->dump_dir.empty()) dump_node(impl_->dump_dir, impl_->dump_seq++, n, data, id);
   }
   return Ok{};
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "backend/backend.h"
@@ -31,6 +32,8 @@ struct CpuBackendOptions {
   int32_t n_threads = 0;  // workers including the caller; 0: hardware concurrency
   CpuIsa isa = CpuIsa::kAuto;
   graph::BackendId id = graph::kBackendCpu;
+  std::string dump_dir;  // per-node f32 dumps after each kernel (MINFER_GRAPH_DUMP); "" = off
+  bool llamacpp_numerics = false;  // llama.cpp's accumulation orders (needs isa kAvx2)
 };
 
 class CpuBackend final : public Backend {

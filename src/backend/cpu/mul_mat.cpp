@@ -60,6 +60,14 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
     for (int64_t tile = t_lo; tile < t_hi; ++tile) {
       const int64_t r0 = tile * kTileRows;
       const int64_t r1 = std::min(n_out, r0 + kTileRows);
+      if (dk.vec_dot_batch != nullptr && m_rows >= 2) {
+        for (int64_t m = 0; m < m_rows; ++m) {
+          const uint8_t* xr = xq + m * x_row;
+          float* yr = y + m * n_out;
+          for (int64_t r = r0; r < r1; ++r) yr[r] = dk.vec_dot_batch(k_dim, w + r * w_row, xr);
+        }
+        continue;
+      }
       if (dk.gemm != nullptr) {
         dk.gemm(GemmArgs{.k = k_dim,
                          .w = w + r0 * w_row,

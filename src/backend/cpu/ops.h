@@ -22,10 +22,12 @@ struct IsaKernels {
   DotKernel (*dot_kernel)(DType weight_type) = nullptr;  // mul_mat table
   float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;
   void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
+  void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening
 };
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();
 IsaKernels avx512_kernels();
+IsaKernels llamacpp_kernels();  // AVX2 + llama.cpp's f16 dot orders
 
 // Growable per-backend work memory: resized only when a node needs more than any
 // before it, so the steady-state decode step allocates nothing.

@@ -10,14 +10,33 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/vec_dot.h"
+#include "core/fp16.h"
 
 namespace minfer::backend::cpu {
 namespace {
 
 // Scores per chunk; fixed (part of the numerics), not a tuning knob of the batch.
 constexpr int32_t kChunk = 64;
+
+// ---- AttnNumerics::kGgmlF16: llama.cpp's CPU flash-attention vector path, element for
+// element (ggml-cpu ops.cpp, flash_attn_ext_f16_one_chunk, as built for AVX-512 without
+// FP16 arithmetic). Written in portable scalar code so every ISA gives the same bits.
+
+// y = f16(y · v), element-wise.
+void ggml_scale_f16(int64_t n, uint16_t* y, float v) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * v);
+}
+
+// y = f16(fma(x, v, y)), element-wise (the accumulator is rounded to f16 every step).
+void ggml_mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
+  }
+}
 
 }  // namespace
 
@@ -56,58 +75,121 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
     }
   }
   const float* q = c.data.as<const float>(n.src[0]);
-  const float* kc = c.data.as<const float>(n.src[1]);
-  const float* vc = c.data.as<const float>(n.src[2]);
   float* out = c.data.as<float>(id);
   const float scale = n.params.scale;
   const int64_t group = n_head / n_head_kv;
   const IsaKernels& k = c.k;
-  // acc [hd_v] per thread, reserved before the threads start.
-  float* acc_all = reinterpret_cast<float*>(
-      c.scratch.get(static_cast<size_t>(c.pool.n_threads() * hd_v) * sizeof(float)));
+  const bool f16_kv = kn.dtype == DType::kF16;
+  // Per thread: acc [hd_v] + K row [hd] + V row [hd_v] floats, then f16 Q [hd] and f16
+  // accumulator [hd_v]; reserved before the threads start.
+  const int64_t stride = 2 * hd_v + hd + (hd + hd_v + 1) / 2 + 16;
+  float* scratch_all = reinterpret_cast<float*>(
+      c.scratch.get(static_cast<size_t>(c.pool.n_threads() * stride) * sizeof(float)));
 
-  auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
-    float* acc = acc_all + thread * hd_v;
-    float s[kChunk];
-    for (int64_t item = lo; item < hi; ++item) {
-      const int64_t t = item / n_head;
-      const int64_t h = item % n_head;
-      const int64_t kvh = h / group;
-      const float* qr = q + (t * n_head + h) * hd;
-      std::fill(acc, acc + hd_v, 0.0f);
-      float m = -INFINITY;
-      float l = 0.0f;
-      for (int64_t r = 0; r < n_runs; ++r) {
-        const int64_t first = win[t * 2 * n_runs + 2 * r];
-        const int64_t end = first + win[t * 2 * n_runs + 2 * r + 1];
-        for (int64_t c0 = first; c0 < end;) {
-          const int64_t c1 = std::min(end, (c0 / kChunk + 1) * kChunk);
-          float mc = -INFINITY;
-          for (int64_t cell = c0; cell < c1; ++cell) {
-            const float v = k.dot_f32(hd, qr, kc + cell * row_k + kvh * hd) * scale;
-            s[cell - c0] = v;
-            mc = std::fmax(mc, v);
+  if (n.params.ggml_f16 != 0) {
+    const auto* kc = c.data.as<const uint16_t>(n.src[1]);
+    const auto* vc = c.data.as<const uint16_t>(n.src[2]);
+    auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
+      float* base = scratch_all + thread * stride;
+      auto* q16 = reinterpret_cast<uint16_t*>(base + 2 * hd_v + hd);
+      uint16_t* acc16 = q16 + hd;
+      for (int64_t item = lo; item < hi; ++item) {
+        const int64_t t = item / n_head;
+        const int64_t h = item % n_head;
+        const int64_t kvh = h / group;
+        from_f32_f16(q + (t * n_head + h) * hd, q16, hd);
+        std::fill(acc16, acc16 + hd_v, uint16_t{0});
+        float m = -INFINITY;
+        float l = 0.0f;
+        for (int64_t r = 0; r < n_runs; ++r) {
+          const int64_t first = win[t * 2 * n_runs + 2 * r];
+          const int64_t end = first + win[t * 2 * n_runs + 2 * r + 1];
+          for (int64_t cell = first; cell < end; ++cell) {
+            const float sc = ggml_dot_f16_vec_scalar(hd, kc + cell * row_k + kvh * hd, q16) * scale;
+            float ms = 1.0f;
+            float vs = 1.0f;
+            if (sc > m) {
+              ms = std::exp(m - sc);  // m = −inf on the first cell: ms = 0
+              m = sc;
+              ggml_scale_f16(hd_v, acc16, ms);
+            } else {
+              vs = std::exp(sc - m);
+            }
+            ggml_mad_f16(hd_v, acc16, vc + cell * row_v + kvh * hd_v, vs);
+            l = std::fma(l, ms, vs);
           }
-          if (mc > m) {
-            const float f = std::exp(m - mc);  // m = −inf on the first chunk: f = 0
-            for (int64_t i = 0; i < hd_v; ++i) acc[i] *= f;
-            l *= f;
-            m = mc;
-          }
-          for (int64_t cell = c0; cell < c1; ++cell) {
-            const float p = std::exp(s[cell - c0] - m);
-            l += p;
-            k.axpy_f32(hd_v, p, vc + cell * row_v + kvh * hd_v, acc);
-          }
-          c0 = c1;
         }
+        float* o = out + t * (n_head * hd_v) + h * hd_v;
+        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        for (int64_t i = 0; i < hd_v; ++i) o[i] = fp16_to_fp32(acc16[i]) * inv;
       }
-      float* o = out + t * (n_head * hd_v) + h * hd_v;
-      const float inv = 1.0f / l;
-      for (int64_t i = 0; i < hd_v; ++i) o[i] = acc[i] * inv;
-    }
+    };
+    parallel_range(c.pool, n_tok * n_head, 1, body);
+    return Ok{};
+  }
+
+  // f32 numerics over f32 or f16 cells (f16 rows are widened exactly, so an f16 cache
+  // gives the f32 result on the rounded values).
+  auto run = [&](auto* kc, auto* vc) {
+    auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
+      float* acc = scratch_all + thread * stride;
+      float* kbuf = acc + hd_v;
+      float* vbuf = kbuf + hd;
+      auto row = [&](auto* base, int64_t off, int64_t len, float* buf) -> const float* {
+        if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(base)>>,
+                                     float>) {
+          return base + off;
+        } else {
+          k.f16_to_f32(len, base + off, buf);
+          return buf;
+        }
+      };
+      float s[kChunk];
+      for (int64_t item = lo; item < hi; ++item) {
+        const int64_t t = item / n_head;
+        const int64_t h = item % n_head;
+        const int64_t kvh = h / group;
+        const float* qr = q + (t * n_head + h) * hd;
+        std::fill(acc, acc + hd_v, 0.0f);
+        float m = -INFINITY;
+        float l = 0.0f;
+        for (int64_t r = 0; r < n_runs; ++r) {
+          const int64_t first = win[t * 2 * n_runs + 2 * r];
+          const int64_t end = first + win[t * 2 * n_runs + 2 * r + 1];
+          for (int64_t c0 = first; c0 < end;) {
+            const int64_t c1 = std::min(end, (c0 / kChunk + 1) * kChunk);
+            float mc = -INFINITY;
+            for (int64_t cell = c0; cell < c1; ++cell) {
+              const float v = k.dot_f32(hd, qr, row(kc, cell * row_k + kvh * hd, hd, kbuf)) * scale;
+              s[cell - c0] = v;
+              mc = std::fmax(mc, v);
+            }
+            if (mc > m) {
+              const float f = std::exp(m - mc);  // m = −inf on the first chunk: f = 0
+              for (int64_t i = 0; i < hd_v; ++i) acc[i] *= f;
+              l *= f;
+              m = mc;
+            }
+            for (int64_t cell = c0; cell < c1; ++cell) {
+              const float p = std::exp(s[cell - c0] - m);
+              l += p;
+              k.axpy_f32(hd_v, p, row(vc, cell * row_v + kvh * hd_v, hd_v, vbuf), acc);
+            }
+            c0 = c1;
+          }
+        }
+        float* o = out + t * (n_head * hd_v) + h * hd_v;
+        const float inv = 1.0f / l;
+        for (int64_t i = 0; i < hd_v; ++i) o[i] = acc[i] * inv;
+      }
+    };
+    parallel_range(c.pool, n_tok * n_head, 1, body);
   };
-  parallel_range(c.pool, n_tok * n_head, 1, body);
+  if (f16_kv) {
+    run(c.data.as<const uint16_t>(n.src[1]), c.data.as<const uint16_t>(n.src[2]));
+  } else {
+    run(c.data.as<const float>(n.src[1]), c.data.as<const float>(n.src[2]));
+  }
   return Ok{};
 }
 

@@ -61,6 +61,13 @@ Status op_kv_store(const OpCtx& c, NodeId id) {
   }
   const int64_t row = region.shape.ne[0];
   const float* src = c.data.as<const float>(n.src[1]);
+  if (region.dtype == DType::kF16) {      // rounded to nearest-even, as ggml's f32 → f16 copy
+    auto* dst = c.data.as<uint16_t>(id);  // aliases the region
+    for (int64_t t = 0; t < n_tok; ++t) {
+      from_f32_f16(src + t * row, dst + static_cast<int64_t>(cells[t]) * row, row);
+    }
+    return Ok{};
+  }
   float* dst = c.data.as<float>(id);  // aliases the region
   for (int64_t t = 0; t < n_tok; ++t) {
     std::memcpy(dst + static_cast<int64_t>(cells[t]) * row, src + t * row,

@@ -49,6 +49,11 @@ struct DotKernel {
   FromF32Fn from_f32 = nullptr;
   VecDotFn vec_dot = nullptr;
   GemmFn gemm = nullptr;  // optional register-blocked form of vec_dot (nullptr: loop)
+  // Only in the llamacpp-numerics table: the dot used when the activation has >= 2 rows,
+  // as llama.cpp's batched sgemm accumulates in another order than its GEMV. It makes a
+  // row's result depend on its batch (the one place that mode gives up invariant 8's
+  // chunking clause, because llama.cpp itself does).
+  VecDotFn vec_dot_batch = nullptr;
 };
 
 // Activation converters, shared by every ISA so SIMD and scalar dots read identical
@@ -76,5 +81,18 @@ float dot_f32_avx2(int64_t n, const float* a, const float* b);
 // y += a · x over n elements; scalar and AVX2 variants (attention V accumulation).
 void axpy_f32_scalar(int64_t n, float a, const float* x, float* y);
 void axpy_f32_avx2(int64_t n, float a, const float* x, float* y);
+
+// llama.cpp's f16 dot orders (its AVX-512 build), each bit-exact:
+//  vec:   ggml_vec_dot_f16 — 4 × 16 f32 lanes fused-multiply-added over 64-element steps,
+//         lanes folded (0+2, 1+3, 0+1), reduced 8/4/2/1 as _mm512_reduce_add_ps, tail
+//         (n % 64) added in double. Scalar (portable) and AVX2 forms.
+//  sgemm: llamafile's tinyBLAS (prefill, n % 16 == 0) — one 16-lane accumulator over
+//         16-element steps, then the same 8/4/2/1 reduction.
+float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
+// The mul_mat table entry for F16 weights under llamacpp numerics (AVX2 only).
+DotKernel llamacpp_f16_dot_kernel();
+// f16 → f32 widening of n elements (exact, so both variants give the same bits).
+void f16_to_f32_scalar(int64_t n, const uint16_t* x, float* y);
+void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y);
 
 }  // namespace minfer::backend::cpu

@@ -38,13 +38,6 @@ inline float hsum_f32x8(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline int32_t hsum_i32x8(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-  return _mm_cvtsi128_si32(s);
-}
-
 // 16 packed bytes → 32 bytes: low nibbles in the low lane, high nibbles in the high.
 inline __m256i unpack_nibbles(const uint8_t* p) {
   const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -103,19 +96,30 @@ float avx2_dot_q8_0_q8_0(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
+// Q4_K and Q6_K follow the lane structure of ggml's x86 kernels, on every ISA (the
+// scalar and AVX-512 kernels are bitwise twins): the 8 integer lanes of a super-block
+// scaled into 8 f32 lanes by an fma per super-block, reduced once at the end; Q4_K's
+// mins in 4 f32 lanes of their own, Q6_K's −32 offset subtracted per lane from the
+// bsums. Q6_K is bit-identical with llama.cpp (its output layers); Q4_K still differs
+// from it in the last ulp on some rows (tests/golden: Q4_K_M is not held to it).
 float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  float sumf = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
+  __m128 acc_m = _mm_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    int32_t summ = 0;
-    uint8_t sc[8];
-    for (int j = 0; j < 8; ++j) {
-      uint8_t m;
-      kquant_scale_min(j, w[i].scales, &sc[j], &m);
-      summ += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) kquant_scale_min(j, w[i].scales, &sc[j], &mn[j]);
+    int32_t prod[4];
+    for (int t = 0; t < 4; ++t) {
+      prod[t] = mn[2 * t] * (x[i].bsums[4 * t] + x[i].bsums[4 * t + 1]) +
+                mn[2 * t + 1] * (x[i].bsums[4 * t + 2] + x[i].bsums[4 * t + 3]);
     }
+    const float dmin = -x[i].d * h2f(w[i].dmin);
+    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin),
+                         _mm_cvtepi32_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(prod))),
+                         acc_m);
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {
       const __m256i q4 = load256(w[i].qs + 32 * c);
@@ -127,10 +131,11 @@ float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
       sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
     }
     const float d = x[i].d * h2f(w[i].d);
-    const float dmin = x[i].d * h2f(w[i].dmin);
-    sumf += d * static_cast<float>(hsum_i32x8(sumi)) - dmin * static_cast<float>(summ);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  return sumf;
+  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+  return hsum_f32x8(acc) + _mm_cvtss_f32(acc_m);
 }
 
 float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
@@ -138,9 +143,13 @@ float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i m2 = _mm256_set1_epi8(0x03);
-  const __m256i k32 = _mm256_set1_epi8(32);
-  float sumf = 0.0f;
+  __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
+    // The −32 offset, per lane l: 32 · (bsums[2l]·sc[2l] + bsums[2l+1]·sc[2l+1]).
+    const __m256i bsums = load256(x[i].bsums);
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales)));
+    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5);
     __m256i sumi = _mm256_setzero_si256();
     for (int h = 0; h < 2; ++h) {
       const __m256i ql0 = load256(w[i].ql + 64 * h);
@@ -156,19 +165,19 @@ float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
       q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
       for (int k = 0; k < 4; ++k) {
-        const __m256i y = load256(x[i].qs + 128 * h + 32 * k);
-        // codes are 0..63 (u8 for maddubs); the −32 offset is subtracted as 32·y
-        const __m256i p =
-            _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], y), _mm256_maddubs_epi16(k32, y));
+        // codes 0..63 (u8 for maddubs); the offset comes off per lane below
+        const __m256i p = _mm256_maddubs_epi16(q[k], load256(x[i].qs + 128 * h + 32 * k));
         const int s = 8 * h + 2 * k;
         const __m256i scale =
             _mm256_set_m128i(_mm_set1_epi16(w[i].scales[s + 1]), _mm_set1_epi16(w[i].scales[s]));
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
       }
     }
-    sumf += (x[i].d * h2f(w[i].d)) * static_cast<float>(hsum_i32x8(sumi));
+    sumi = _mm256_sub_epi32(sumi, offset);
+    const float d = x[i].d * h2f(w[i].d);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
-  return sumf;
+  return hsum_f32x8(acc);
 }
 
 float avx2_dot_f16_f16(int64_t n, const void* vw, const void* vx) {
@@ -211,6 +220,73 @@ void axpy_f32_avx2(int64_t n, float a, const float* x, float* y) {
         y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
   }
   for (; i < n; ++i) y[i] = y[i] + a * x[i];
+}
+
+void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(y + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i))));
+  }
+  for (; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
+namespace {
+
+inline __m256 load_f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// _mm512_reduce_add_ps of the 16 lanes (lo = 0..7, hi = 8..15): 8, 4, then 2 + 2.
+inline float reduce16(__m256 lo, __m256 hi) {
+  const __m256 t3 = _mm256_add_ps(hi, lo);
+  const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+  const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
+}
+
+float ggml_dot_f16_vec_avx2(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const uint16_t*>(vw);
+  const auto* x = static_cast<const uint16_t*>(vx);
+  __m256 lo[4], hi[4];
+  for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+  const int64_t np = n & ~int64_t{63};
+  for (int64_t i = 0; i < np; i += 64) {
+    for (int j = 0; j < 4; ++j) {
+      const int64_t at = i + j * 16;
+      lo[j] = _mm256_fmadd_ps(load_f16x8(w + at), load_f16x8(x + at), lo[j]);
+      hi[j] = _mm256_fmadd_ps(load_f16x8(w + at + 8), load_f16x8(x + at + 8), hi[j]);
+    }
+  }
+  const __m256 l = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
+  const __m256 h = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
+  double sum = static_cast<double>(reduce16(l, h));
+  for (int64_t i = np; i < n; ++i) {
+    sum += static_cast<double>(fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]));
+  }
+  return static_cast<float>(sum);
+}
+
+float ggml_dot_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
+  if (n % 16 != 0) return ggml_dot_f16_vec_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
+  const auto* w = static_cast<const uint16_t*>(vw);
+  const auto* x = static_cast<const uint16_t*>(vx);
+  __m256 lo = _mm256_setzero_ps();
+  __m256 hi = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    lo = _mm256_fmadd_ps(load_f16x8(w + i), load_f16x8(x + i), lo);
+    hi = _mm256_fmadd_ps(load_f16x8(w + i + 8), load_f16x8(x + i + 8), hi);
+  }
+  return reduce16(lo, hi);
+}
+
+}  // namespace
+
+DotKernel llamacpp_f16_dot_kernel() {
+  return {.vec_dot_type = DType::kF16,
+          .from_f32 = from_f32_f16,
+          .vec_dot = ggml_dot_f16_vec_avx2,
+          .vec_dot_batch = ggml_dot_f16_sgemm_avx2};
 }
 
 DotKernel avx2_dot_kernel(DType t) {

@@ -183,6 +183,34 @@ void from_f32_f16(const float* x, void* vy, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
 }
 
+float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y) {
+  float lane[4][16] = {};
+  const int64_t np = n & ~int64_t{63};
+  for (int64_t i = 0; i < np; i += 64) {
+    for (int j = 0; j < 4; ++j) {
+      for (int e = 0; e < 16; ++e) {
+        const int64_t at = i + j * 16 + e;
+        lane[j][e] = std::fma(fp16_to_fp32(x[at]), fp16_to_fp32(y[at]), lane[j][e]);
+      }
+    }
+  }
+  float a[16];
+  for (int e = 0; e < 16; ++e) a[e] = (lane[0][e] + lane[2][e]) + (lane[1][e] + lane[3][e]);
+  float b8[8];
+  for (int e = 0; e < 8; ++e) b8[e] = a[8 + e] + a[e];
+  float b4[4];
+  for (int e = 0; e < 4; ++e) b4[e] = b8[4 + e] + b8[e];
+  double sum = static_cast<double>((b4[0] + b4[2]) + (b4[1] + b4[3]));
+  for (int64_t i = np; i < n; ++i) {
+    sum += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+  }
+  return static_cast<float>(sum);
+}
+
+void f16_to_f32_scalar(int64_t n, const uint16_t* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
 void from_f32_bf16(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<uint16_t*>(vy);
   for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_bf16(x[i]);

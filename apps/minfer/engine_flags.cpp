@@ -1,0 +1,39 @@
+// Stage 18 (CLI): --cache-type / --numerics, shared by generate, --cnv and bench.
+#include "engine_flags.h"
+
+#include "core/config.h"
+#include "graph/params.h"
+
+namespace minfer::cli {
+
+void add_kv_flags(CLI::App& app, KvFlags& flags) {
+  app.add_option("--cache-type", flags.cache_type,
+                 "KV cache element type: f32 (default) or f16 (env MINFER_CACHE_TYPE)");
+  app.add_option("--numerics", flags.numerics,
+                 "default, or llamacpp: reproduce llama.cpp's CPU arithmetic bit for bit "
+                 "(f16 KV cache, its flash-attention rounding, AVX2-order kernels; slower) "
+                 "(env MINFER_NUMERICS)");
+}
+
+Status apply_kv_flags(const KvFlags& flags, engine::EngineOptions& options) {
+  const Config& config = Config::get();
+  const bool numerics_flag = !flags.numerics.empty();
+  const std::string& numerics = numerics_flag ? flags.numerics : config.numerics;
+  if (!numerics.empty()) {
+    auto parsed = engine::parse_numerics(numerics);
+    if (!parsed) return parsed.error().context(numerics_flag ? "--numerics" : "MINFER_NUMERICS");
+    options.numerics = *parsed;
+  }
+  const bool type_flag = !flags.cache_type.empty();
+  const std::string& type = type_flag ? flags.cache_type : config.cache_type;
+  if (!type.empty()) {
+    auto parsed = graph::parse_kv_format(type);
+    if (!parsed) return parsed.error().context(type_flag ? "--cache-type" : "MINFER_CACHE_TYPE");
+    options.kv_format = *parsed;
+  } else if (options.numerics == engine::Numerics::kLlamaCpp) {
+    options.kv_format = graph::KvFormat::kF16;
+  }
+  return Ok{};
+}
+
+}  // namespace minfer::cli
