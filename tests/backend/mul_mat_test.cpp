@@ -257,7 +257,7 @@ TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
         }
       }
     }
-  EXPECT_EQ(n_checked, 5 + 3);  // Q4_0 Q5_0 Q8_0 Q4_K Q6_K, then the legacy three
+  EXPECT_EQ(n_checked, 6 + 4);  // Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K, then the legacy four
 }
 
 // The register-blocked GEMM of every SIMD table equals its vec_dot element by element,
@@ -337,6 +337,33 @@ TEST(VecDotSimd, LlamaCppF16DotsFollowTheirOrder_bitwise) {
     double exact = 0.0;
     for (int64_t i = 0; i < n; ++i) exact += double{fp16_to_fp32(ha[i])} * fp16_to_fp32(hb[i]);
     EXPECT_NEAR(vec, exact, 1e-5 * static_cast<double>(n));
+  }
+}
+
+// silu with ggml's polynomial e^x: the AVX2 form equals the scalar one bit for bit, over
+// ordinary values, the ends where 2^n leaves the normal range, and NaN / ±inf; and it
+// stays within 2 ulp-ish of the exact silu.
+TEST(VecDotSimd, SiluPolyAvx2EqualsScalar_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  std::vector<float> x = random_floats(4096, 77, -20.0f, 20.0f);
+  for (float v : {0.0f, -0.0f, 87.0f, 88.5f, 89.0f, 100.0f, -87.0f, -88.0f, -103.0f, -104.0f,
+                  -150.0f, 1e-30f, -1e-30f, INFINITY, -INFINITY, NAN}) {
+    x.push_back(v);
+  }
+  while (x.size() % 8 != 3) x.push_back(0.5f);  // a ragged tail as well
+  std::vector<float> up = random_floats(x.size(), 78, -2.0f, 2.0f);
+  for (bool with_up : {false, true}) {
+    std::vector<float> a(x.size()), b(x.size());
+    const float* u = with_up ? up.data() : nullptr;
+    silu_poly_scalar(static_cast<int64_t>(x.size()), x.data(), u, a.data());
+    silu_poly_avx2(static_cast<int64_t>(x.size()), x.data(), u, b.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(fp32_to_bits(a[i]), fp32_to_bits(b[i])) << "x " << x[i] << " up " << with_up;
+      if (!with_up && std::isfinite(x[i]) && std::fabs(x[i]) < 80.0f) {
+        const double ref = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+        ASSERT_NEAR(a[i], ref, 4e-7 * std::max(1.0, std::fabs(ref))) << x[i];
+      }
+    }
   }
 }
 

@@ -127,13 +127,15 @@ kBars = {
     # (Q8_0 'chatml' step 24) is at its gap 0.196. 5/6 prompts identical over 64 tokens.
     "qwen2.5-0.5b-quant": Bar(max_abs_vs_exact=0.5, rms_vs_exact=0.11, near_tie_gap=0.44),
 }
-# Over a model's prompts that carry llama.cpp's full logits, the median of the per-prompt
-# ratios rms(ours - exact) / rms(llama.cpp - exact) must not exceed 1 + this margin.
-# Both engines share the dominant activation rounding, so per prompt the ratio is noise
-# around 1 with a heavy tail (SmolLM2: 0.75..1.66 over its 4 prompts; a pooled rms is
-# ruled by the single worst prompt, the median is not); ours is not allowed to be
-# systematically worse than llama.cpp's.
-kRmsVsLlamaCppMargin = 0.25
+# Over a model's prompts, the median of the per-prompt ratios rms(ours - exact) /
+# rms(llama.cpp - exact) must not exceed 1 + this margin. Both engines share the
+# dominant activation rounding, so per prompt the ratio is noise around 1 with a heavy
+# tail (SmolLM2, 13 prompts, AVX-512 kernels: 0.62..3.40, median 1.21; over 26 more
+# prompts our AVX-512 and AVX2 Q4_1 kernels — same math, other summation order — have
+# per-prompt ratio median 1.12 and each is the better one on half the prompts). A pooled
+# rms is ruled by the worst prompt, the median is not; the margin catches an error that
+# grows for real (a kernel bug doubles it), not a redraw of the noise.
+kRmsVsLlamaCppMargin = 0.5
 # Two engines each within rms budget B of exact, with independent rounding, differ by
 # rms <= sqrt(2) * B (measured: 0.245 on SmolLM2, 0.087 on the tiny fixtures).
 kRmsVsLlamaCppFactor = math.sqrt(2.0)
@@ -391,12 +393,17 @@ def need_dumps(caps: dict):
 def test_logits_closer_to_exact_math_than_llamacpp_within_family_bar(gdir):
     """Last-prompt logits against the exact f64 forward: per prompt, max |ours - exact|
     and rms within the family bar and our greedy choice exact's (or within a near tie of
-    it); pooled over the prompts with llama.cpp's full logits, rms(ours - exact) at most
-    (1 + kRmsVsLlamaCppMargin) x rms(llama.cpp - exact) in the median over prompts."""
+    it); over the prompts, rms(ours - exact) at most (1 + kRmsVsLlamaCppMargin) x
+    rms(llama.cpp - exact) in the median. llama.cpp's logits: the recorded full logits,
+    else (every prompt with exact logits) llama.cpp's arithmetic reproduced by
+    `--numerics llamacpp`, which test_llamacpp_numerics_reproduce_llamacpp_bit_for_bit
+    holds bit-identical to the recordings."""
     golden, runs, caps = engine_runs(gdir)
     need_dumps(caps)
     exact = exact_logits(gdir, golden)
     bar = bar_for(gdir, golden)
+    reproducible = cpu_has_avx2() and weight_type(golden) in kLlamaCppExactTypes
+    model = model_for(golden)
     sq_ours, sq_ref, lines = [], [], []
     for p, run, ex in zip(golden["prompts"], runs, exact):
         if ex is None:
@@ -414,10 +421,15 @@ def test_logits_closer_to_exact_math_than_llamacpp_within_family_bar(gdir):
         assert ex[ex_top] - ex[ours_top] <= max(bar.near_tie_gap, kLogitAbsTolFloat), (
             f"{gdir.name}/{p['name']}: our step-0 choice {ours_top} is {ex[ex_top] - ex[ours_top]:.4f} below "
             f"exact math's {ex_top}")
-        lc = llamacpp_logits(gdir, p)
+        lc, how = llamacpp_logits(gdir, p), "recorded"
+        if lc is None and reproducible:
+            with tempfile.TemporaryDirectory() as t:
+                run_engine(model, p, 1, True, Path(t), extra=("--numerics", "llamacpp"))
+                lc = np.fromfile(Path(t) / "out.f32", dtype="<f4")[:len(ex)].astype(np.float64)
+            how = "reproduced"
         if lc is not None:
             dl = lc - ex
-            line += f" | llama.cpp-exact rms {rms(dl):.4f} max {abs(dl).max():.4f}"
+            line += f" | llama.cpp-exact ({how}) rms {rms(dl):.4f} max {abs(dl).max():.4f}"
             sq_ours.append(float(np.mean(d * d)))
             sq_ref.append(float(np.mean(dl * dl)))
         lines.append(line)

@@ -60,7 +60,8 @@ IsaKernels scalar_kernels() {
   return IsaKernels{.dot_kernel = scalar_dot_kernel,
                     .dot_f32 = dot_f32_scalar,
                     .axpy_f32 = axpy_f32_scalar,
-                    .f16_to_f32 = f16_to_f32_scalar};
+                    .f16_to_f32 = f16_to_f32_scalar,
+                    .silu_poly = silu_poly_scalar};
 }
 
 namespace {
@@ -88,21 +89,24 @@ IsaKernels llamacpp_kernels() {
   return IsaKernels{.dot_kernel = llamacpp_or_avx2,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
-                    .f16_to_f32 = f16_to_f32_avx2};
+                    .f16_to_f32 = f16_to_f32_avx2,
+                    .silu_poly = silu_poly_avx2};
 }
 
 IsaKernels avx512_kernels() {
   return IsaKernels{.dot_kernel = avx512_or_avx2,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
-                    .f16_to_f32 = f16_to_f32_avx2};
+                    .f16_to_f32 = f16_to_f32_avx2,
+                    .silu_poly = silu_poly_avx2};
 }
 
 IsaKernels avx2_kernels() {
   return IsaKernels{.dot_kernel = avx2_or_scalar,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
-                    .f16_to_f32 = f16_to_f32_avx2};
+                    .f16_to_f32 = f16_to_f32_avx2,
+                    .silu_poly = silu_poly_avx2};
 }
 
 bool cpu_supports(const Node& n, std::span<const DType> dts) {

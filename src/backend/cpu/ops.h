@@ -23,6 +23,7 @@ struct IsaKernels {
   float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;
   void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening
+  void (*silu_poly)(int64_t n, const float* x, const float* up, float* y) = nullptr;
 };
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();

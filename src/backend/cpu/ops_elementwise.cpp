@@ -14,30 +14,6 @@ using graph::Node;
 using graph::NodeId;
 using graph::Op;
 
-// e^x as ggml's vectorised expf (the Arm optimized-routines polynomial, max error ~1.5
-// ulp), written with scalar fma / ldexp so every ISA gives its bits: llama.cpp's CPU
-// silu / swiglu use it on every full 16-lane group of a row, glibc expf on the tail.
-inline float expf_poly(float x) {
-  const float r = 0x1.8p23f;
-  const float z = std::fma(x, 0x1.715476p+0f, r);
-  const float n = z - r;  // round(x / ln 2)
-  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
-  const float u = b * b;
-  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
-                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
-  if (std::isnan(n)) return n;
-  if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
-  return std::ldexp(j, static_cast<int>(n));
-}
-
-// silu(x) = x / (1 + e^−x); element i0 of a row of ne0 takes the polynomial e^x when
-// it lies in the row's 16-aligned body, glibc's expf in the tail (as ggml does).
-inline float silu_at(float x, int64_t i0, int64_t body) {
-  const float e = i0 < body ? expf_poly(-x) : std::exp(-x);
-  return x / (1.0f + e);
-}
-
 template <typename F>
 void binary_rows(const OpCtx& c, NodeId id, F f) {
   const Node& n = c.graph.node(id);
@@ -95,19 +71,28 @@ Status op_elementwise(const OpCtx& c, NodeId id) {
     }
     case Op::kSilu:
     case Op::kSwiglu: {
+      // silu(x) = x / (1 + e^−x), per row as ggml: its polynomial e^x on the row's
+      // 16-aligned body (c.k.silu_poly, scalar and SIMD bit-identical), glibc's expf on
+      // the tail.
       const float* gate = c.data.as<const float>(n.src[0]);
       const float* up = n.op == Op::kSwiglu ? c.data.as<const float>(n.src[1]) : nullptr;
       float* o = c.data.as<float>(id);
-      const int64_t ne = n.shape.n_elements();
       const int64_t ne0 = n.shape.ne[0];
-      const int64_t row_body = ne0 & ~int64_t{15};
-      auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
-        for (int64_t i = lo; i < hi; ++i) {
-          const float v = silu_at(gate[i], i % ne0, row_body);
-          o[i] = up != nullptr ? v * up[i] : v;
+      const int64_t rows = n.shape.n_rows();
+      const int64_t body = ne0 & ~int64_t{15};
+      const auto silu_poly = c.k.silu_poly;
+      auto rows_body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
+        for (int64_t r = lo; r < hi; ++r) {
+          const int64_t at = r * ne0;
+          silu_poly(body, gate + at, up != nullptr ? up + at : nullptr, o + at);
+          for (int64_t i = at + body; i < at + ne0; ++i) {
+            const float v = gate[i] / (1.0f + std::exp(-gate[i]));
+            o[i] = up != nullptr ? v * up[i] : v;
+          }
         }
       };
-      parallel_range(c.pool, ne, 16384, body);
+      parallel_range(c.pool, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(ne0, 1)),
+                     rows_body);
       return Ok{};
     }
     case Op::kCont: {

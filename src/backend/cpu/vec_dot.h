@@ -91,6 +91,11 @@ void axpy_f32_avx2(int64_t n, float a, const float* x, float* y);
 float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
 // The mul_mat table entry for F16 weights under llamacpp numerics (AVX2 only).
 DotKernel llamacpp_f16_dot_kernel();
+// y[i] = silu(x[i]) (· up[i] when up is not null) with ggml's vectorised e^x (the Arm
+// optimized-routines polynomial, scaled by 2^n as _mm512_scalef_ps): llama.cpp's CPU
+// silu/swiglu on a row's 16-aligned body. Both forms give the same bits.
+void silu_poly_scalar(int64_t n, const float* x, const float* up, float* y);
+void silu_poly_avx2(int64_t n, const float* x, const float* up, float* y);
 // f16 → f32 widening of n elements (exact, so both variants give the same bits).
 void f16_to_f32_scalar(int64_t n, const uint16_t* x, float* y);
 void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y);

@@ -222,6 +222,42 @@ void axpy_f32_avx2(int64_t n, float a, const float* x, float* y) {
   for (; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
+void silu_poly_avx2(int64_t n, const float* x, const float* up, float* y) {
+  const __m256 r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    const __m256 a = _mm256_sub_ps(_mm256_setzero_ps(), xv);  // e^(−x)
+    const __m256 z = _mm256_fmadd_ps(a, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 nn = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(nn, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(nn, _mm256_set1_ps(0x1.62e4p-1f), a));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+            _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, one));
+    // 2^n exactly as float bits while n stays in [−126, 127] (then j·2^n rounds as
+    // scalef does); rarer lanes go through the scalar form.
+    const __m256 lim = _mm256_set1_ps(126.0f);
+    const __m256 out_of_range = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), nn), lim,
+                                              _CMP_NLE_UQ);  // |n| > 126 or NaN
+    if (_mm256_movemask_ps(out_of_range) != 0) {
+      silu_poly_scalar(8, x + i, up != nullptr ? up + i : nullptr, y + i);
+      continue;
+    }
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nn), _mm256_set1_epi32(127)), 23);
+    const __m256 e = _mm256_mul_ps(j, _mm256_castsi256_ps(bits));
+    __m256 v = _mm256_div_ps(xv, _mm256_add_ps(one, e));
+    if (up != nullptr) v = _mm256_mul_ps(v, _mm256_loadu_ps(up + i));
+    _mm256_storeu_ps(y + i, v);
+  }
+  if (i < n) silu_poly_scalar(n - i, x + i, up != nullptr ? up + i : nullptr, y + i);
+}
+
 void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

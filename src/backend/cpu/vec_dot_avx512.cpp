@@ -1,14 +1,14 @@
 // Stage 12 (kernels): AVX-512 VNNI (256-bit EVEX forms: AVX512VL + AVX512_VNNI + BW,
-// with F16C and FMA) dot products and their register-blocked GEMM, for Q4_0,
-// Q5_0, Q8_0, Q4_K and Q6_K weights (Q4_1 stays on AVX2: see avx512_dot_kernel). This file alone is
-// compiled with those flags; callers reach it only after cpuid said yes, once, at startup. Legacy
-// types run two blocks per zmm (see PairFmt) and meet the scalar reference within the legacy SIMD
-// tolerance; the K-quants keep exact integer super-block sums and the scalar float expression on
-// 256-bit lanes, so they equal the scalar (and AVX2) twins bit for bit. The speed comes from
-// vpdpbusd (one instruction for u8·s8 → int32, with the code offsets folded into its accumulator),
-// hardware fp16 scale conversion, and register blocking: gemm computes an NW × NX tile of outputs
-// per pass over the blocks, each output with its own accumulator and exactly vec_dot's operations
-// in vec_dot's order (invariant 8: prefill GEMM == decode GEMV, bitwise); NW weight rows per
+// with F16C and FMA) dot products and their register-blocked GEMM, for Q4_0, Q4_1,
+// Q5_0, Q8_0, Q4_K and Q6_K weights. This file alone is compiled with those flags; callers
+// reach it only after cpuid said yes, once, at startup. Legacy types run two blocks per
+// zmm (see PairFmt) and meet the scalar reference within the legacy SIMD tolerance; the
+// K-quants keep ggml's x86 lane order (see Q4_KFmt), so they equal the scalar (and AVX2)
+// twins bit for bit. The speed comes from vpdpbusd (one instruction for u8·s8 → int32,
+// with the code offsets folded into its accumulator), hardware fp16 scale conversion, and
+// register blocking: gemm computes an NW × NX tile of outputs per pass over the blocks,
+// each output with its own accumulator and exactly vec_dot's operations in vec_dot's
+// order (invariant 8: prefill GEMM == decode GEMV, bitwise); NW weight rows per
 // activation row give the decode GEMV independent FMA chains.
 #include <immintrin.h>
 
@@ -25,6 +25,7 @@ namespace minfer::backend::cpu {
 namespace {
 
 using quant::BlockQ4_0;
+using quant::BlockQ4_1;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
 using quant::BlockQ6_K;
@@ -101,8 +102,8 @@ inline __m512i neg_k_sum(int8_t k, __m512i x) {
 }
 
 // The shared pair machinery. W::load2(b0, b1) → u8 codes (64 bytes) and W::kOffset
-// (0, 8, 16 or 128); X is always Q8_0 codes.
-template <class WBlock, class XBlock, class Codes>
+// (0, 8, 16 or 128); X is always Q8_0 / Q8_1 codes.
+template <class WBlock, class XBlock, class Codes, bool kHasMin>
 struct PairFmt {
   using WB = WBlock;
   using XB = XBlock;
@@ -111,21 +112,31 @@ struct PairFmt {
   static constexpr int kTileX = 3;        // 12 accumulators + operands fit 32 zmm
   struct Acc {
     __m512 v;
+    float summs;
   };
   struct WP {
     __m512i q;  // u8 codes, offset Codes::kOffset
     __m512 d;
+    float m0, m1;
   };
   struct XP {
     __m512i q;
     __m512i start;  // −offset · Σx per lane (0 without offset)
     __m512 d;
+    float s0, s1;
   };
-  static void init(Acc& a) { a.v = _mm512_setzero_ps(); }
+  static void init(Acc& a) {
+    a.v = _mm512_setzero_ps();
+    a.summs = 0.0f;
+  }
   static WP prep(const WB* b, bool two) {
     WP p;
     p.q = Codes::load2(b[0], two ? b[1] : b[0], two);
     p.d = splat2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
+    if constexpr (kHasMin) {
+      p.m0 = h2f(b[0].m);
+      p.m1 = two ? h2f(b[1].m) : 0.0f;
+    }
     return p;
   }
   static XP prepx(const XB* b, bool two) {
@@ -134,19 +145,33 @@ struct PairFmt {
     p.start = Codes::kOffset ? neg_k_sum(static_cast<int8_t>(Codes::kOffset), p.q)
                              : _mm512_setzero_si512();
     p.d = splat2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
+    if constexpr (kHasMin) {
+      p.s0 = h2f(b[0].s);
+      p.s1 = two ? h2f(b[1].s) : 0.0f;
+    }
     return p;
   }
   static void step(Acc& a, const WP& w, const XP& x) {
+    if constexpr (kHasMin) {
+      a.summs += w.m0 * x.s0;
+      a.summs += w.m1 * x.s1;
+    }
     const __m512i s = _mm512_dpbusd_epi32(x.start, w.q, x.q);
     a.v = _mm512_fmadd_ps(_mm512_mul_ps(w.d, x.d), _mm512_cvtepi32_ps(s), a.v);
   }
-  static float finish(const Acc& a) { return hsum_f32x16(a.v); }
+  static float finish(const Acc& a) { return hsum_f32x16(a.v) + a.summs; }
 };
 
-struct Q4Codes {  // Q4_0 nibbles
+struct Q4Codes {  // Q4_0 / Q4_1 nibbles
   static constexpr int kOffset = 8;
   template <class B>
   static __m512i load2(const B& b0, const B& b1, bool) {
+    return unpack_nibbles2(b0.qs, b1.qs);
+  }
+};
+struct Q4_1Codes {
+  static constexpr int kOffset = 0;
+  static __m512i load2(const BlockQ4_1& b0, const BlockQ4_1& b1, bool) {
     return unpack_nibbles2(b0.qs, b1.qs);
   }
 };
@@ -168,9 +193,10 @@ struct Q8Codes {  // Q8_0 weights as u8: w + 128
   }
 };
 
-using Q4_0Fmt = PairFmt<BlockQ4_0, BlockQ8_0, Q4Codes>;
-using Q5_0Fmt = PairFmt<BlockQ5_0, BlockQ8_0, Q5Codes>;
-using Q8_0Fmt = PairFmt<BlockQ8_0, BlockQ8_0, Q8Codes>;
+using Q4_0Fmt = PairFmt<BlockQ4_0, BlockQ8_0, Q4Codes, false>;
+using Q4_1Fmt = PairFmt<BlockQ4_1, BlockQ8_1, Q4_1Codes, true>;
+using Q5_0Fmt = PairFmt<BlockQ5_0, BlockQ8_0, Q5Codes, false>;
+using Q8_0Fmt = PairFmt<BlockQ8_0, BlockQ8_0, Q8Codes, false>;
 
 // Q4_K and Q6_K: ggml's x86 lane order, as the AVX2 and scalar twins (bit-identical
 // with them): per super-block 8 exact integer lanes, scaled into 8 f32 lanes by one
@@ -390,8 +416,10 @@ void gemm(const GemmArgs& a) {
 
 template <class F>
 DotKernel kernel(FromF32Fn from) {
-  return {std::is_same_v<typename F::XB, BlockQ8_K> ? DType::kQ8_K : DType::kQ8_0, from, vec_dot<F>,
-          gemm<F>};
+  return {std::is_same_v<typename F::XB, BlockQ8_K>   ? DType::kQ8_K
+          : std::is_same_v<typename F::XB, BlockQ8_1> ? DType::kQ8_1
+                                                      : DType::kQ8_0,
+          from, vec_dot<F>, gemm<F>};
 }
 
 }  // namespace
@@ -400,10 +428,8 @@ DotKernel avx512_dot_kernel(DType t) {
   switch (t) {
     case DType::kQ4_0:
       return kernel<Q4_0Fmt>(from_f32_q8_0);
-    // No Q4_1 kernel here: the two-blocks-per-zmm form measured 0.77 rms logit error
-    // against exact math on SmolLM2 Q4_1 (a ChatML prompt whose first token carries
-    // very large activations) where the AVX2 twin gives 0.22, so Q4_1 stays on AVX2
-    // until the cause is understood (tests/golden, MINFER_CPU_ISA=avx2 vs avx512).
+    case DType::kQ4_1:
+      return kernel<Q4_1Fmt>(from_f32_q8_1);
     case DType::kQ5_0:
       return kernel<Q5_0Fmt>(from_f32_q8_0);
     case DType::kQ8_0:

@@ -207,6 +207,32 @@ float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y) {
   return static_cast<float>(sum);
 }
 
+namespace {
+
+// e^x as ggml's vectorised expf, one lane.
+inline float expf_poly(float x) {
+  const float r = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, r);
+  const float n = z - r;  // round(x / ln 2)
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+  if (std::isnan(n)) return n;
+  if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+  return std::ldexp(j, static_cast<int>(n));  // = scalef(j, n), correctly rounded
+}
+
+}  // namespace
+
+void silu_poly_scalar(int64_t n, const float* x, const float* up, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / (1.0f + expf_poly(-x[i]));
+    y[i] = up != nullptr ? v * up[i] : v;
+  }
+}
+
 void f16_to_f32_scalar(int64_t n, const uint16_t* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
 }
