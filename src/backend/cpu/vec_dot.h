@@ -65,6 +65,10 @@ void from_f32_q8_k(const float* x, void* y, int64_t n);
 void from_f32_f16(const float* x, void* y, int64_t n);
 void from_f32_bf16(const float* x, void* y, int64_t n);
 void from_f32_f32(const float* x, void* y, int64_t n);
+// AVX2 forms of the Q8_0 / Q8_1 converters: the same bytes (ggml's x86 path is itself
+// this AVX2 code), tested equal to the scalar ones.
+void from_f32_q8_0_avx2(const float* x, void* y, int64_t n);
+void from_f32_q8_1_avx2(const float* x, void* y, int64_t n);
 
 // Scalar reference table (nullptr vec_dot: the weight type has no mul_mat kernel).
 DotKernel scalar_dot_kernel(DType weight_type);

@@ -222,6 +222,65 @@ void axpy_f32_avx2(int64_t n, float a, const float* x, float* y) {
   for (; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
+namespace {
+
+// One block of 32: codes rounded half-to-even from x · (127 / amax), d = amax / 127,
+// and the sum of the codes (as ggml's quantize_row_q8_0/1 on x86).
+inline float quantize_block_q8_avx2(const float* x, int8_t* q, int32_t* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) {
+    v[k] = _mm256_loadu_ps(x + 8 * k);
+    amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[k]));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax, 1), _mm256_castps256_ps128(amax));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float max_scalar = _mm_cvtss_f32(m4);
+  const float d = max_scalar / 127.0f;
+  const float id = max_scalar != 0.0f ? 127.0f / max_scalar : 0.0f;
+  const __m256 mul = _mm256_set1_ps(id);
+  __m256i iv[4];
+  for (int k = 0; k < 4; ++k) {
+    iv[k] = _mm256_cvtps_epi32(
+        _mm256_round_ps(_mm256_mul_ps(v[k], mul), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  if (sum != nullptr) {
+    const __m256i s =
+        _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
+    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+    *sum = _mm_cvtsi128_si32(h);
+  }
+  const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]);
+  const __m256i p23 = _mm256_packs_epi32(iv[2], iv[3]);
+  const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23),
+                                                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), p);
+  return d;
+}
+
+}  // namespace
+
+void from_f32_q8_0_avx2(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_0*>(vy);
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    y[ib].d = fp32_to_fp16(quantize_block_q8_avx2(x + ib * kQK, y[ib].qs, nullptr));
+  }
+}
+
+void from_f32_q8_1_avx2(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_1*>(vy);
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    int32_t sum = 0;
+    const float d = quantize_block_q8_avx2(x + ib * kQK, y[ib].qs, &sum);
+    y[ib].d = fp32_to_fp16(d);
+    y[ib].s = fp32_to_fp16(d * static_cast<float>(sum));
+  }
+}
+
 void silu_poly_avx2(int64_t n, const float* x, const float* up, float* y) {
   const __m256 r = _mm256_set1_ps(0x1.8p23f);
   const __m256 one = _mm256_set1_ps(1.0f);
@@ -332,11 +391,11 @@ DotKernel avx2_dot_kernel(DType t) {
     case DType::kF16:
       return {DType::kF16, from_f32_f16, avx2_dot_f16_f16};
     case DType::kQ4_0:
-      return {DType::kQ8_0, from_f32_q8_0, avx2_dot_q4_0_q8_0};
+      return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q4_0_q8_0};
     case DType::kQ4_1:
-      return {DType::kQ8_1, from_f32_q8_1, avx2_dot_q4_1_q8_1};
+      return {DType::kQ8_1, from_f32_q8_1_avx2, avx2_dot_q4_1_q8_1};
     case DType::kQ8_0:
-      return {DType::kQ8_0, from_f32_q8_0, avx2_dot_q8_0_q8_0};
+      return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q8_0_q8_0};
     case DType::kQ4_K:
       return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q4_k_q8_k};
     case DType::kQ6_K:

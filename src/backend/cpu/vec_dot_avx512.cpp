@@ -427,13 +427,13 @@ DotKernel kernel(FromF32Fn from) {
 DotKernel avx512_dot_kernel(DType t) {
   switch (t) {
     case DType::kQ4_0:
-      return kernel<Q4_0Fmt>(from_f32_q8_0);
+      return kernel<Q4_0Fmt>(from_f32_q8_0_avx2);
     case DType::kQ4_1:
-      return kernel<Q4_1Fmt>(from_f32_q8_1);
+      return kernel<Q4_1Fmt>(from_f32_q8_1_avx2);
     case DType::kQ5_0:
-      return kernel<Q5_0Fmt>(from_f32_q8_0);
+      return kernel<Q5_0Fmt>(from_f32_q8_0_avx2);
     case DType::kQ8_0:
-      return kernel<Q8_0Fmt>(from_f32_q8_0);
+      return kernel<Q8_0Fmt>(from_f32_q8_0_avx2);
     case DType::kQ4_K:
       return kernel<Q4_KFmt>(from_f32_q8_k);
     case DType::kQ6_K:
