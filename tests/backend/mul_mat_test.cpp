@@ -274,7 +274,7 @@ TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
       const uint64_t w_row = *quant::row_bytes(t, k);
       const uint64_t x_row = *quant::row_bytes(dk.vec_dot_type, k);
       for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16}) {
-        for (int64_t n_x : {1, 2, 3, 4, 5, 7}) {
+        for (int64_t n_x : {1, 2, 3, 4, 5, 6, 7, 13}) {  // >= 6: prepared weights
           std::vector<uint8_t> wb = encode(
               t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));
           std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 5);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
@@ -340,12 +341,16 @@ struct Q6_KFmt {
 
 // ---- the blocked tile and the kernels built from it ----
 
-// y[j * ys + i] for i < NW weight rows, j < NX activation rows, over n elements.
-template <class F, int NW, int NX>
-void tile(int64_t n, const uint8_t* w, uint64_t ws, const uint8_t* x, uint64_t xs, float* y,
-          int64_t ys) {
+// y[j * ys + i] for i < NW weight rows, j < NX activation rows, over n elements. The
+// weight operands come prepared (wprep[i * n_steps + step], kPrepped) or are prepared
+// here per step; either way every output sees the same operations in the same order.
+template <class F, int NW, int NX, bool kPrepped>
+void tile(int64_t n, const uint8_t* w, uint64_t ws, const void* wprep_v, int64_t n_steps,
+          const uint8_t* x, uint64_t xs, float* y, int64_t ys) {
   using WB = typename F::WB;
   using XB = typename F::XB;
+  using WP = typename F::WP;
+  const auto* wprep = static_cast<const WP*>(wprep_v);
   const int64_t nb = n / F::kElems;
   typename F::Acc acc[NW][NX];
 #pragma GCC unroll 8
@@ -361,7 +366,8 @@ void tile(int64_t n, const uint8_t* w, uint64_t ws, const uint8_t* x, uint64_t x
       xp[j] = F::prepx(reinterpret_cast<const XB*>(x + j * xs) + ib, two);
 #pragma GCC unroll 8
     for (int i = 0; i < NW; ++i) {
-      const typename F::WP wp = F::prep(reinterpret_cast<const WB*>(w + i * ws) + ib, two);
+      const WP wp = kPrepped ? wprep[i * n_steps + ib / F::kStep]
+                             : F::prep(reinterpret_cast<const WB*>(w + i * ws) + ib, two);
 #pragma GCC unroll 8
       for (int j = 0; j < NX; ++j) F::step(acc[i][j], wp, xp[j]);
     }
@@ -374,42 +380,69 @@ void tile(int64_t n, const uint8_t* w, uint64_t ws, const uint8_t* x, uint64_t x
 template <class F>
 float vec_dot(int64_t n, const void* w, const void* x) {
   float y;
-  tile<F, 1, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(x), 0, &y, 1);
+  tile<F, 1, 1, false>(n, static_cast<const uint8_t*>(w), 0, nullptr, 0,
+                       static_cast<const uint8_t*>(x), 0, &y, 1);
   return y;
 }
 
-using TileFn = void (*)(int64_t, const uint8_t*, uint64_t, const uint8_t*, uint64_t, float*,
-                        int64_t);
+using TileFn = void (*)(int64_t, const uint8_t*, uint64_t, const void*, int64_t, const uint8_t*,
+                        uint64_t, float*, int64_t);
 
 // Tile shapes: up to 8 weight rows for one activation row (the decode GEMV), up to
 // 4 × F::kTileX for a batch (accumulators + prepared operands fit the 32 registers).
 constexpr int kMaxWGemv = 8;
 constexpr int kMaxW = 4;
+// A batch of at least this many activation rows prepares the call's weight blocks once
+// (unpacked codes, broadcast scales) instead of once per activation tile.
+constexpr int64_t kPrepMinRows = 6;
 
-template <class F, int NX, int... I>
+template <class F, int NX, bool kPrepped, int... I>
 constexpr std::array<TileFn, sizeof...(I)> tile_row(std::integer_sequence<int, I...>) {
-  return {&tile<F, I + 1, NX>...};
+  return {&tile<F, I + 1, NX, kPrepped>...};
 }
-template <class F, int... J>
+template <class F, bool kPrepped, int... J>
 constexpr std::array<std::array<TileFn, kMaxW>, sizeof...(J)> tile_table(
     std::integer_sequence<int, J...>) {
-  return {tile_row<F, J + 1>(std::make_integer_sequence<int, kMaxW>{})...};
+  return {tile_row<F, J + 1, kPrepped>(std::make_integer_sequence<int, kMaxW>{})...};
 }
 
 template <class F>
 void gemm(const GemmArgs& a) {
-  static constexpr auto kGemv = tile_row<F, 1>(std::make_integer_sequence<int, kMaxWGemv>{});
-  static constexpr auto kGemm = tile_table<F>(std::make_integer_sequence<int, F::kTileX>{});
+  using WP = typename F::WP;
+  static constexpr auto kGemv = tile_row<F, 1, false>(std::make_integer_sequence<int, kMaxWGemv>{});
+  static constexpr auto kGemm = tile_table<F, false>(std::make_integer_sequence<int, F::kTileX>{});
+  static constexpr auto kGemmPrepped =
+      tile_table<F, true>(std::make_integer_sequence<int, F::kTileX>{});
   const auto* w = static_cast<const uint8_t*>(a.w);
   const auto* x = static_cast<const uint8_t*>(a.x);
+  const int64_t nb = a.k / F::kElems;
+  const int64_t n_steps = (nb + F::kStep - 1) / F::kStep;
+  const bool prepped = a.n_x >= kPrepMinRows;
+  const WP* wprep = nullptr;
+  if (prepped) {
+    // Per-thread scratch, grown once (prefill only: decode never comes here).
+    thread_local std::vector<WP> scratch;
+    const auto need = static_cast<size_t>(a.n_w * n_steps);
+    if (scratch.size() < need) scratch.resize(need);
+    for (int64_t i = 0; i < a.n_w; ++i) {
+      const auto* row = reinterpret_cast<const typename F::WB*>(w + i * a.w_stride);
+      for (int64_t ib = 0, s = 0; ib < nb; ib += F::kStep, ++s) {
+        scratch[static_cast<size_t>(i * n_steps + s)] =
+            F::prep(row + ib, F::kStep == 1 || ib + 1 < nb);
+      }
+    }
+    wprep = scratch.data();
+  }
   for (int64_t j0 = 0; j0 < a.n_x; j0 += F::kTileX) {
     const int64_t nx = std::min<int64_t>(F::kTileX, a.n_x - j0);
     const int64_t max_w = a.n_x == 1 ? kMaxWGemv : kMaxW;
     for (int64_t i0 = 0; i0 < a.n_w; i0 += max_w) {
       const int64_t nw = std::min<int64_t>(max_w, a.n_w - i0);
-      const TileFn fn = a.n_x == 1 ? kGemv[nw - 1] : kGemm[nx - 1][nw - 1];
-      fn(a.k, w + i0 * a.w_stride, a.w_stride, x + j0 * a.x_stride, a.x_stride,
-         a.y + j0 * a.y_stride + i0, a.y_stride);
+      const TileFn fn = a.n_x == 1 ? kGemv[nw - 1]
+                        : prepped  ? kGemmPrepped[nx - 1][nw - 1]
+                                   : kGemm[nx - 1][nw - 1];
+      fn(a.k, w + i0 * a.w_stride, a.w_stride, prepped ? wprep + i0 * n_steps : nullptr, n_steps,
+         x + j0 * a.x_stride, a.x_stride, a.y + j0 * a.y_stride + i0, a.y_stride);
     }
   }
 }
