@@ -342,15 +342,18 @@ struct Q6_KFmt {
 // ---- the blocked tile and the kernels built from it ----
 
 // y[j * ys + i] for i < NW weight rows, j < NX activation rows, over n elements. The
-// weight operands come prepared (wprep[i * n_steps + step], kPrepped) or are prepared
-// here per step; either way every output sees the same operations in the same order.
+// operands come prepared (wprep[i * n_steps + step], xprep[j * n_steps + step];
+// kPrepped) or are prepared here per step; either way every output sees the same
+// operations in the same order.
 template <class F, int NW, int NX, bool kPrepped>
-void tile(int64_t n, const uint8_t* w, uint64_t ws, const void* wprep_v, int64_t n_steps,
-          const uint8_t* x, uint64_t xs, float* y, int64_t ys) {
+void tile(int64_t n, const uint8_t* w, uint64_t ws, const void* wprep_v, const void* xprep_v,
+          int64_t n_steps, const uint8_t* x, uint64_t xs, float* y, int64_t ys) {
   using WB = typename F::WB;
   using XB = typename F::XB;
   using WP = typename F::WP;
+  using XP = typename F::XP;
   const auto* wprep = static_cast<const WP*>(wprep_v);
+  const auto* xprep = static_cast<const XP*>(xprep_v);
   const int64_t nb = n / F::kElems;
   typename F::Acc acc[NW][NX];
 #pragma GCC unroll 8
@@ -363,7 +366,8 @@ void tile(int64_t n, const uint8_t* w, uint64_t ws, const void* wprep_v, int64_t
     typename F::XP xp[NX];
 #pragma GCC unroll 8
     for (int j = 0; j < NX; ++j)
-      xp[j] = F::prepx(reinterpret_cast<const XB*>(x + j * xs) + ib, two);
+      xp[j] = kPrepped ? xprep[j * n_steps + ib / F::kStep]
+                       : F::prepx(reinterpret_cast<const XB*>(x + j * xs) + ib, two);
 #pragma GCC unroll 8
     for (int i = 0; i < NW; ++i) {
       const WP wp = kPrepped ? wprep[i * n_steps + ib / F::kStep]
@@ -380,20 +384,21 @@ void tile(int64_t n, const uint8_t* w, uint64_t ws, const void* wprep_v, int64_t
 template <class F>
 float vec_dot(int64_t n, const void* w, const void* x) {
   float y;
-  tile<F, 1, 1, false>(n, static_cast<const uint8_t*>(w), 0, nullptr, 0,
+  tile<F, 1, 1, false>(n, static_cast<const uint8_t*>(w), 0, nullptr, nullptr, 0,
                        static_cast<const uint8_t*>(x), 0, &y, 1);
   return y;
 }
 
-using TileFn = void (*)(int64_t, const uint8_t*, uint64_t, const void*, int64_t, const uint8_t*,
-                        uint64_t, float*, int64_t);
+using TileFn = void (*)(int64_t, const uint8_t*, uint64_t, const void*, const void*, int64_t,
+                        const uint8_t*, uint64_t, float*, int64_t);
 
 // Tile shapes: up to 8 weight rows for one activation row (the decode GEMV), up to
 // 4 × F::kTileX for a batch (accumulators + prepared operands fit the 32 registers).
 constexpr int kMaxWGemv = 8;
 constexpr int kMaxW = 4;
 // A batch of at least this many activation rows prepares the call's weight blocks once
-// (unpacked codes, broadcast scales) instead of once per activation tile.
+// (unpacked codes, broadcast scales) instead of once per activation tile, and each
+// activation tile's blocks once instead of once per weight tile.
 constexpr int64_t kPrepMinRows = 6;
 
 template <class F, int NX, bool kPrepped, int... I>
@@ -436,13 +441,27 @@ void gemm(const GemmArgs& a) {
   for (int64_t j0 = 0; j0 < a.n_x; j0 += F::kTileX) {
     const int64_t nx = std::min<int64_t>(F::kTileX, a.n_x - j0);
     const int64_t max_w = a.n_x == 1 ? kMaxWGemv : kMaxW;
+    const typename F::XP* xprep = nullptr;
+    if (prepped) {
+      thread_local std::vector<typename F::XP> xscratch;
+      const auto need = static_cast<size_t>(nx * n_steps);
+      if (xscratch.size() < need) xscratch.resize(need);
+      for (int64_t j = 0; j < nx; ++j) {
+        const auto* row = reinterpret_cast<const typename F::XB*>(x + (j0 + j) * a.x_stride);
+        for (int64_t ib = 0, s = 0; ib < nb; ib += F::kStep, ++s) {
+          xscratch[static_cast<size_t>(j * n_steps + s)] =
+              F::prepx(row + ib, F::kStep == 1 || ib + 1 < nb);
+        }
+      }
+      xprep = xscratch.data();
+    }
     for (int64_t i0 = 0; i0 < a.n_w; i0 += max_w) {
       const int64_t nw = std::min<int64_t>(max_w, a.n_w - i0);
       const TileFn fn = a.n_x == 1 ? kGemv[nw - 1]
                         : prepped  ? kGemmPrepped[nx - 1][nw - 1]
                                    : kGemm[nx - 1][nw - 1];
-      fn(a.k, w + i0 * a.w_stride, a.w_stride, prepped ? wprep + i0 * n_steps : nullptr, n_steps,
-         x + j0 * a.x_stride, a.x_stride, a.y + j0 * a.y_stride + i0, a.y_stride);
+      fn(a.k, w + i0 * a.w_stride, a.w_stride, prepped ? wprep + i0 * n_steps : nullptr, xprep,
+         n_steps, x + j0 * a.x_stride, a.x_stride, a.y + j0 * a.y_stride + i0, a.y_stride);
     }
   }
 }
