@@ -17,6 +17,9 @@ namespace {
 
 // Weight rows per tile: a tile's rows stay in cache while every activation row passes.
 constexpr int64_t kTileRows = 16;
+// ... and for a batch of at least kBatchRows activation rows.
+constexpr int64_t kTileRowsBatch = 64;
+constexpr int64_t kBatchRows = 6;
 // Decode: prefetch the weights this many tiles ahead of the one computing.
 constexpr int64_t kPrefetchTiles = 1;  // 2 measured no better
 // Activation rows quantized per chunk (each costs about a microsecond).
@@ -57,11 +60,13 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
     });
   }
   // Weight rows in tiles; a chunk owns whole output rows for every activation row.
-  const int64_t n_tiles = (n_out + kTileRows - 1) / kTileRows;
+  // A batch amortizes each activation row's preparation over more weight rows.
+  const int64_t tile_rows = m_rows >= kBatchRows ? kTileRowsBatch : kTileRows;
+  const int64_t n_tiles = (n_out + tile_rows - 1) / tile_rows;
   parallel_range(pool, n_tiles, 1, [&](int64_t t_lo, int64_t t_hi, int32_t) {
     for (int64_t tile = t_lo; tile < t_hi; ++tile) {
-      const int64_t r0 = tile * kTileRows;
-      const int64_t r1 = std::min(n_out, r0 + kTileRows);
+      const int64_t r0 = tile * tile_rows;
+      const int64_t r1 = std::min(n_out, r0 + tile_rows);
       if (m_rows == 1 && tile + kPrefetchTiles < t_hi) {
         // Decode streams every weight once: ask for a later tile of the chunk while this one
         // computes (short rows interleaved in a tile defeat the hardware prefetcher).
