@@ -87,9 +87,9 @@ int run_bench(const std::vector<std::string>& args) {
 
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
-  engine::EngineOptions options{.n_threads = n_threads};
-  if (auto st = apply_kv_flags(kv, options); !st.ok()) return fail(st.error().message);
-  auto eng = engine::Engine::open(*path, options);
+  auto options = engine_options(n_threads, kv);
+  if (!options) return fail(options.error().message);
+  auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
   const uint32_t want_ctx = n_ctx ? n_ctx : static_cast<uint32_t>(n_prompt + n_gen + 16);

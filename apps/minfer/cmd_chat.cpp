@@ -21,7 +21,6 @@
 #include "chat/conversation.h"
 #include "chat/renderer.h"
 #include "commands.h"
-#include "core/config.h"
 #include "engine/engine.h"
 #include "engine_flags.h"
 #include "model_path.h"
@@ -176,15 +175,12 @@ int run_chat(const std::vector<std::string>& args) {
     template_source.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   }
 
-  const Config& config = Config::get();
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
   fmt::print(stderr, "Loading model: {}\n", *path);
-  engine::EngineOptions options{.n_threads = a.n_threads,
-                                .rebuild_trace = config.rebuild_trace,
-                                .graph_trace = config.graph_trace};
-  if (auto st = apply_kv_flags(a.kv, options); !st.ok()) return fail(st.error().message);
-  auto eng = engine::Engine::open(*path, options);
+  auto options = engine_options(a.n_threads, a.kv);
+  if (!options) return fail(options.error().message);
+  auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
   if (!e.has_tokenizer()) return fail("the model has no tokenizer metadata (tokenizer.ggml.*)");

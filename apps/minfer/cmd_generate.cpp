@@ -169,11 +169,9 @@ int run_generate(const std::vector<std::string>& args) {
   if (!path) return fail(path.error().message);
   fmt::print(stderr, "Loading model: {}\n", *path);
   const auto t_load = Clock::now();
-  engine::EngineOptions options{.n_threads = n_threads,
-                                .rebuild_trace = config.rebuild_trace,
-                                .graph_trace = config.graph_trace};
-  if (auto st = apply_kv_flags(a.kv, options); !st.ok()) return fail(st.error().message);
-  auto eng = engine::Engine::open(*path, options);
+  auto options = engine_options(n_threads, a.kv);
+  if (!options) return fail(options.error().message);
+  auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
   if (!e.has_tokenizer()) return fail("the model has no tokenizer metadata (tokenizer.ggml.*)");

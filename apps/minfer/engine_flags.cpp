@@ -15,8 +15,11 @@ void add_kv_flags(CLI::App& app, KvFlags& flags) {
                  "(env MINFER_NUMERICS)");
 }
 
-Status apply_kv_flags(const KvFlags& flags, engine::EngineOptions& options) {
+Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& flags) {
   const Config& config = Config::get();
+  engine::EngineOptions options{.n_threads = n_threads,
+                                .rebuild_trace = config.rebuild_trace,
+                                .graph_trace = config.graph_trace};
   const bool numerics_flag = !flags.numerics.empty();
   const std::string& numerics = numerics_flag ? flags.numerics : config.numerics;
   if (!numerics.empty()) {
@@ -33,7 +36,7 @@ Status apply_kv_flags(const KvFlags& flags, engine::EngineOptions& options) {
   } else if (options.numerics == engine::Numerics::kLlamaCpp) {
     options.kv_format = graph::KvFormat::kF16;
   }
-  return Ok{};
+  return options;
 }
 
 }  // namespace minfer::cli

@@ -17,9 +17,10 @@ struct KvFlags {
 // Registers --cache-type and --numerics on `app`.
 void add_kv_flags(CLI::App& app, KvFlags& flags);
 
-// Resolves the flags (a flag wins over its MINFER_* variable) into the engine options;
+// The engine options of a model-running command: its thread count, the traces from
+// Config, and the flags resolved (a flag wins over its MINFER_* variable);
 // `--numerics llamacpp` implies the f16 cache unless a cache type is given. An unknown
 // value is an Error naming it and where it came from.
-Status apply_kv_flags(const KvFlags& flags, engine::EngineOptions& options);
+Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& flags);
 
 }  // namespace minfer::cli

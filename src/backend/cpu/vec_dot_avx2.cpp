@@ -1,8 +1,8 @@
 // Stage 12 (kernels): AVX2 + FMA + F16C dot products (this file alone is compiled with
 // -mavx2 -mfma -mf16c; callers reach it only after cpuid said yes, once, at startup).
-// Invariants, per kernel, against the scalar twin (tests/backend/vec_dot_test.cpp):
-//  - Q4_K, Q6_K: the same exact integer super-block sums and the same float expression
-//    → bitwise equal.
+// Invariants, per kernel, against the scalar twin (tests/backend/mul_mat_test.cpp):
+//  - Q4_K, Q6_K: the same 8 exact integer lanes per super-block (kquants_x86.h) and the
+//    same per-lane fma and final tree → bitwise equal.
 //  - F16, F32 dots: 8 lanes, mul then add (no FMA), the scalar twin's tree → bitwise.
 //  - Q4_0, Q4_1, Q8_0: 8 float lanes with FMA per block (ggml-cpu's x86 shape) instead
 //    of one scalar sum per block → equal within a named tolerance (float reassociation).
@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "backend/cpu/kquants_x86.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 #include "core/fp16.h"
@@ -105,7 +106,6 @@ float avx2_dot_q8_0_q8_0(int64_t n, const void* vw, const void* vx) {
 float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256 acc = _mm256_setzero_ps();
   __m128 acc_m = _mm_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
@@ -120,16 +120,9 @@ float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
     acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin),
                          _mm_cvtepi32_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(prod))),
                          acc_m);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q4 = load256(w[i].qs + 32 * c);
-      const __m256i lo = _mm256_and_si256(q4, m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-      const __m256i plo = _mm256_maddubs_epi16(lo, load256(x[i].qs + 64 * c));
-      const __m256i phi = _mm256_maddubs_epi16(hi, load256(x[i].qs + 64 * c + 32));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, _mm256_set1_epi16(sc[2 * c])));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, _mm256_set1_epi16(sc[2 * c + 1])));
-    }
+    __m256i scv[8];
+    for (int j = 0; j < 8; ++j) scv[j] = _mm256_set1_epi16(sc[j]);
+    const __m256i sumi = x86::q4_k_lanes(w[i].qs, x[i].qs, scv);
     const float d = x[i].d * h2f(w[i].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }
@@ -141,39 +134,11 @@ float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
 float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ6_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i m2 = _mm256_set1_epi8(0x03);
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    // The −32 offset, per lane l: 32 · (bsums[2l]·sc[2l] + bsums[2l+1]·sc[2l+1]).
-    const __m256i bsums = load256(x[i].bsums);
     const __m256i sc16 =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales)));
-    const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = load256(w[i].ql + 64 * h);
-      const __m256i ql1 = load256(w[i].ql + 64 * h + 32);
-      const __m256i qh = load256(w[i].qh + 32 * h);
-      __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-      for (int k = 0; k < 4; ++k) {
-        // codes 0..63 (u8 for maddubs); the offset comes off per lane below
-        const __m256i p = _mm256_maddubs_epi16(q[k], load256(x[i].qs + 128 * h + 32 * k));
-        const int s = 8 * h + 2 * k;
-        const __m256i scale =
-            _mm256_set_m128i(_mm_set1_epi16(w[i].scales[s + 1]), _mm_set1_epi16(w[i].scales[s]));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
-      }
-    }
-    sumi = _mm256_sub_epi32(sumi, offset);
+    const __m256i sumi = x86::q6_k_lanes(w[i], x[i].qs, load256(x[i].bsums), sc16);
     const float d = x[i].d * h2f(w[i].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/kquants_x86.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 
@@ -254,23 +255,13 @@ struct Q4_KFmt {
     return {b.qs, _mm256_permute4x64_epi64(h, _MM_SHUFFLE(3, 1, 2, 0)), b.d};
   }
   static void step(Acc& a, const WP& w, const XP& x) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     // mins: lane t of 4 = m[2t]·q8s[2t] + m[2t+1]·q8s[2t+1] (q8s[j] = bsums 2j + 2j+1)
     const __m256i mq = _mm256_mullo_epi32(w.m, x.bsum);
     const __m256i pairs = _mm256_hadd_epi32(mq, mq);
     const __m128i prod =
         _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
     a.acc_m = _mm_fmadd_ps(_mm_set1_ps(-x.d * w.dmin), _mm_cvtepi32_ps(prod), a.acc_m);
-    __m256i sumi = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q4 = load256(w.qs + 32 * c);
-      const __m256i lo = _mm256_and_si256(q4, m4);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-      const __m256i plo = _mm256_maddubs_epi16(lo, load256(x.qs + 64 * c));
-      const __m256i phi = _mm256_maddubs_epi16(hi, load256(x.qs + 64 * c + 32));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, w.sc[2 * c]));
-      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, w.sc[2 * c + 1]));
-    }
+    const __m256i sumi = x86::q4_k_lanes(w.qs, x.qs, w.sc);
     a.acc = _mm256_fmadd_ps(_mm256_set1_ps(x.d * w.d), _mm256_cvtepi32_ps(sumi), a.acc);
   }
   static float finish(const Acc& a) {
@@ -306,34 +297,7 @@ struct Q6_KFmt {
   }
   static XP prepx(const XB* pb, bool) { return {pb->qs, load256(pb->bsums), pb->d}; }
   static void step(Acc& a, const WP& w, const XP& x) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i m2 = _mm256_set1_epi8(0x03);
-    const WB& b = *w.b;
-    __m256i sumi = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = load256(b.ql + 64 * h);
-      const __m256i ql1 = load256(b.ql + 64 * h + 32);
-      const __m256i qh = load256(b.qh + 32 * h);
-      __m256i q[4];
-      q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-      for (int k = 0; k < 4; ++k) {
-        const __m256i y = load256(x.qs + 128 * h + 32 * k);
-        const __m256i p = _mm256_maddubs_epi16(q[k], y);  // codes 0..63; offset below
-        const int s = 8 * h + 2 * k;
-        const __m256i scale =
-            _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
-      }
-    }
-    // the −32 offset, per lane l: 32 · (bsums[2l]·sc[2l] + bsums[2l+1]·sc[2l+1])
-    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(x.bsums, w.sc16), 5));
+    const __m256i sumi = x86::q6_k_lanes(*w.b, x.qs, x.bsums, w.sc16);
     a.acc = _mm256_fmadd_ps(_mm256_set1_ps(x.d * w.d), _mm256_cvtepi32_ps(sumi), a.acc);
   }
   static float finish(const Acc& a) { return hsum_f32x8(a.acc); }
