@@ -67,9 +67,10 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
     for (int64_t tile = t_lo; tile < t_hi; ++tile) {
       const int64_t r0 = tile * tile_rows;
       const int64_t r1 = std::min(n_out, r0 + tile_rows);
-      if (m_rows == 1 && tile + kPrefetchTiles < t_hi) {
+      if (m_rows == 1 && dk.gemm == nullptr && tile + kPrefetchTiles < t_hi) {
         // Decode streams every weight once: ask for a later tile of the chunk while this one
-        // computes (short rows interleaved in a tile defeat the hardware prefetcher).
+        // computes (short rows interleaved in a tile defeat the hardware prefetcher). The
+        // register-blocked GEMVs prefetch inside their loop instead, spread over the work.
         const int64_t p0 = r0 + kPrefetchTiles * kTileRows;
         const std::byte* next = w + p0 * w_row;
         const uint64_t bytes = static_cast<uint64_t>(std::min(n_out, p0 + kTileRows) - p0) * w_row;

@@ -309,7 +309,10 @@ struct Q6_KFmt {
 // operands come prepared (wprep[i * n_steps + step], xprep[j * n_steps + step];
 // kPrepped) or are prepared here per step; either way every output sees the same
 // operations in the same order.
-template <class F, int NW, int NX, bool kPrepped>
+// kPrefetch (the decode GEMV): every step also asks for the same bytes of the next NW
+// rows, so the weight stream's next tile arrives spread over this tile's work instead
+// of a burst that fills the line-fill buffers and stalls.
+template <class F, int NW, int NX, bool kPrepped, bool kPrefetch = false>
 void tile(int64_t n, const uint8_t* w, uint64_t ws, const void* wprep_v, const void* xprep_v,
           int64_t n_steps, const uint8_t* x, uint64_t xs, float* y, int64_t ys) {
   using WB = typename F::WB;
@@ -332,6 +335,14 @@ void tile(int64_t n, const uint8_t* w, uint64_t ws, const void* wprep_v, const v
     for (int j = 0; j < NX; ++j)
       xp[j] = kPrepped ? xprep[j * n_steps + ib / F::kStep]
                        : F::prepx(reinterpret_cast<const XB*>(x + j * xs) + ib, two);
+    if constexpr (kPrefetch) {
+      constexpr int64_t kBytes = F::kStep * static_cast<int64_t>(sizeof(WB));
+#pragma GCC unroll 8
+      for (int i = 0; i < NW; ++i) {
+        const uint8_t* p = w + (i + NW) * ws + ib * static_cast<int64_t>(sizeof(WB));
+        for (int64_t b = 0; b < kBytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+      }
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < NW; ++i) {
       const WP wp = kPrepped ? wprep[i * n_steps + ib / F::kStep]
@@ -369,6 +380,10 @@ template <class F, int NX, bool kPrepped, int... I>
 constexpr std::array<TileFn, sizeof...(I)> tile_row(std::integer_sequence<int, I...>) {
   return {&tile<F, I + 1, NX, kPrepped>...};
 }
+template <class F, int... I>
+constexpr std::array<TileFn, sizeof...(I)> gemv_row(std::integer_sequence<int, I...>) {
+  return {&tile<F, I + 1, 1, false, true>...};
+}
 template <class F, bool kPrepped, int... J>
 constexpr std::array<std::array<TileFn, kMaxW>, sizeof...(J)> tile_table(
     std::integer_sequence<int, J...>) {
@@ -378,7 +393,7 @@ constexpr std::array<std::array<TileFn, kMaxW>, sizeof...(J)> tile_table(
 template <class F>
 void gemm(const GemmArgs& a) {
   using WP = typename F::WP;
-  static constexpr auto kGemv = tile_row<F, 1, false>(std::make_integer_sequence<int, kMaxWGemv>{});
+  static constexpr auto kGemv = gemv_row<F>(std::make_integer_sequence<int, kMaxWGemv>{});
   static constexpr auto kGemm = tile_table<F, false>(std::make_integer_sequence<int, F::kTileX>{});
   static constexpr auto kGemmPrepped =
       tile_table<F, true>(std::make_integer_sequence<int, F::kTileX>{});
