@@ -218,7 +218,8 @@ TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
 }
 
 // The AVX-512 VNNI K-quant kernels keep exact integer super-block sums and the scalar
-// float expression: bitwise equal to the scalar and AVX2 twins. The legacy types run
+// float expression: bitwise equal to the scalar and AVX2 twins. So does Q4_0 (one f32
+// lane per weight row, block after block: the scalar reference's expression). The legacy types run
 // two blocks per zmm (16 float lanes with FMA per block pair) and meet the scalar twin
 // within kLegacySimdRel — float reassociation only, the cause named above.
 TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
@@ -245,7 +246,9 @@ TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
         fast.from_f32(x.data(), xa.data(), k);
         const float a = fast.vec_dot(k, wb.data(), xa.data());
         const float r = ref.vec_dot(k, wb.data(), xa.data());
-        if (t == DType::kQ4_K || t == DType::kQ6_K) {  // one lane order on every ISA
+        if (t == DType::kQ4_0) {  // one f32 lane per row: the scalar expression exactly
+          ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r)) << a << " vs " << r << " seed " << seed;
+        } else if (t == DType::kQ4_K || t == DType::kQ6_K) {  // one lane order on every ISA
           const float b = twin.vec_dot(k, wb.data(), xa.data());
           ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
           ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r));
@@ -273,7 +276,7 @@ TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
       SCOPED_TRACE(std::string(dtype_name(t)));
       const uint64_t w_row = *quant::row_bytes(t, k);
       const uint64_t x_row = *quant::row_bytes(dk.vec_dot_type, k);
-      for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16}) {
+      for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16, 17, 33, 48}) {
         for (int64_t n_x : {1, 2, 3, 4, 5, 6, 7, 13}) {  // >= 6: prepared weights
           std::vector<uint8_t> wb = encode(
               t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));

@@ -64,13 +64,27 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
   const int64_t tile_rows = m_rows >= kBatchRows ? kTileRowsBatch : kTileRows;
   const int64_t n_tiles = (n_out + tile_rows - 1) / tile_rows;
   parallel_range(pool, n_tiles, 1, [&](int64_t t_lo, int64_t t_hi, int32_t) {
+    if (m_rows == 1 && dk.gemm != nullptr) {
+      // Decode: the register-blocked GEMV walks the chunk's rows itself (and prefetches
+      // them), its activation preparation done once per chunk.
+      const int64_t r0 = t_lo * tile_rows;
+      dk.gemm(GemmArgs{.k = k_dim,
+                       .w = w + r0 * w_row,
+                       .w_stride = w_row,
+                       .n_w = std::min(n_out, t_hi * tile_rows) - r0,
+                       .x = xq,
+                       .x_stride = x_row,
+                       .n_x = 1,
+                       .y = y + r0,
+                       .y_stride = n_out});
+      return;
+    }
     for (int64_t tile = t_lo; tile < t_hi; ++tile) {
       const int64_t r0 = tile * tile_rows;
       const int64_t r1 = std::min(n_out, r0 + tile_rows);
-      if (m_rows == 1 && dk.gemm == nullptr && tile + kPrefetchTiles < t_hi) {
+      if (m_rows == 1 && tile + kPrefetchTiles < t_hi) {
         // Decode streams every weight once: ask for a later tile of the chunk while this one
-        // computes (short rows interleaved in a tile defeat the hardware prefetcher). The
-        // register-blocked GEMVs prefetch inside their loop instead, spread over the work.
+        // computes (short rows interleaved in a tile defeat the hardware prefetcher).
         const int64_t p0 = r0 + kPrefetchTiles * kTileRows;
         const std::byte* next = w + p0 * w_row;
         const uint64_t bytes = static_cast<uint64_t>(std::min(n_out, p0 + kTileRows) - p0) * w_row;

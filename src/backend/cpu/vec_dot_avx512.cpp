@@ -164,13 +164,6 @@ struct PairFmt {
   static float finish(const Acc& a) { return hsum_f32x16(a.v) + a.summs; }
 };
 
-struct Q4Codes {  // Q4_0 / Q4_1 nibbles
-  static constexpr int kOffset = 8;
-  template <class B>
-  static __m512i load2(const B& b0, const B& b1, bool) {
-    return unpack_nibbles2(b0.qs, b1.qs);
-  }
-};
 struct Q4_1Codes {
   static constexpr int kOffset = 0;
   static __m512i load2(const BlockQ4_1& b0, const BlockQ4_1& b1, bool) {
@@ -195,7 +188,6 @@ struct Q8Codes {  // Q8_0 weights as u8: w + 128
   }
 };
 
-using Q4_0Fmt = PairFmt<BlockQ4_0, BlockQ8_0, Q4Codes, false>;
 using Q4_1Fmt = PairFmt<BlockQ4_1, BlockQ8_1, Q4_1Codes, true>;
 using Q5_0Fmt = PairFmt<BlockQ5_0, BlockQ8_0, Q5Codes, false>;
 using Q8_0Fmt = PairFmt<BlockQ8_0, BlockQ8_0, Q8Codes, false>;
@@ -457,8 +449,8 @@ DotKernel kernel(FromF32Fn from) {
 
 DotKernel avx512_dot_kernel(DType t) {
   switch (t) {
-    case DType::kQ4_0:
-      return kernel<Q4_0Fmt>(from_f32_q8_0_avx2);
+    case DType::kQ4_0:  // one lane per row (vec_dot_avx512_q4_0.cpp)
+      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot_q4_0_avx512, gemm_q4_0_avx512};
     case DType::kQ4_1:
       return kernel<Q4_1Fmt>(from_f32_q8_1_avx2);
     case DType::kQ5_0:
