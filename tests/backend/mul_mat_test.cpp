@@ -218,8 +218,9 @@ TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
 }
 
 // The AVX-512 VNNI K-quant kernels keep exact integer super-block sums and the scalar
-// float expression: bitwise equal to the scalar and AVX2 twins. So does Q4_0 (one f32
-// lane per weight row, block after block: the scalar reference's expression). The legacy types run
+// float expression: bitwise equal to the scalar and AVX2 twins. So do Q4_0, Q4_1 and
+// Q8_0 (one f32 lane per weight row, block after block: the scalar reference's
+// expression). The legacy types run
 // two blocks per zmm (16 float lanes with FMA per block pair) and meet the scalar twin
 // within kLegacySimdRel — float reassociation only, the cause named above.
 TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
@@ -246,7 +247,7 @@ TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
         fast.from_f32(x.data(), xa.data(), k);
         const float a = fast.vec_dot(k, wb.data(), xa.data());
         const float r = ref.vec_dot(k, wb.data(), xa.data());
-        if (t == DType::kQ4_0) {  // one f32 lane per row: the scalar expression exactly
+        if (t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0) {  // one lane per row
           ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r)) << a << " vs " << r << " seed " << seed;
         } else if (t == DType::kQ4_K || t == DType::kQ6_K) {  // one lane order on every ISA
           const float b = twin.vec_dot(k, wb.data(), xa.data());

@@ -79,10 +79,10 @@ DotKernel avx2_dot_kernel(DType weight_type);
 // with a register-blocked gemm; only call when detect_isa() says kAvx512.
 DotKernel avx512_dot_kernel(DType weight_type);
 
-// AVX-512 VNNI Q4_0 × Q8_0 with one f32 lane per weight row (vec_dot_avx512_q4_0.cpp):
-// bitwise equal to the scalar reference; gemm takes any n_x (1: the decode GEMV).
-void gemm_q4_0_avx512(const GemmArgs& a);
-float vec_dot_q4_0_avx512(int64_t n, const void* w, const void* x);
+// AVX-512 VNNI Q4_0 / Q4_1 / Q8_0 with one f32 lane per weight row
+// (vec_dot_avx512_rows.cpp): bitwise equal to the scalar reference; gemm takes any n_x
+// (1: the decode GEMV). avx512_dot_kernel returns these entries for those types.
+DotKernel avx512_rows_dot_kernel(DType weight_type);
 
 // F32 · F32 dot of n elements (attention scores); scalar and AVX2 variants.
 float dot_f32_scalar(int64_t n, const float* a, const float* b);

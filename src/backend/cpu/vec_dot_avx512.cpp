@@ -1,8 +1,9 @@
 // Stage 12 (kernels): AVX-512 VNNI (256-bit EVEX forms: AVX512VL + AVX512_VNNI + BW,
-// with F16C and FMA) dot products and their register-blocked GEMM, for Q4_0, Q4_1,
-// Q5_0, Q8_0, Q4_K and Q6_K weights. This file alone is compiled with those flags; callers
-// reach it only after cpuid said yes, once, at startup. Legacy types run two blocks per
-// zmm (see PairFmt) and meet the scalar reference within the legacy SIMD tolerance; the
+// with F16C and FMA) dot products and their register-blocked GEMM, for Q5_0, Q4_K and
+// Q6_K weights (Q4_0, Q4_1 and Q8_0: vec_dot_avx512_rows.cpp, one f32 lane per row).
+// These files alone are compiled with those flags; callers reach them only after cpuid
+// said yes, once, at startup. Q5_0 runs two blocks per
+// zmm (see PairFmt) and meets the scalar reference within the legacy SIMD tolerance; the
 // K-quants keep ggml's x86 lane order (see Q4_KFmt), so they equal the scalar (and AVX2)
 // twins bit for bit. The speed comes from vpdpbusd (one instruction for u8·s8 → int32,
 // with the code offsets folded into its accumulator), hardware fp16 scale conversion, and
@@ -26,8 +27,6 @@
 namespace minfer::backend::cpu {
 namespace {
 
-using quant::BlockQ4_0;
-using quant::BlockQ4_1;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
 using quant::BlockQ6_K;
@@ -70,9 +69,9 @@ inline __m256i dp_us8(__m256i u, __m256i s) {
 // 64 multiply-adds. Per block the int32 lane sums are exact (any method gives the same
 // integers); the float part is fixed: lane += (d_w · d_x) · float(lane sum) with FMA,
 // 16 lanes, then lanes i and i+8 added and the 8-lane tree. An odd last block runs
-// with an all-zero upper half. The offsets (Q4_0: −8, Q5_0: −16, Q8_0: w+128 as u8)
-// are folded into the accumulator vpdpbusd starts from: −k·Σx, computed per activation
-// block once and shared by every weight row of a tile.
+// with an all-zero upper half. The code offset (Q5_0: −16) is folded into the
+// accumulator vpdpbusd starts from: −k·Σx, computed per activation block once and
+// shared by every weight row of a tile.
 
 // Masked loads, broadcasts and blends build the 512-bit operands from 256-bit halves
 // (AVX512F + BW only: no DQ inserts/extracts).
@@ -103,9 +102,9 @@ inline __m512i neg_k_sum(int8_t k, __m512i x) {
                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(k), x));
 }
 
-// The shared pair machinery. W::load2(b0, b1) → u8 codes (64 bytes) and W::kOffset
-// (0, 8, 16 or 128); X is always Q8_0 / Q8_1 codes.
-template <class WBlock, class XBlock, class Codes, bool kHasMin>
+// The pair machinery (Q5_0). Codes::load2(b0, b1) → u8 codes (64 bytes) and
+// Codes::kOffset; X is Q8_0 codes.
+template <class WBlock, class XBlock, class Codes>
 struct PairFmt {
   using WB = WBlock;
   using XB = XBlock;
@@ -114,62 +113,37 @@ struct PairFmt {
   static constexpr int kTileX = 3;        // 12 accumulators + operands fit 32 zmm
   struct Acc {
     __m512 v;
-    float summs;
   };
   struct WP {
     __m512i q;  // u8 codes, offset Codes::kOffset
     __m512 d;
-    float m0, m1;
   };
   struct XP {
     __m512i q;
-    __m512i start;  // −offset · Σx per lane (0 without offset)
+    __m512i start;  // −offset · Σx per lane
     __m512 d;
-    float s0, s1;
   };
-  static void init(Acc& a) {
-    a.v = _mm512_setzero_ps();
-    a.summs = 0.0f;
-  }
+  static void init(Acc& a) { a.v = _mm512_setzero_ps(); }
   static WP prep(const WB* b, bool two) {
     WP p;
     p.q = Codes::load2(b[0], two ? b[1] : b[0], two);
     p.d = splat2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
-    if constexpr (kHasMin) {
-      p.m0 = h2f(b[0].m);
-      p.m1 = two ? h2f(b[1].m) : 0.0f;
-    }
     return p;
   }
   static XP prepx(const XB* b, bool two) {
     XP p;
     p.q = two ? load2x256(b[0].qs, b[1].qs) : _mm512_maskz_loadu_epi64(0x0F, b[0].qs);
-    p.start = Codes::kOffset ? neg_k_sum(static_cast<int8_t>(Codes::kOffset), p.q)
-                             : _mm512_setzero_si512();
+    p.start = neg_k_sum(static_cast<int8_t>(Codes::kOffset), p.q);
     p.d = splat2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
-    if constexpr (kHasMin) {
-      p.s0 = h2f(b[0].s);
-      p.s1 = two ? h2f(b[1].s) : 0.0f;
-    }
     return p;
   }
   static void step(Acc& a, const WP& w, const XP& x) {
-    if constexpr (kHasMin) {
-      a.summs += w.m0 * x.s0;
-      a.summs += w.m1 * x.s1;
-    }
     const __m512i s = _mm512_dpbusd_epi32(x.start, w.q, x.q);
     a.v = _mm512_fmadd_ps(_mm512_mul_ps(w.d, x.d), _mm512_cvtepi32_ps(s), a.v);
   }
-  static float finish(const Acc& a) { return hsum_f32x16(a.v) + a.summs; }
+  static float finish(const Acc& a) { return hsum_f32x16(a.v); }
 };
 
-struct Q4_1Codes {
-  static constexpr int kOffset = 0;
-  static __m512i load2(const BlockQ4_1& b0, const BlockQ4_1& b1, bool) {
-    return unpack_nibbles2(b0.qs, b1.qs);
-  }
-};
 struct Q5Codes {  // Q5_0: bit 4 of element j is bit j of qh (a byte mask)
   static constexpr int kOffset = 16;
   static __m512i load2(const BlockQ5_0& b0, const BlockQ5_0& b1, bool) {
@@ -181,16 +155,7 @@ struct Q5Codes {  // Q5_0: bit 4 of element j is bit j of qh (a byte mask)
                            _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10)));
   }
 };
-struct Q8Codes {  // Q8_0 weights as u8: w + 128
-  static constexpr int kOffset = 128;
-  static __m512i load2(const BlockQ8_0& b0, const BlockQ8_0& b1, bool) {
-    return _mm512_xor_si512(load2x256(b0.qs, b1.qs), _mm512_set1_epi8(static_cast<char>(0x80)));
-  }
-};
-
-using Q4_1Fmt = PairFmt<BlockQ4_1, BlockQ8_1, Q4_1Codes, true>;
-using Q5_0Fmt = PairFmt<BlockQ5_0, BlockQ8_0, Q5Codes, false>;
-using Q8_0Fmt = PairFmt<BlockQ8_0, BlockQ8_0, Q8Codes, false>;
+using Q5_0Fmt = PairFmt<BlockQ5_0, BlockQ8_0, Q5Codes>;
 
 // Q4_K and Q6_K: ggml's x86 lane order, as the AVX2 and scalar twins (bit-identical
 // with them): per super-block 8 exact integer lanes, scaled into 8 f32 lanes by one
@@ -439,24 +404,20 @@ void gemm(const GemmArgs& a) {
 
 template <class F>
 DotKernel kernel(FromF32Fn from) {
-  return {std::is_same_v<typename F::XB, BlockQ8_K>   ? DType::kQ8_K
-          : std::is_same_v<typename F::XB, BlockQ8_1> ? DType::kQ8_1
-                                                      : DType::kQ8_0,
-          from, vec_dot<F>, gemm<F>};
+  return {std::is_same_v<typename F::XB, BlockQ8_K> ? DType::kQ8_K : DType::kQ8_0, from, vec_dot<F>,
+          gemm<F>};
 }
 
 }  // namespace
 
 DotKernel avx512_dot_kernel(DType t) {
   switch (t) {
-    case DType::kQ4_0:  // one lane per row (vec_dot_avx512_q4_0.cpp)
-      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot_q4_0_avx512, gemm_q4_0_avx512};
+    case DType::kQ4_0:  // one f32 lane per weight row (vec_dot_avx512_rows.cpp)
     case DType::kQ4_1:
-      return kernel<Q4_1Fmt>(from_f32_q8_1_avx2);
+    case DType::kQ8_0:
+      return avx512_rows_dot_kernel(t);
     case DType::kQ5_0:
       return kernel<Q5_0Fmt>(from_f32_q8_0_avx2);
-    case DType::kQ8_0:
-      return kernel<Q8_0Fmt>(from_f32_q8_0_avx2);
     case DType::kQ4_K:
       return kernel<Q4_KFmt>(from_f32_q8_k);
     case DType::kQ6_K:

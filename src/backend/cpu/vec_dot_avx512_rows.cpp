@@ -1,0 +1,402 @@
+// Stage 12 (kernels): AVX-512 VNNI Q4_0 / Q4_1 / Q8_0 with one f32 lane per weight row.
+// The pair-of-blocks kernels (vec_dot_avx512.cpp) spend three float operations per 64
+// multiply-adds, because every output owns a whole zmm of partial lanes. Here 16 weight
+// rows share one zmm: each row's exact integer block sum lands in its own lane, and the
+// float part — the scalar reference's expression for the type (vec_dot_scalar.cpp),
+// added to the row's accumulator block after block — costs three to five operations
+// per 16 rows. So these kernels equal the scalar reference bit for bit on every row.
+//  GEMV (one activation row, decode): weights read in place; four rows per zmm (16 code
+//   bytes each in the four 128-bit lanes: the low and high nibbles, or the two halves of
+//   a Q8_0 block), dotted against the activation's matching 16 bytes broadcast per lane,
+//   then a 4×4 transpose-add puts row r's sum in lane r; the 16 row scales (and mins)
+//   come in one gather. The next group's bytes are prefetched a slice per block (decode
+//   streams every weight once).
+//  GEMM (a batch, prefill): each call re-lays its weight rows once into per-thread
+//   scratch — per 16-row group and block, 8 zmm whose lane r holds row r's codes
+//   4j..4j+3 as signed bytes — so one vpdpbusd against a broadcast dword of the
+//   activation (stored as x + 128, unsigned) does 64 multiply-adds for 16 rows; the
+//   −128·Σw that the unsigned activation adds is the accumulator's start.
+// Both forms compute the same exact integers and the same float operations in the same
+// order, so prefill equals decode bitwise (invariant 8), without repacking at load.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/vec_dot.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
+using quant::BlockQ8_0;
+using quant::kQK;
+
+constexpr int64_t kG = 16;  // weight rows per group = f32 lanes of a zmm
+
+inline __m128i load128(const void* p) {
+  return _mm_loadu_si128(static_cast<const __m128i*>(p));
+}
+inline float h2f(quant::Half h) {
+  return _cvtsh_ss(h);
+}
+
+inline int32_t sum_q8(const int8_t* q) {  // Σ of 32 signed bytes, exact
+  const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)),
+                                     _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());  // 4 × Σ(x + 128)
+  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+}
+
+// ---- per-format policies ----
+// kCodes: offset of the code bytes in a weight block. Nibbles: 16 bytes, element j in
+// the low nibble of byte j, j + 16 in the high one; else 32 signed bytes (Q8_0).
+// kGemvOffset: the GEMV dots the codes as unsigned bytes w + kGemvOffset (Q8_0 flips
+// the sign bit), so the activation side subtracts kGemvOffset·Σx per block.
+// signed_code: a code as the GEMM's signed byte (the value the scalar dot multiplies).
+// step: the scalar reference's float expression, one lane per row.
+
+struct Q4_0Rows {
+  using WB = BlockQ4_0;
+  using XB = BlockQ8_0;
+  static constexpr int64_t kCodes = 2;
+  static constexpr bool kNibbles = true;
+  static constexpr bool kHasMin = false;
+  static constexpr int32_t kGemvOffset = 8;
+  static int8_t signed_code(uint8_t nibble) { return static_cast<int8_t>(nibble - 8); }
+  // sumf += float(sumi) · d_w · d_x
+  static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512, float dx, float) {
+    const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), dw);
+    return _mm512_add_ps(acc, _mm512_mul_ps(t, _mm512_set1_ps(dx)));
+  }
+};
+
+struct Q4_1Rows {
+  using WB = BlockQ4_1;
+  using XB = BlockQ8_1;
+  static constexpr int64_t kCodes = 4;
+  static constexpr bool kNibbles = true;
+  static constexpr bool kHasMin = true;
+  static constexpr int32_t kGemvOffset = 0;
+  static int8_t signed_code(uint8_t nibble) { return static_cast<int8_t>(nibble); }
+  // sumf += (d_w · d_x) · float(sumi) + m_w · s_x
+  static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512 mw, float dx, float sx) {
+    const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum));
+    return _mm512_add_ps(acc, _mm512_add_ps(t, _mm512_mul_ps(mw, _mm512_set1_ps(sx))));
+  }
+};
+
+struct Q8_0Rows {
+  using WB = BlockQ8_0;
+  using XB = BlockQ8_0;
+  static constexpr int64_t kCodes = 2;
+  static constexpr bool kNibbles = false;
+  static constexpr bool kHasMin = false;
+  static constexpr int32_t kGemvOffset = 128;
+  // sumf += float(sumi) · (d_w · d_x)
+  static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512, float dx, float) {
+    const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)));
+    return _mm512_add_ps(acc, t);
+  }
+};
+
+template <class F>
+constexpr int64_t kBlockBytes = static_cast<int64_t>(sizeof(typename F::WB));
+
+inline float x_sum_scale(const BlockQ8_0&) {
+  return 0.0f;
+}
+inline float x_sum_scale(const BlockQ8_1& b) {
+  return h2f(b.s);
+}
+
+// The 16 rows' scale (and min) of one block as f32 lanes, one gather: the block's first
+// dword is d (and m) as fp16.
+struct RowScales {
+  __m512 d, m;
+};
+template <class F>
+inline RowScales gather_scales(const uint8_t* base, __m512i offs) {
+  const __m512i dm = _mm512_i32gather_epi32(offs, base, 1);
+  RowScales s;
+  s.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+  s.m = F::kHasMin ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
+                   : _mm512_setzero_ps();
+  return s;
+}
+
+inline __mmask16 row_mask(int64_t nr) {
+  return static_cast<__mmask16>((1u << static_cast<unsigned>(nr)) - 1u);
+}
+
+// Byte offsets (from row 0 of the group) of the group's 16 rows; rows past n_w repeat
+// the last row, their lanes are computed and never stored.
+inline __m512i group_offsets(int64_t r0, int64_t n_w, uint64_t ws) {
+  alignas(64) std::array<int32_t, kG> o{};
+  for (int64_t l = 0; l < kG; ++l) {
+    o[static_cast<size_t>(l)] = static_cast<int32_t>((std::min(r0 + l, n_w - 1) - r0) * ws);
+  }
+  return _mm512_load_si512(o.data());
+}
+
+// ---- GEMV ----
+
+struct XBlockSum {
+  int32_t corr;  // −kGemvOffset · Σ x over the block
+  float d, s;
+};
+
+template <class F>
+void gemv(const GemmArgs& a) {
+  using XB = typename F::XB;
+  const int64_t nb = a.k / kQK;
+  const auto* xb = static_cast<const XB*>(a.x);
+  thread_local std::vector<XBlockSum> xs;  // grown once, per thread
+  if (xs.size() < static_cast<size_t>(nb)) xs.resize(static_cast<size_t>(nb));
+  for (int64_t b = 0; b < nb; ++b) {
+    xs[static_cast<size_t>(b)] = {F::kGemvOffset == 0 ? 0 : -F::kGemvOffset * sum_q8(xb[b].qs),
+                                  h2f(xb[b].d), x_sum_scale(xb[b])};
+  }
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int64_t group_bytes = kG * static_cast<int64_t>(a.w_stride);
+  // the next group's bytes, a slice per block (whole cache lines, rounded up)
+  const int64_t pf_slice = ((group_bytes + nb - 1) / nb + 63) / 64 * 64;
+  for (int64_t r0 = 0; r0 < a.n_w; r0 += kG) {
+    const int64_t nr = std::min(kG, a.n_w - r0);
+    const __m512i offs = group_offsets(r0, a.n_w, a.w_stride);
+    alignas(64) std::array<int32_t, kG> ov;
+    _mm512_store_si512(ov.data(), offs);
+    const uint8_t* g = w + r0 * static_cast<int64_t>(a.w_stride);
+    const uint8_t* next = g + group_bytes;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      for (int64_t p = b * pf_slice; p < (b + 1) * pf_slice && p < group_bytes; p += 64) {
+        __builtin_prefetch(next + p, 0, 3);
+      }
+      const uint8_t* blk = g + b * kBlockBytes<F>;
+      const __m512i xlo = _mm512_broadcast_i32x4(load128(xb[b].qs));
+      const __m512i xhi = _mm512_broadcast_i32x4(load128(xb[b].qs + 16));
+      // s[q]: 128-bit lane L holds row 4L + q's four partial sums
+      __m512i s[4];
+      for (int q = 0; q < 4; ++q) {
+        const uint8_t* c0 = blk + F::kCodes + ov[static_cast<size_t>(q)];
+        const uint8_t* c1 = blk + F::kCodes + ov[static_cast<size_t>(4 + q)];
+        const uint8_t* c2 = blk + F::kCodes + ov[static_cast<size_t>(8 + q)];
+        const uint8_t* c3 = blk + F::kCodes + ov[static_cast<size_t>(12 + q)];
+        auto four = [&](int64_t o) {
+          __m512i z = _mm512_castsi128_si512(load128(c0 + o));
+          z = _mm512_inserti32x4(z, load128(c1 + o), 1);
+          z = _mm512_inserti32x4(z, load128(c2 + o), 2);
+          return _mm512_inserti32x4(z, load128(c3 + o), 3);
+        };
+        __m512i lo, hi;
+        if constexpr (F::kNibbles) {
+          const __m512i z = four(0);
+          lo = _mm512_and_si512(z, m4);
+          hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+        } else {
+          lo = _mm512_xor_si512(four(0), flip);
+          hi = _mm512_xor_si512(four(16), flip);
+        }
+        s[q] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
+      }
+      // 4×4 transpose-add within each 128-bit lane: lane 4L + q = Σ of s[q]'s lane group L
+      const __m512i t01 =
+          _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+      const __m512i t23 =
+          _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+      __m512i isum =
+          _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+      const XBlockSum& xv = xs[static_cast<size_t>(b)];
+      if constexpr (F::kGemvOffset != 0) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(xv.corr));
+      const RowScales sc = gather_scales<F>(blk, offs);
+      acc = F::step(acc, isum, sc.d, sc.m, xv.d, xv.s);
+    }
+    _mm512_mask_storeu_ps(a.y + r0, row_mask(nr), acc);
+  }
+}
+
+// ---- GEMM ----
+
+struct WGroupBlock {  // 16 rows × one block, re-laid for vpdpbusd
+  __m512i q[8];       // lane r: row r's codes 4j..4j+3 (signed)
+  __m512i start;      // −128 · Σ code of row r
+  __m512 d, m;        // row r's scale (and min)
+};
+struct XBlockU {
+  uint8_t q[32];  // x + 128
+  float d, s;
+};
+
+template <class F>
+void prep_weights(const GemmArgs& a, int64_t n_groups, int64_t nb, WGroupBlock* out) {
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  alignas(64) std::array<int8_t, kG * kQK> t{};  // [row][element] signed codes
+  const __m512i lane_rows =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(kQK)));
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t gi = 0; gi < n_groups; ++gi) {
+    const int64_t r0 = gi * kG;
+    const __m512i offs = group_offsets(r0, a.n_w, a.w_stride);
+    alignas(64) std::array<int32_t, kG> ov;
+    _mm512_store_si512(ov.data(), offs);
+    const uint8_t* g = w + r0 * static_cast<int64_t>(a.w_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = g + b * kBlockBytes<F>;
+      for (int64_t l = 0; l < kG; ++l) {
+        const uint8_t* c = blk + ov[static_cast<size_t>(l)] + F::kCodes;
+        int8_t* row = t.data() + l * kQK;
+        if constexpr (F::kNibbles) {
+          for (int j = 0; j < 16; ++j) {
+            row[j] = F::signed_code(c[j] & 0x0F);
+            row[j + 16] = F::signed_code(c[j] >> 4);
+          }
+        } else {
+          std::memcpy(row, c, kQK);
+        }
+      }
+      WGroupBlock& o = out[gi * nb + b];
+      __m512i sum = _mm512_setzero_si512();
+      for (int j = 0; j < 8; ++j) {
+        o.q[j] = _mm512_i32gather_epi32(lane_rows, t.data() + 4 * j, 1);
+        sum = _mm512_dpbusd_epi32(sum, ones, o.q[j]);
+      }
+      o.start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+      const RowScales sc = gather_scales<F>(blk, offs);
+      o.d = sc.d;
+      o.m = sc.m;
+    }
+  }
+}
+
+// NG groups (16 rows each) × NX activation rows over every block.
+template <class F, int NG, int NX>
+void gemm_tile(int64_t nb, const WGroupBlock* wp, const XBlockU* xp, float* y, int64_t ys,
+               int64_t n_rows_left) {
+  __m512 acc[NG][NX];
+  for (int gi = 0; gi < NG; ++gi)
+    for (int j = 0; j < NX; ++j) acc[gi][j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m512i isum[NG][NX];
+    for (int gi = 0; gi < NG; ++gi)
+      for (int j = 0; j < NX; ++j) isum[gi][j] = wp[gi * nb + b].start;
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) {
+      __m512i wq[NG];
+      for (int gi = 0; gi < NG; ++gi) wq[gi] = wp[gi * nb + b].q[k];
+      for (int j = 0; j < NX; ++j) {
+        int32_t v;
+        std::memcpy(&v, xp[j * nb + b].q + 4 * k, 4);
+        const __m512i xv = _mm512_set1_epi32(v);
+        for (int gi = 0; gi < NG; ++gi) isum[gi][j] = _mm512_dpbusd_epi32(isum[gi][j], xv, wq[gi]);
+      }
+    }
+    for (int gi = 0; gi < NG; ++gi) {
+      const WGroupBlock& wb = wp[gi * nb + b];
+      for (int j = 0; j < NX; ++j) {
+        const XBlockU& xb = xp[j * nb + b];
+        acc[gi][j] = F::step(acc[gi][j], isum[gi][j], wb.d, wb.m, xb.d, xb.s);
+      }
+    }
+  }
+  for (int gi = 0; gi < NG; ++gi) {
+    const int64_t nr = std::min(kG, n_rows_left - gi * kG);
+    for (int j = 0; j < NX; ++j) {
+      _mm512_mask_storeu_ps(y + j * ys + gi * kG, row_mask(nr), acc[gi][j]);
+    }
+  }
+}
+
+using GemmTileFn = void (*)(int64_t, const WGroupBlock*, const XBlockU*, float*, int64_t, int64_t);
+constexpr int kMaxNG = 2;
+constexpr int kMaxNX = 4;
+template <class F>
+constexpr std::array<std::array<GemmTileFn, kMaxNX>, kMaxNG> kTiles = {{
+    {&gemm_tile<F, 1, 1>, &gemm_tile<F, 1, 2>, &gemm_tile<F, 1, 3>, &gemm_tile<F, 1, 4>},
+    {&gemm_tile<F, 2, 1>, &gemm_tile<F, 2, 2>, &gemm_tile<F, 2, 3>, &gemm_tile<F, 2, 4>},
+}};
+
+template <class F>
+void gemm_batch(const GemmArgs& a) {
+  using XB = typename F::XB;
+  const int64_t nb = a.k / kQK;
+  const int64_t n_groups = (a.n_w + kG - 1) / kG;
+  thread_local std::vector<WGroupBlock> wscratch;  // grown once, per thread
+  if (wscratch.size() < static_cast<size_t>(n_groups * nb)) {
+    wscratch.resize(static_cast<size_t>(n_groups * nb));
+  }
+  prep_weights<F>(a, n_groups, nb, wscratch.data());
+  thread_local std::vector<XBlockU> xscratch;
+  if (xscratch.size() < static_cast<size_t>(kMaxNX * nb)) {
+    xscratch.resize(static_cast<size_t>(kMaxNX * nb));
+  }
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += kMaxNX) {
+    const int64_t nx = std::min<int64_t>(kMaxNX, a.n_x - j0);
+    for (int64_t j = 0; j < nx; ++j) {
+      const auto* row = reinterpret_cast<const XB*>(x + (j0 + j) * a.x_stride);
+      for (int64_t b = 0; b < nb; ++b) {
+        XBlockU& o = xscratch[static_cast<size_t>(j * nb + b)];
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[b].qs));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q), _mm256_xor_si256(q, flip));
+        o.d = h2f(row[b].d);
+        o.s = x_sum_scale(row[b]);
+      }
+    }
+    for (int64_t gi = 0; gi < n_groups; gi += kMaxNG) {
+      const int64_t ng = std::min<int64_t>(kMaxNG, n_groups - gi);
+      kTiles<F>[static_cast<size_t>(ng - 1)][static_cast<size_t>(nx - 1)](
+          nb, wscratch.data() + gi * nb, xscratch.data(), a.y + j0 * a.y_stride + gi * kG,
+          a.y_stride, a.n_w - gi * kG);
+    }
+  }
+}
+
+template <class F>
+void gemm(const GemmArgs& a) {
+  if (a.n_x == 1) {
+    gemv<F>(a);
+  } else {
+    gemm_batch<F>(a);
+  }
+}
+
+template <class F>
+float vec_dot(int64_t n, const void* w, const void* x) {
+  float y = 0.0f;
+  gemv<F>(GemmArgs{.k = n,
+                   .w = w,
+                   .w_stride = 0,
+                   .n_w = 1,
+                   .x = x,
+                   .x_stride = 0,
+                   .n_x = 1,
+                   .y = &y,
+                   .y_stride = 1});
+  return y;
+}
+
+}  // namespace
+
+DotKernel avx512_rows_dot_kernel(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q4_0Rows>, gemm<Q4_0Rows>};
+    case DType::kQ4_1:
+      return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q4_1Rows>, gemm<Q4_1Rows>};
+    case DType::kQ8_0:
+      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q8_0Rows>, gemm<Q8_0Rows>};
+    default:
+      return {};
+  }
+}
+
+}  // namespace minfer::backend::cpu
