@@ -217,18 +217,47 @@ TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
   }
 }
 
-// The AVX-512 VNNI K-quant kernels keep exact integer super-block sums and the scalar
-// float expression: bitwise equal to the scalar and AVX2 twins. So do Q4_0, Q4_1 and
-// Q8_0 (one f32 lane per weight row, block after block: the scalar reference's
-// expression). The legacy types run
-// two blocks per zmm (16 float lanes with FMA per block pair) and meet the scalar twin
-// within kLegacySimdRel — float reassociation only, the cause named above.
-TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
+// The chunk forms of attention are the per-cell loops bit for bit, on every ISA: scores
+// are dot_f32 · scale per cell, the rows are axpy_f32 per cell in cell order.
+TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  for (int64_t hd : {8, 64, 67, 128}) {
+    for (int64_t n_cells : {1, 3, 4, 5, 9, 64}) {
+      const int64_t stride = hd + 5;
+      std::vector<float> q = random_floats(static_cast<size_t>(hd), 7);
+      std::vector<float> kv = random_floats(static_cast<size_t>(n_cells * stride), 8);
+      std::vector<float> p = random_floats(static_cast<size_t>(n_cells), 9, 0.0f, 1.0f);
+      std::vector<float> loop(static_cast<size_t>(n_cells)), s1 = loop, s2 = loop;
+      for (int64_t c = 0; c < n_cells; ++c) {
+        loop[static_cast<size_t>(c)] =
+            dot_f32_scalar(hd, q.data(), kv.data() + c * stride) * 0.125f;
+      }
+      attn_scores_f32_scalar(n_cells, hd, q.data(), kv.data(), stride, 0.125f, s1.data());
+      attn_scores_f32_avx2(n_cells, hd, q.data(), kv.data(), stride, 0.125f, s2.data());
+      EXPECT_EQ(0, std::memcmp(loop.data(), s1.data(), loop.size() * 4)) << hd << " " << n_cells;
+      EXPECT_EQ(0, std::memcmp(loop.data(), s2.data(), loop.size() * 4)) << hd << " " << n_cells;
+      std::vector<float> y0 = random_floats(static_cast<size_t>(hd), 10), y1 = y0, y2 = y0;
+      for (int64_t c = 0; c < n_cells; ++c) {
+        axpy_f32_scalar(hd, p[static_cast<size_t>(c)], kv.data() + c * stride, y0.data());
+      }
+      attn_axpy_rows_f32_scalar(n_cells, hd, p.data(), kv.data(), stride, y1.data());
+      attn_axpy_rows_f32_avx2(n_cells, hd, p.data(), kv.data(), stride, y2.data());
+      EXPECT_EQ(0, std::memcmp(y0.data(), y1.data(), y0.size() * 4)) << hd << " " << n_cells;
+      EXPECT_EQ(0, std::memcmp(y0.data(), y2.data(), y0.size() * 4)) << hd << " " << n_cells;
+    }
+  }
+}
+
+// Every AVX-512 VNNI kernel equals the scalar reference bit for bit: the K-quants keep
+// exact integer super-block sums in ggml's x86 lane order with the scalar float
+// expression (so the AVX2 twins too); Q4_0, Q4_1, Q5_0 and Q8_0 keep one f32 lane per
+// weight row, block after block, with the scalar reference's expression.
+TEST(VecDotSimd, EveryAvx512DotEqualsScalarTwin_bitwise) {
   if (!have_avx512()) GTEST_SKIP() << "CPU lacks AVX512F/BW/VL/VNNI";
   int n_checked = 0;
-  // k 1024: 32 legacy blocks (pairs only); k 1056 only for the legacy types: 33 blocks,
-  // the odd last block runs with an all-zero upper half.
-  for (int64_t k : {int64_t{1024}, int64_t{1056}})
+  // k 1024: 32 legacy blocks; k 1056 only for the legacy types: 33 blocks; k 16448: 514
+  // blocks, more than the GEMV's on-stack segment of 512.
+  for (int64_t k : {int64_t{1024}, int64_t{1056}, int64_t{16448}})
     for (DType t : kAllWeightTypes) {
       if (k % 256 != 0 && quant::traits(t)->block_size != 32) continue;
       DotKernel fast = avx512_dot_kernel(t);
@@ -247,21 +276,14 @@ TEST(VecDotSimd, EveryAvx512DotAgainstScalarTwin) {
         fast.from_f32(x.data(), xa.data(), k);
         const float a = fast.vec_dot(k, wb.data(), xa.data());
         const float r = ref.vec_dot(k, wb.data(), xa.data());
-        if (t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ8_0) {  // one lane per row
-          ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r)) << a << " vs " << r << " seed " << seed;
-        } else if (t == DType::kQ4_K || t == DType::kQ6_K) {  // one lane order on every ISA
+        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r)) << a << " vs " << r << " seed " << seed;
+        if (t == DType::kQ4_K || t == DType::kQ6_K) {  // one lane order on every ISA
           const float b = twin.vec_dot(k, wb.data(), xa.data());
           ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
-          ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r));
-        } else {
-          std::vector<float> wd = decode(t, wb, static_cast<size_t>(k));
-          double mag = 0.0;
-          for (int64_t i = 0; i < k; ++i) mag += std::fabs(double{wd[i]} * x[i]);
-          ASSERT_LE(std::fabs(double{a} - r), kLegacySimdRel * mag) << "seed " << seed;
         }
       }
     }
-  EXPECT_EQ(n_checked, 6 + 4);  // Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K, then the legacy four
+  EXPECT_EQ(n_checked, 6 + 4 + 4);  // Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K, the legacy four twice
 }
 
 // The register-blocked GEMM of every SIMD table equals its vec_dot element by element,

@@ -60,6 +60,8 @@ IsaKernels scalar_kernels() {
   return IsaKernels{.dot_kernel = scalar_dot_kernel,
                     .dot_f32 = dot_f32_scalar,
                     .axpy_f32 = axpy_f32_scalar,
+                    .attn_scores_f32 = attn_scores_f32_scalar,
+                    .attn_axpy_rows_f32 = attn_axpy_rows_f32_scalar,
                     .f16_to_f32 = f16_to_f32_scalar,
                     .silu_poly = silu_poly_scalar};
 }
@@ -89,6 +91,8 @@ IsaKernels llamacpp_kernels() {
   return IsaKernels{.dot_kernel = llamacpp_or_avx2,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
+                    .attn_scores_f32 = attn_scores_f32_avx2,
+                    .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx2,
                     .f16_to_f32 = f16_to_f32_avx2,
                     .silu_poly = silu_poly_avx2};
 }
@@ -97,6 +101,8 @@ IsaKernels avx512_kernels() {
   return IsaKernels{.dot_kernel = avx512_or_avx2,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
+                    .attn_scores_f32 = attn_scores_f32_avx2,
+                    .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx2,
                     .f16_to_f32 = f16_to_f32_avx2,
                     .silu_poly = silu_poly_avx2};
 }
@@ -105,6 +111,8 @@ IsaKernels avx2_kernels() {
   return IsaKernels{.dot_kernel = avx2_or_scalar,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
+                    .attn_scores_f32 = attn_scores_f32_avx2,
+                    .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx2,
                     .f16_to_f32 = f16_to_f32_avx2,
                     .silu_poly = silu_poly_avx2};
 }

@@ -22,6 +22,11 @@ struct IsaKernels {
   DotKernel (*dot_kernel)(DType weight_type) = nullptr;  // mul_mat table
   float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;
   void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
+  // attention over a chunk of f32 cells (vec_dot.h): bitwise loops of dot_f32 / axpy_f32
+  void (*attn_scores_f32)(int64_t n_cells, int64_t hd, const float* q, const float* k,
+                          int64_t k_stride, float scale, float* out) = nullptr;
+  void (*attn_axpy_rows_f32)(int64_t n_cells, int64_t n, const float* p, const float* v,
+                             int64_t v_stride, float* y) = nullptr;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening
   void (*silu_poly)(int64_t n, const float* x, const float* up, float* y) = nullptr;
 };

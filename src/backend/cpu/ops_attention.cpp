@@ -144,6 +144,8 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           return buf;
         }
       };
+      constexpr bool kF32Cells =
+          std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>, float>;
       float s[kChunk];
       for (int64_t item = lo; item < hi; ++item) {
         const int64_t t = item / n_head;
@@ -159,10 +161,16 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           for (int64_t c0 = first; c0 < end;) {
             const int64_t c1 = std::min(end, (c0 / kChunk + 1) * kChunk);
             float mc = -INFINITY;
-            for (int64_t cell = c0; cell < c1; ++cell) {
-              const float v = k.dot_f32(hd, qr, row(kc, cell * row_k + kvh * hd, hd, kbuf)) * scale;
-              s[cell - c0] = v;
-              mc = std::fmax(mc, v);
+            if constexpr (kF32Cells) {  // the chunk in one call: bitwise the per-cell loop
+              k.attn_scores_f32(c1 - c0, hd, qr, kc + c0 * row_k + kvh * hd, row_k, scale, s);
+              for (int64_t cell = c0; cell < c1; ++cell) mc = std::fmax(mc, s[cell - c0]);
+            } else {
+              for (int64_t cell = c0; cell < c1; ++cell) {
+                const float v =
+                    k.dot_f32(hd, qr, row(kc, cell * row_k + kvh * hd, hd, kbuf)) * scale;
+                s[cell - c0] = v;
+                mc = std::fmax(mc, v);
+              }
             }
             if (mc > m) {
               const float f = std::exp(m - mc);  // m = −inf on the first chunk: f = 0
@@ -170,10 +178,18 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
               l *= f;
               m = mc;
             }
-            for (int64_t cell = c0; cell < c1; ++cell) {
-              const float p = std::exp(s[cell - c0] - m);
-              l += p;
-              k.axpy_f32(hd_v, p, row(vc, cell * row_v + kvh * hd_v, hd_v, vbuf), acc);
+            if constexpr (kF32Cells) {  // weights first, then the rows in cell order
+              for (int64_t cell = c0; cell < c1; ++cell) {
+                s[cell - c0] = std::exp(s[cell - c0] - m);
+                l += s[cell - c0];
+              }
+              k.attn_axpy_rows_f32(c1 - c0, hd_v, s, vc + c0 * row_v + kvh * hd_v, row_v, acc);
+            } else {
+              for (int64_t cell = c0; cell < c1; ++cell) {
+                const float p = std::exp(s[cell - c0] - m);
+                l += p;
+                k.axpy_f32(hd_v, p, row(vc, cell * row_v + kvh * hd_v, hd_v, vbuf), acc);
+              }
             }
             c0 = c1;
           }

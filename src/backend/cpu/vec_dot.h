@@ -91,6 +91,19 @@ float dot_f32_avx2(int64_t n, const float* a, const float* b);
 void axpy_f32_scalar(int64_t n, float a, const float* x, float* y);
 void axpy_f32_avx2(int64_t n, float a, const float* x, float* y);
 
+// Attention over a chunk of f32 cells, each bitwise a loop of the per-cell forms above:
+// scores: out[c] = dot_f32(hd, q, k + c · k_stride) · scale for c < n_cells;
+// axpy rows: for c < n_cells in order, y += p[c] · v_c (v_c = v + c · v_stride).
+// The SIMD forms keep several cells' dots in flight and y in registers across cells.
+void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const float* k,
+                            int64_t k_stride, float scale, float* out);
+void attn_scores_f32_avx2(int64_t n_cells, int64_t hd, const float* q, const float* k,
+                          int64_t k_stride, float scale, float* out);
+void attn_axpy_rows_f32_scalar(int64_t n_cells, int64_t n, const float* p, const float* v,
+                               int64_t v_stride, float* y);
+void attn_axpy_rows_f32_avx2(int64_t n_cells, int64_t n, const float* p, const float* v,
+                             int64_t v_stride, float* y);
+
 // llama.cpp's f16 dot orders (its AVX-512 build), each bit-exact:
 //  vec:   ggml_vec_dot_f16 — 4 × 16 f32 lanes fused-multiply-added over 64-element steps,
 //         lanes folded (0+2, 1+3, 0+1), reduced 8/4/2/1 as _mm512_reduce_add_ps, tail

@@ -187,6 +187,60 @@ void axpy_f32_avx2(int64_t n, float a, const float* x, float* y) {
   for (; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
+void attn_scores_f32_avx2(int64_t n_cells, int64_t hd, const float* q, const float* k,
+                          int64_t k_stride, float scale, float* out) {
+  const int64_t body = hd / 8 * 8;
+  int64_t c = 0;
+  for (; c + 4 <= n_cells; c += 4) {  // four cells in flight, each dot_f32_avx2's order
+    const float* k0 = k + c * k_stride;
+    const float* k1 = k0 + k_stride;
+    const float* k2 = k1 + k_stride;
+    const float* k3 = k2 + k_stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < body; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + i);
+      a0 = _mm256_add_ps(a0, _mm256_mul_ps(qv, _mm256_loadu_ps(k0 + i)));
+      a1 = _mm256_add_ps(a1, _mm256_mul_ps(qv, _mm256_loadu_ps(k1 + i)));
+      a2 = _mm256_add_ps(a2, _mm256_mul_ps(qv, _mm256_loadu_ps(k2 + i)));
+      a3 = _mm256_add_ps(a3, _mm256_mul_ps(qv, _mm256_loadu_ps(k3 + i)));
+    }
+    float s0 = hsum_f32x8(a0), s1 = hsum_f32x8(a1), s2 = hsum_f32x8(a2), s3 = hsum_f32x8(a3);
+    for (int64_t i = body; i < hd; ++i) {
+      s0 += q[i] * k0[i];
+      s1 += q[i] * k1[i];
+      s2 += q[i] * k2[i];
+      s3 += q[i] * k3[i];
+    }
+    out[c] = s0 * scale;
+    out[c + 1] = s1 * scale;
+    out[c + 2] = s2 * scale;
+    out[c + 3] = s3 * scale;
+  }
+  for (; c < n_cells; ++c) out[c] = dot_f32_avx2(hd, q, k + c * k_stride) * scale;
+}
+
+void attn_axpy_rows_f32_avx2(int64_t n_cells, int64_t n, const float* p, const float* v,
+                             int64_t v_stride, float* y) {
+  constexpr int64_t kRegs = 8;  // 64 elements of y stay in registers across the cells
+  int64_t i0 = 0;
+  for (; i0 + 8 * kRegs <= n; i0 += 8 * kRegs) {
+    __m256 acc[kRegs];
+    for (int r = 0; r < kRegs; ++r) acc[r] = _mm256_loadu_ps(y + i0 + 8 * r);
+    for (int64_t c = 0; c < n_cells; ++c) {
+      const __m256 pc = _mm256_set1_ps(p[c]);
+      const float* vc = v + c * v_stride + i0;
+      for (int r = 0; r < kRegs; ++r) {
+        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(pc, _mm256_loadu_ps(vc + 8 * r)));
+      }
+    }
+    for (int r = 0; r < kRegs; ++r) _mm256_storeu_ps(y + i0 + 8 * r, acc[r]);
+  }
+  if (i0 < n) {  // the rest: per cell, as axpy_f32_avx2 (same per-element expression)
+    for (int64_t c = 0; c < n_cells; ++c)
+      axpy_f32_avx2(n - i0, p[c], v + c * v_stride + i0, y + i0);
+  }
+}
+
 namespace {
 
 // One block of 32: codes rounded half-to-even from x · (127 / amax), d = amax / 127,

@@ -1,16 +1,13 @@
 // Stage 12 (kernels): AVX-512 VNNI (256-bit EVEX forms: AVX512VL + AVX512_VNNI + BW,
-// with F16C and FMA) dot products and their register-blocked GEMM, for Q5_0, Q4_K and
-// Q6_K weights (Q4_0, Q4_1 and Q8_0: vec_dot_avx512_rows.cpp, one f32 lane per row).
-// These files alone are compiled with those flags; callers reach them only after cpuid
-// said yes, once, at startup. Q5_0 runs two blocks per
-// zmm (see PairFmt) and meets the scalar reference within the legacy SIMD tolerance; the
+// with F16C and FMA) dot products and their register-blocked GEMM for Q4_K and Q6_K
+// weights, and the AVX-512 table (Q4_0, Q4_1, Q5_0 and Q8_0 come from
+// vec_dot_avx512_rows.cpp, one f32 lane per weight row). These files alone are compiled
+// with those flags; callers reach them only after cpuid said yes, once, at startup. The
 // K-quants keep ggml's x86 lane order (see Q4_KFmt), so they equal the scalar (and AVX2)
-// twins bit for bit. The speed comes from vpdpbusd (one instruction for u8·s8 → int32,
-// with the code offsets folded into its accumulator), hardware fp16 scale conversion, and
-// register blocking: gemm computes an NW × NX tile of outputs per pass over the blocks,
-// each output with its own accumulator and exactly vec_dot's operations in vec_dot's
-// order (invariant 8: prefill GEMM == decode GEMV, bitwise); NW weight rows per
-// activation row give the decode GEMV independent FMA chains.
+// twins bit for bit. Register blocking: gemm computes an NW × NX tile of outputs per
+// pass over the super-blocks, each output with its own accumulator and exactly vec_dot's
+// operations in vec_dot's order (invariant 8: prefill GEMM == decode GEMV, bitwise); NW
+// weight rows per activation row give the decode GEMV independent FMA chains.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -28,11 +25,8 @@ namespace minfer::backend::cpu {
 namespace {
 
 using quant::BlockQ4_K;
-using quant::BlockQ5_0;
 using quant::BlockQ6_K;
-using quant::BlockQ8_0;
 using quant::BlockQ8_K;
-using quant::kQK;
 using quant::kQKK;
 
 inline float h2f(quant::Half h) {
@@ -62,100 +56,6 @@ inline __m256i unpack_nibbles(const uint8_t* p) {
 inline __m256i dp_us8(__m256i u, __m256i s) {
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 }
-
-// ---- per-format policies: prep_w / prep_x once per block, step per (w, x) pair ----
-// Legacy formats (32-element blocks): two consecutive blocks per 512-bit register —
-// block 2p in int32/float lanes 0-7, block 2p+1 in lanes 8-15 — so one vpdpbusd does
-// 64 multiply-adds. Per block the int32 lane sums are exact (any method gives the same
-// integers); the float part is fixed: lane += (d_w · d_x) · float(lane sum) with FMA,
-// 16 lanes, then lanes i and i+8 added and the 8-lane tree. An odd last block runs
-// with an all-zero upper half. The code offset (Q5_0: −16) is folded into the
-// accumulator vpdpbusd starts from: −k·Σx, computed per activation block once and
-// shared by every weight row of a tile.
-
-// Masked loads, broadcasts and blends build the 512-bit operands from 256-bit halves
-// (AVX512F + BW only: no DQ inserts/extracts).
-inline __m512i load2x256(const int8_t* p0, const int8_t* p1) {
-  // lanes 4-7 load p1[0..31] (address p1 − 32 + 32); masked-off lanes never fault
-  return _mm512_mask_loadu_epi64(_mm512_maskz_loadu_epi64(0x0F, p0), 0xF0, p1 - 32);
-}
-// Two blocks' 16 packed bytes → 64 bytes: block 0 elements 0-31, then block 1's.
-inline __m512i unpack_nibbles2(const uint8_t* p0, const uint8_t* p1) {
-  const __m256i t = _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)),
-                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(p0)));
-  const __m512i tt = _mm512_broadcast_i64x4(t);
-  // 128-bit lanes [b0 lo, b1 lo, b0 hi, b1 hi] → [b0 lo, b0 hi, b1 lo, b1 hi]
-  const __m512i z = _mm512_mask_srli_epi16(tt, 0xFFFF0000u, tt, 4);
-  return _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)),
-                          _mm512_set1_epi8(0x0F));
-}
-inline __m512 splat2(float a, float b) {
-  return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b));
-}
-inline float hsum_f32x16(__m512 v) {
-  const __m512 hi = _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(3, 2, 3, 2));
-  return hsum_f32x8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_castps512_ps256(hi)));
-}
-// −k · Σ x over each group of 4 bytes (int32 lanes), the start of the pair's vpdpbusd.
-inline __m512i neg_k_sum(int8_t k, __m512i x) {
-  return _mm512_sub_epi32(_mm512_setzero_si512(),
-                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(k), x));
-}
-
-// The pair machinery (Q5_0). Codes::load2(b0, b1) → u8 codes (64 bytes) and
-// Codes::kOffset; X is Q8_0 codes.
-template <class WBlock, class XBlock, class Codes>
-struct PairFmt {
-  using WB = WBlock;
-  using XB = XBlock;
-  static constexpr int64_t kElems = kQK;  // per block
-  static constexpr int64_t kStep = 2;     // blocks per step
-  static constexpr int kTileX = 3;        // 12 accumulators + operands fit 32 zmm
-  struct Acc {
-    __m512 v;
-  };
-  struct WP {
-    __m512i q;  // u8 codes, offset Codes::kOffset
-    __m512 d;
-  };
-  struct XP {
-    __m512i q;
-    __m512i start;  // −offset · Σx per lane
-    __m512 d;
-  };
-  static void init(Acc& a) { a.v = _mm512_setzero_ps(); }
-  static WP prep(const WB* b, bool two) {
-    WP p;
-    p.q = Codes::load2(b[0], two ? b[1] : b[0], two);
-    p.d = splat2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
-    return p;
-  }
-  static XP prepx(const XB* b, bool two) {
-    XP p;
-    p.q = two ? load2x256(b[0].qs, b[1].qs) : _mm512_maskz_loadu_epi64(0x0F, b[0].qs);
-    p.start = neg_k_sum(static_cast<int8_t>(Codes::kOffset), p.q);
-    p.d = splat2(h2f(b[0].d), two ? h2f(b[1].d) : 0.0f);
-    return p;
-  }
-  static void step(Acc& a, const WP& w, const XP& x) {
-    const __m512i s = _mm512_dpbusd_epi32(x.start, w.q, x.q);
-    a.v = _mm512_fmadd_ps(_mm512_mul_ps(w.d, x.d), _mm512_cvtepi32_ps(s), a.v);
-  }
-  static float finish(const Acc& a) { return hsum_f32x16(a.v); }
-};
-
-struct Q5Codes {  // Q5_0: bit 4 of element j is bit j of qh (a byte mask)
-  static constexpr int kOffset = 16;
-  static __m512i load2(const BlockQ5_0& b0, const BlockQ5_0& b1, bool) {
-    uint32_t h0, h1;
-    std::memcpy(&h0, b0.qh, 4);
-    std::memcpy(&h1, b1.qh, 4);
-    const __mmask64 m = static_cast<__mmask64>(h0) | (static_cast<__mmask64>(h1) << 32);
-    return _mm512_or_si512(unpack_nibbles2(b0.qs, b1.qs),
-                           _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10)));
-  }
-};
-using Q5_0Fmt = PairFmt<BlockQ5_0, BlockQ8_0, Q5Codes>;
 
 // Q4_K and Q6_K: ggml's x86 lane order, as the AVX2 and scalar twins (bit-identical
 // with them): per super-block 8 exact integer lanes, scaled into 8 f32 lanes by one
@@ -414,10 +314,9 @@ DotKernel avx512_dot_kernel(DType t) {
   switch (t) {
     case DType::kQ4_0:  // one f32 lane per weight row (vec_dot_avx512_rows.cpp)
     case DType::kQ4_1:
+    case DType::kQ5_0:
     case DType::kQ8_0:
       return avx512_rows_dot_kernel(t);
-    case DType::kQ5_0:
-      return kernel<Q5_0Fmt>(from_f32_q8_0_avx2);
     case DType::kQ4_K:
       return kernel<Q4_KFmt>(from_f32_q8_k);
     case DType::kQ6_K:

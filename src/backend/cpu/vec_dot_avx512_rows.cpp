@@ -1,4 +1,4 @@
-// Stage 12 (kernels): AVX-512 VNNI Q4_0 / Q4_1 / Q8_0 with one f32 lane per weight row.
+// Stage 12 (kernels): AVX-512 VNNI Q4_0 / Q4_1 / Q5_0 / Q8_0, one f32 lane per weight row.
 // The pair-of-blocks kernels (vec_dot_avx512.cpp) spend three float operations per 64
 // multiply-adds, because every output owns a whole zmm of partial lanes. Here 16 weight
 // rows share one zmm: each row's exact integer block sum lands in its own lane, and the
@@ -6,8 +6,9 @@
 // added to the row's accumulator block after block — costs three to five operations
 // per 16 rows. So these kernels equal the scalar reference bit for bit on every row.
 //  GEMV (one activation row, decode): weights read in place; four rows per zmm (16 code
-//   bytes each in the four 128-bit lanes: the low and high nibbles, or the two halves of
-//   a Q8_0 block), dotted against the activation's matching 16 bytes broadcast per lane,
+//   bytes each in the four 128-bit lanes: the low and high nibbles — Q5_0's fifth bits
+//   added under a byte mask tested out of its qh — or the two halves of a Q8_0 block),
+//   dotted against the activation's matching 16 bytes broadcast per lane,
 //   then a 4×4 transpose-add puts row r's sum in lane r; the 16 row scales (and mins)
 //   come in one gather. The next group's bytes are prefetched a slice per block (decode
 //   streams every weight once).
@@ -32,6 +33,7 @@ namespace {
 
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
+using quant::BlockQ5_0;
 using quant::BlockQ8_0;
 using quant::kQK;
 
@@ -52,12 +54,23 @@ inline int32_t sum_q8(const int8_t* q) {  // Σ of 32 signed bytes, exact
   return static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
 }
 
+// 16 packed bytes → 32 codes in element order: low nibbles, then high nibbles.
+inline __m256i nibbles32(const uint8_t* p) {
+  const __m128i c = load128(p);
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(c, 4), c), _mm256_set1_epi8(0x0F));
+}
+inline void store32(int8_t* q, __m256i v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), v);
+}
+
 // ---- per-format policies ----
 // kCodes: offset of the code bytes in a weight block. Nibbles: 16 bytes, element j in
 // the low nibble of byte j, j + 16 in the high one; else 32 signed bytes (Q8_0).
 // kGemvOffset: the GEMV dots the codes as unsigned bytes w + kGemvOffset (Q8_0 flips
 // the sign bit), so the activation side subtracts kGemvOffset·Σx per block.
-// signed_code: a code as the GEMM's signed byte (the value the scalar dot multiplies).
+// kHighBit: Q5_0's bit 4 of element j is bit j of the block's qh.
+// decode: the block's 32 codes as the GEMM's signed bytes (what the scalar dot
+// multiplies), element order.
 // step: the scalar reference's float expression, one lane per row.
 
 struct Q4_0Rows {
@@ -65,9 +78,12 @@ struct Q4_0Rows {
   using XB = BlockQ8_0;
   static constexpr int64_t kCodes = 2;
   static constexpr bool kNibbles = true;
+  static constexpr bool kHighBit = false;
   static constexpr bool kHasMin = false;
   static constexpr int32_t kGemvOffset = 8;
-  static int8_t signed_code(uint8_t nibble) { return static_cast<int8_t>(nibble - 8); }
+  static void decode(const WB& b, int8_t* q) {
+    store32(q, _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8)));
+  }
   // sumf += float(sumi) · d_w · d_x
   static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512, float dx, float) {
     const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), dw);
@@ -80,9 +96,10 @@ struct Q4_1Rows {
   using XB = BlockQ8_1;
   static constexpr int64_t kCodes = 4;
   static constexpr bool kNibbles = true;
+  static constexpr bool kHighBit = false;
   static constexpr bool kHasMin = true;
   static constexpr int32_t kGemvOffset = 0;
-  static int8_t signed_code(uint8_t nibble) { return static_cast<int8_t>(nibble); }
+  static void decode(const WB& b, int8_t* q) { store32(q, nibbles32(b.qs)); }
   // sumf += (d_w · d_x) · float(sumi) + m_w · s_x
   static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512 mw, float dx, float sx) {
     const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum));
@@ -95,11 +112,36 @@ struct Q8_0Rows {
   using XB = BlockQ8_0;
   static constexpr int64_t kCodes = 2;
   static constexpr bool kNibbles = false;
+  static constexpr bool kHighBit = false;
   static constexpr bool kHasMin = false;
   static constexpr int32_t kGemvOffset = 128;
+  static void decode(const WB& b, int8_t* q) { std::memcpy(q, b.qs, kQK); }
   // sumf += float(sumi) · (d_w · d_x)
   static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512, float dx, float) {
     const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)));
+    return _mm512_add_ps(acc, t);
+  }
+};
+
+struct Q5_0Rows {
+  using WB = BlockQ5_0;
+  using XB = BlockQ8_0;
+  static constexpr int64_t kCodes = 6;
+  static constexpr int64_t kHighBits = 2;  // offset of qh
+  static constexpr bool kNibbles = true;
+  static constexpr bool kHighBit = true;
+  static constexpr bool kHasMin = false;
+  static constexpr int32_t kGemvOffset = 16;
+  static void decode(const WB& b, int8_t* q) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const __m256i u = nibbles32(b.qs);  // bit j of qh: element j's bit 4
+    const __m256i v = _mm256_mask_add_epi8(u, static_cast<__mmask32>(qh), u, _mm256_set1_epi8(16));
+    store32(q, _mm256_sub_epi8(v, _mm256_set1_epi8(16)));
+  }
+  // sumf += (d_w · d_x) · float(sumi)
+  static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512, float dx, float) {
+    const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum));
     return _mm512_add_ps(acc, t);
   }
 };
@@ -155,70 +197,102 @@ void gemv(const GemmArgs& a) {
   using XB = typename F::XB;
   const int64_t nb = a.k / kQK;
   const auto* xb = static_cast<const XB*>(a.x);
-  thread_local std::vector<XBlockSum> xs;  // grown once, per thread
-  if (xs.size() < static_cast<size_t>(nb)) xs.resize(static_cast<size_t>(nb));
-  for (int64_t b = 0; b < nb; ++b) {
-    xs[static_cast<size_t>(b)] = {F::kGemvOffset == 0 ? 0 : -F::kGemvOffset * sum_q8(xb[b].qs),
-                                  h2f(xb[b].d), x_sum_scale(xb[b])};
-  }
   const auto* w = static_cast<const uint8_t*>(a.w);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  // Q5_0 high bits: dword lanes of the 4 rows of quad q, the qh byte of each element,
+  // and the bit within it
+  const __m512i quad_idx[4] = {
+      _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12),
+      _mm512_setr_epi32(1, 1, 1, 1, 5, 5, 5, 5, 9, 9, 9, 9, 13, 13, 13, 13),
+      _mm512_setr_epi32(2, 2, 2, 2, 6, 6, 6, 6, 10, 10, 10, 10, 14, 14, 14, 14),
+      _mm512_setr_epi32(3, 3, 3, 3, 7, 7, 7, 7, 11, 11, 11, 11, 15, 15, 15, 15)};
+  const __m512i sel_lo =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+  const __m512i sel_hi =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m512i bit = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128));
   const int64_t group_bytes = kG * static_cast<int64_t>(a.w_stride);
   // the next group's bytes, a slice per block (whole cache lines, rounded up)
   const int64_t pf_slice = ((group_bytes + nb - 1) / nb + 63) / 64 * 64;
-  for (int64_t r0 = 0; r0 < a.n_w; r0 += kG) {
-    const int64_t nr = std::min(kG, a.n_w - r0);
-    const __m512i offs = group_offsets(r0, a.n_w, a.w_stride);
-    alignas(64) std::array<int32_t, kG> ov;
-    _mm512_store_si512(ov.data(), offs);
-    const uint8_t* g = w + r0 * static_cast<int64_t>(a.w_stride);
-    const uint8_t* next = g + group_bytes;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      for (int64_t p = b * pf_slice; p < (b + 1) * pf_slice && p < group_bytes; p += 64) {
-        __builtin_prefetch(next + p, 0, 3);
-      }
-      const uint8_t* blk = g + b * kBlockBytes<F>;
-      const __m512i xlo = _mm512_broadcast_i32x4(load128(xb[b].qs));
-      const __m512i xhi = _mm512_broadcast_i32x4(load128(xb[b].qs + 16));
-      // s[q]: 128-bit lane L holds row 4L + q's four partial sums
-      __m512i s[4];
-      for (int q = 0; q < 4; ++q) {
-        const uint8_t* c0 = blk + F::kCodes + ov[static_cast<size_t>(q)];
-        const uint8_t* c1 = blk + F::kCodes + ov[static_cast<size_t>(4 + q)];
-        const uint8_t* c2 = blk + F::kCodes + ov[static_cast<size_t>(8 + q)];
-        const uint8_t* c3 = blk + F::kCodes + ov[static_cast<size_t>(12 + q)];
-        auto four = [&](int64_t o) {
-          __m512i z = _mm512_castsi128_si512(load128(c0 + o));
-          z = _mm512_inserti32x4(z, load128(c1 + o), 1);
-          z = _mm512_inserti32x4(z, load128(c2 + o), 2);
-          return _mm512_inserti32x4(z, load128(c3 + o), 3);
-        };
-        __m512i lo, hi;
-        if constexpr (F::kNibbles) {
-          const __m512i z = four(0);
-          lo = _mm512_and_si512(z, m4);
-          hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-        } else {
-          lo = _mm512_xor_si512(four(0), flip);
-          hi = _mm512_xor_si512(four(16), flip);
-        }
-        s[q] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
-      }
-      // 4×4 transpose-add within each 128-bit lane: lane 4L + q = Σ of s[q]'s lane group L
-      const __m512i t01 =
-          _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-      const __m512i t23 =
-          _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-      __m512i isum =
-          _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
-      const XBlockSum& xv = xs[static_cast<size_t>(b)];
-      if constexpr (F::kGemvOffset != 0) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(xv.corr));
-      const RowScales sc = gather_scales<F>(blk, offs);
-      acc = F::step(acc, isum, sc.d, sc.m, xv.d, xv.s);
+  // The activation's per-block sums, a segment of blocks at a time on the stack (the
+  // decode step allocates nothing); a row's accumulator crosses segments through y
+  // (an exact f32 store and load), so the float operations are the same.
+  constexpr int64_t kSeg = 512;
+  std::array<XBlockSum, kSeg> xs;
+  for (int64_t s0 = 0; s0 < nb; s0 += kSeg) {
+    const int64_t s1 = std::min(nb, s0 + kSeg);
+    for (int64_t b = s0; b < s1; ++b) {
+      xs[static_cast<size_t>(b - s0)] = {
+          F::kGemvOffset == 0 ? 0 : -F::kGemvOffset * sum_q8(xb[b].qs), h2f(xb[b].d),
+          x_sum_scale(xb[b])};
     }
-    _mm512_mask_storeu_ps(a.y + r0, row_mask(nr), acc);
+    for (int64_t r0 = 0; r0 < a.n_w; r0 += kG) {
+      const int64_t nr = std::min(kG, a.n_w - r0);
+      const __m512i offs = group_offsets(r0, a.n_w, a.w_stride);
+      alignas(64) std::array<int32_t, kG> ov;
+      _mm512_store_si512(ov.data(), offs);
+      const uint8_t* g = w + r0 * static_cast<int64_t>(a.w_stride);
+      const uint8_t* next = g + group_bytes;
+      __m512 acc = s0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(row_mask(nr), a.y + r0);
+      for (int64_t b = s0; b < s1; ++b) {
+        for (int64_t p = b * pf_slice; p < (b + 1) * pf_slice && p < group_bytes; p += 64) {
+          __builtin_prefetch(next + p, 0, 3);
+        }
+        const uint8_t* blk = g + b * kBlockBytes<F>;
+        const __m512i xlo = _mm512_broadcast_i32x4(load128(xb[b].qs));
+        const __m512i xhi = _mm512_broadcast_i32x4(load128(xb[b].qs + 16));
+        // s[q]: 128-bit lane L holds row 4L + q's four partial sums
+        [[maybe_unused]] __m512i qh = _mm512_setzero_si512();
+        if constexpr (F::kHighBit) qh = _mm512_i32gather_epi32(offs, blk + F::kHighBits, 1);
+        __m512i s[4];
+        for (int q = 0; q < 4; ++q) {
+          const uint8_t* c0 = blk + F::kCodes + ov[static_cast<size_t>(q)];
+          const uint8_t* c1 = blk + F::kCodes + ov[static_cast<size_t>(4 + q)];
+          const uint8_t* c2 = blk + F::kCodes + ov[static_cast<size_t>(8 + q)];
+          const uint8_t* c3 = blk + F::kCodes + ov[static_cast<size_t>(12 + q)];
+          auto four = [&](int64_t o) {
+            __m512i z = _mm512_castsi128_si512(load128(c0 + o));
+            z = _mm512_inserti32x4(z, load128(c1 + o), 1);
+            z = _mm512_inserti32x4(z, load128(c2 + o), 2);
+            return _mm512_inserti32x4(z, load128(c3 + o), 3);
+          };
+          __m512i lo, hi;
+          if constexpr (F::kNibbles) {
+            const __m512i z = four(0);
+            lo = _mm512_and_si512(z, m4);
+            hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+            if constexpr (F::kHighBit) {
+              // lane group L: row 4L + q's qh; byte j tests bit j (lo) or 16 + j (hi)
+              const __m512i h = _mm512_permutexvar_epi32(quad_idx[q], qh);
+              const __m512i sixteen = _mm512_set1_epi8(16);
+              lo = _mm512_mask_add_epi8(
+                  lo, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, sel_lo), bit), lo, sixteen);
+              hi = _mm512_mask_add_epi8(
+                  hi, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, sel_hi), bit), hi, sixteen);
+            }
+          } else {
+            lo = _mm512_xor_si512(four(0), flip);
+            hi = _mm512_xor_si512(four(16), flip);
+          }
+          s[q] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
+        }
+        // 4×4 transpose-add within each 128-bit lane: lane 4L + q = Σ of s[q]'s lane group L
+        const __m512i t01 =
+            _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
+        const __m512i t23 =
+            _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
+        __m512i isum =
+            _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+        const XBlockSum& xv = xs[static_cast<size_t>(b - s0)];
+        if constexpr (F::kGemvOffset != 0)
+          isum = _mm512_add_epi32(isum, _mm512_set1_epi32(xv.corr));
+        const RowScales sc = gather_scales<F>(blk, offs);
+        acc = F::step(acc, isum, sc.d, sc.m, xv.d, xv.s);
+      }
+      _mm512_mask_storeu_ps(a.y + r0, row_mask(nr), acc);
+    }
   }
 }
 
@@ -251,16 +325,8 @@ void prep_weights(const GemmArgs& a, int64_t n_groups, int64_t nb, WGroupBlock* 
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = g + b * kBlockBytes<F>;
       for (int64_t l = 0; l < kG; ++l) {
-        const uint8_t* c = blk + ov[static_cast<size_t>(l)] + F::kCodes;
-        int8_t* row = t.data() + l * kQK;
-        if constexpr (F::kNibbles) {
-          for (int j = 0; j < 16; ++j) {
-            row[j] = F::signed_code(c[j] & 0x0F);
-            row[j + 16] = F::signed_code(c[j] >> 4);
-          }
-        } else {
-          std::memcpy(row, c, kQK);
-        }
+        F::decode(*reinterpret_cast<const typename F::WB*>(blk + ov[static_cast<size_t>(l)]),
+                  t.data() + l * kQK);
       }
       WGroupBlock& o = out[gi * nb + b];
       __m512i sum = _mm512_setzero_si512();
@@ -392,6 +458,8 @@ DotKernel avx512_rows_dot_kernel(DType t) {
       return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q4_0Rows>, gemm<Q4_0Rows>};
     case DType::kQ4_1:
       return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q4_1Rows>, gemm<Q4_1Rows>};
+    case DType::kQ5_0:
+      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q5_0Rows>, gemm<Q5_0Rows>};
     case DType::kQ8_0:
       return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q8_0Rows>, gemm<Q8_0Rows>};
     default:

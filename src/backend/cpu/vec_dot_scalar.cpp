@@ -254,6 +254,16 @@ void axpy_f32_scalar(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
+void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const float* k,
+                            int64_t k_stride, float scale, float* out) {
+  for (int64_t c = 0; c < n_cells; ++c) out[c] = dot_f32_scalar(hd, q, k + c * k_stride) * scale;
+}
+
+void attn_axpy_rows_f32_scalar(int64_t n_cells, int64_t n, const float* p, const float* v,
+                               int64_t v_stride, float* y) {
+  for (int64_t c = 0; c < n_cells; ++c) axpy_f32_scalar(n, p[c], v + c * v_stride, y);
+}
+
 DotKernel scalar_dot_kernel(DType t) {
   switch (t) {
     case DType::kF32:
