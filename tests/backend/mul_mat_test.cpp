@@ -172,12 +172,14 @@ constexpr double kLegacySimdRel = 1e-5;
 TEST(VecDotSimd, EveryAvx2DotAgainstScalarTwin) {
   if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   const int64_t k = 1024;
+  int n_k_quants = 0;
   for (DType t : kAllWeightTypes) {
     DotKernel simd = avx2_dot_kernel(t);
     if (simd.vec_dot == nullptr) continue;
     SCOPED_TRACE(std::string(dtype_name(t)));
     DotKernel ref = scalar_dot_kernel(t);
     ASSERT_EQ(simd.vec_dot_type, ref.vec_dot_type);
+    if (quant::traits(t)->block_size == 256) ++n_k_quants;
     for (uint32_t seed = 1; seed <= 20; ++seed) {
       std::vector<float> w = random_floats(static_cast<size_t>(k), seed, -2.0f, 2.0f);
       std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 100, -3.0f, 3.0f);
@@ -189,8 +191,8 @@ TEST(VecDotSimd, EveryAvx2DotAgainstScalarTwin) {
       ASSERT_EQ(xa, xb);  // activation bytes are shared by construction
       const float a = ref.vec_dot(k, wb.data(), xa.data());
       const float b = simd.vec_dot(k, wb.data(), xa.data());
-      const bool bitwise =
-          t == DType::kQ4_K || t == DType::kQ6_K || t == DType::kF16 || t == DType::kF32;
+      const bool bitwise = quant::traits(t)->block_size == 256 || t == DType::kF16 ||
+                           t == DType::kF32;  // every K-quant: exact ints, scalar float
       if (bitwise) {
         ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
       } else {
@@ -201,6 +203,7 @@ TEST(VecDotSimd, EveryAvx2DotAgainstScalarTwin) {
       }
     }
   }
+  EXPECT_EQ(n_k_quants, 5);  // Q2_K Q3_K Q4_K Q5_K Q6_K
 }
 
 TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
@@ -250,7 +253,7 @@ TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
 
 // Every AVX-512 VNNI kernel equals the scalar reference bit for bit: the K-quants keep
 // exact integer super-block sums in ggml's x86 lane order with the scalar float
-// expression (so the AVX2 twins too); Q4_0, Q4_1, Q5_0 and Q8_0 keep one f32 lane per
+// expression (so the AVX2 twins too); Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 keep one f32 lane per
 // weight row, block after block, with the scalar reference's expression.
 TEST(VecDotSimd, EveryAvx512DotEqualsScalarTwin_bitwise) {
   if (!have_avx512()) GTEST_SKIP() << "CPU lacks AVX512F/BW/VL/VNNI";
@@ -283,7 +286,7 @@ TEST(VecDotSimd, EveryAvx512DotEqualsScalarTwin_bitwise) {
         }
       }
     }
-  EXPECT_EQ(n_checked, 6 + 4 + 4);  // Q4_0 Q4_1 Q5_0 Q8_0 Q4_K Q6_K, the legacy four twice
+  EXPECT_EQ(n_checked, 7 + 5 + 5);  // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K, the legacy five twice
 }
 
 // The register-blocked GEMM of every SIMD table equals its vec_dot element by element,

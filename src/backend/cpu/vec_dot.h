@@ -75,11 +75,11 @@ DotKernel scalar_dot_kernel(DType weight_type);
 // AVX2+FMA+F16C entries for the types that have one (vec_dot nullptr otherwise);
 // only call on a CPU that supports them (vec_dot_avx2.cpp is built with -mavx2).
 DotKernel avx2_dot_kernel(DType weight_type);
-// AVX-512 VNNI entries (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K; vec_dot nullptr otherwise), each
+// AVX-512 VNNI entries (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; vec_dot nullptr otherwise), each
 // with a register-blocked gemm; only call when detect_isa() says kAvx512.
 DotKernel avx512_dot_kernel(DType weight_type);
 
-// AVX-512 VNNI Q4_0 / Q4_1 / Q8_0 with one f32 lane per weight row
+// AVX-512 VNNI Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 with one f32 lane per weight row
 // (vec_dot_avx512_rows.cpp): bitwise equal to the scalar reference; gemm takes any n_x
 // (1: the decode GEMV). avx512_dot_kernel returns these entries for those types.
 DotKernel avx512_rows_dot_kernel(DType weight_type);

@@ -415,8 +415,14 @@ DotKernel avx2_dot_kernel(DType t) {
       return {DType::kQ8_1, from_f32_q8_1_avx2, avx2_dot_q4_1_q8_1};
     case DType::kQ8_0:
       return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q8_0_q8_0};
+    case DType::kQ2_K:
+      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q2_k_q8_k};
+    case DType::kQ3_K:
+      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q3_k_q8_k};
     case DType::kQ4_K:
       return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q4_k_q8_k};
+    case DType::kQ5_K:
+      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q5_k_q8_k};
     case DType::kQ6_K:
       return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q6_k_q8_k};
     default:

@@ -1,6 +1,6 @@
 // Stage 12 (kernels): AVX-512 VNNI (256-bit EVEX forms: AVX512VL + AVX512_VNNI + BW,
 // with F16C and FMA) dot products and their register-blocked GEMM for Q4_K and Q6_K
-// weights, and the AVX-512 table (Q4_0, Q4_1, Q5_0 and Q8_0 come from
+// weights, and the AVX-512 table (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 come from
 // vec_dot_avx512_rows.cpp, one f32 lane per weight row). These files alone are compiled
 // with those flags; callers reach them only after cpuid said yes, once, at startup. The
 // K-quants keep ggml's x86 lane order (see Q4_KFmt), so they equal the scalar (and AVX2)
@@ -315,6 +315,7 @@ DotKernel avx512_dot_kernel(DType t) {
     case DType::kQ4_0:  // one f32 lane per weight row (vec_dot_avx512_rows.cpp)
     case DType::kQ4_1:
     case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ8_0:
       return avx512_rows_dot_kernel(t);
     case DType::kQ4_K:

@@ -1,4 +1,4 @@
-// Stage 12 (kernels): AVX-512 VNNI Q4_0 / Q4_1 / Q5_0 / Q8_0, one f32 lane per weight row.
+// Stage 12 (kernels): AVX-512 VNNI Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, one f32 lane per row.
 // The pair-of-blocks kernels (vec_dot_avx512.cpp) spend three float operations per 64
 // multiply-adds, because every output owns a whole zmm of partial lanes. Here 16 weight
 // rows share one zmm: each row's exact integer block sum lands in its own lane, and the
@@ -6,7 +6,7 @@
 // added to the row's accumulator block after block — costs three to five operations
 // per 16 rows. So these kernels equal the scalar reference bit for bit on every row.
 //  GEMV (one activation row, decode): weights read in place; four rows per zmm (16 code
-//   bytes each in the four 128-bit lanes: the low and high nibbles — Q5_0's fifth bits
+//   bytes each in the four 128-bit lanes: the low and high nibbles — Q5_0's / Q5_1's fifth bits
 //   added under a byte mask tested out of its qh — or the two halves of a Q8_0 block),
 //   dotted against the activation's matching 16 bytes broadcast per lane,
 //   then a 4×4 transpose-add puts row r's sum in lane r; the 16 row scales (and mins)
@@ -34,6 +34,7 @@ namespace {
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
 using quant::BlockQ5_0;
+using quant::BlockQ5_1;
 using quant::BlockQ8_0;
 using quant::kQK;
 
@@ -143,6 +144,26 @@ struct Q5_0Rows {
   static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512, float dx, float) {
     const __m512 t = _mm512_mul_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum));
     return _mm512_add_ps(acc, t);
+  }
+};
+
+struct Q5_1Rows {
+  using WB = BlockQ5_1;
+  using XB = BlockQ8_1;
+  static constexpr int64_t kCodes = 8;
+  static constexpr int64_t kHighBits = 4;  // offset of qh
+  static constexpr bool kNibbles = true;
+  static constexpr bool kHighBit = true;
+  static constexpr bool kHasMin = true;
+  static constexpr int32_t kGemvOffset = 0;
+  static void decode(const WB& b, int8_t* q) {
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);
+    const __m256i u = nibbles32(b.qs);  // bit j of qh: element j's bit 4
+    store32(q, _mm256_mask_add_epi8(u, static_cast<__mmask32>(qh), u, _mm256_set1_epi8(16)));
+  }
+  static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512 mw, float dx, float sx) {
+    return Q4_1Rows::step(acc, isum, dw, mw, dx, sx);  // the same scalar expression
   }
 };
 
@@ -460,6 +481,8 @@ DotKernel avx512_rows_dot_kernel(DType t) {
       return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q4_1Rows>, gemm<Q4_1Rows>};
     case DType::kQ5_0:
       return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q5_0Rows>, gemm<Q5_0Rows>};
+    case DType::kQ5_1:
+      return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q5_1Rows>, gemm<Q5_1Rows>};
     case DType::kQ8_0:
       return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q8_0Rows>, gemm<Q8_0Rows>};
     default:

@@ -15,6 +15,12 @@ float vec_dot_q4_k_q8_k(int64_t n, const void* w, const void* x);
 float vec_dot_q5_k_q8_k(int64_t n, const void* w, const void* x);
 float vec_dot_q6_k_q8_k(int64_t n, const void* w, const void* x);
 
+// AVX2 twins (vec_dot_avx2_kquants.cpp; Q4_K / Q6_K: vec_dot_avx2.cpp), bitwise equal to
+// the above; only call on a CPU with AVX2 + F16C.
+float avx2_dot_q2_k_q8_k(int64_t n, const void* w, const void* x);
+float avx2_dot_q3_k_q8_k(int64_t n, const void* w, const void* x);
+float avx2_dot_q5_k_q8_k(int64_t n, const void* w, const void* x);
+
 // Q4_K / Q5_K packed 6-bit scale and min of sub-block j (ggml get_scale_min_k4).
 inline void kquant_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
