@@ -191,8 +191,10 @@ TEST(VecDotSimd, EveryAvx2DotAgainstScalarTwin) {
       ASSERT_EQ(xa, xb);  // activation bytes are shared by construction
       const float a = ref.vec_dot(k, wb.data(), xa.data());
       const float b = simd.vec_dot(k, wb.data(), xa.data());
-      const bool bitwise = quant::traits(t)->block_size == 256 || t == DType::kF16 ||
-                           t == DType::kF32;  // every K-quant: exact ints, scalar float
+      // K-quants and Q5_x: the scalar's exact ints and float expression; floats: its lanes
+      const bool bitwise = quant::traits(t)->block_size == 256 || t == DType::kQ5_0 ||
+                           t == DType::kQ5_1 || t == DType::kF16 || t == DType::kBF16 ||
+                           t == DType::kF32;
       if (bitwise) {
         ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(b)) << a << " vs " << b << " seed " << seed;
       } else {

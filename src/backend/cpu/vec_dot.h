@@ -75,6 +75,10 @@ DotKernel scalar_dot_kernel(DType weight_type);
 // AVX2+FMA+F16C entries for the types that have one (vec_dot nullptr otherwise);
 // only call on a CPU that supports them (vec_dot_avx2.cpp is built with -mavx2).
 DotKernel avx2_dot_kernel(DType weight_type);
+// AVX2 Q5_0 / Q5_1 (vec_dot_avx2_exact.cpp): the scalar reference's exact integers and
+// float expression per block, bitwise equal to it.
+float avx2_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);
+float avx2_dot_q5_1_q8_1(int64_t n, const void* w, const void* x);
 // AVX-512 VNNI entries (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; vec_dot nullptr otherwise), each
 // with a register-blocked gemm; only call when detect_isa() says kAvx512.
 DotKernel avx512_dot_kernel(DType weight_type);

@@ -160,6 +160,22 @@ float avx2_dot_f16_f16(int64_t n, const void* vw, const void* vx) {
   return s;
 }
 
+// bf16 → f32 is exact (the 16 bits become the top half); the scalar twin's 8-lane order.
+float avx2_dot_bf16_bf16(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const uint16_t*>(vw);
+  const auto* x = static_cast<const uint16_t*>(vx);
+  auto widen = [](const uint16_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  };
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(widen(w + i), widen(x + i)));
+  float s = hsum_f32x8(acc);
+  for (; i < n; ++i) s += bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]);
+  return s;
+}
+
 float avx2_dot_f32_f32(int64_t n, const void* vw, const void* vx) {
   return dot_f32_avx2(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
 }
@@ -409,10 +425,16 @@ DotKernel avx2_dot_kernel(DType t) {
       return {DType::kF32, from_f32_f32, avx2_dot_f32_f32};
     case DType::kF16:
       return {DType::kF16, from_f32_f16, avx2_dot_f16_f16};
+    case DType::kBF16:
+      return {DType::kBF16, from_f32_bf16, avx2_dot_bf16_bf16};
     case DType::kQ4_0:
       return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q4_0_q8_0};
     case DType::kQ4_1:
       return {DType::kQ8_1, from_f32_q8_1_avx2, avx2_dot_q4_1_q8_1};
+    case DType::kQ5_0:
+      return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q5_0_q8_0};
+    case DType::kQ5_1:
+      return {DType::kQ8_1, from_f32_q8_1_avx2, avx2_dot_q5_1_q8_1};
     case DType::kQ8_0:
       return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q8_0_q8_0};
     case DType::kQ2_K:

@@ -15,7 +15,7 @@ float vec_dot_q4_k_q8_k(int64_t n, const void* w, const void* x);
 float vec_dot_q5_k_q8_k(int64_t n, const void* w, const void* x);
 float vec_dot_q6_k_q8_k(int64_t n, const void* w, const void* x);
 
-// AVX2 twins (vec_dot_avx2_kquants.cpp; Q4_K / Q6_K: vec_dot_avx2.cpp), bitwise equal to
+// AVX2 twins (vec_dot_avx2_exact.cpp; Q4_K / Q6_K: vec_dot_avx2.cpp), bitwise equal to
 // the above; only call on a CPU with AVX2 + F16C.
 float avx2_dot_q2_k_q8_k(int64_t n, const void* w, const void* x);
 float avx2_dot_q3_k_q8_k(int64_t n, const void* w, const void* x);

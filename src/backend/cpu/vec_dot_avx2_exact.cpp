@@ -1,11 +1,15 @@
-// Stage 12 (kernels): AVX2 Q2_K, Q3_K and Q5_K · Q8_K, bitwise twins of the scalar
-// references (vec_dot_kquants.cpp): per super-block the same exact integers
-// (Σ sc·Σ q·y, Σ m·bsum) — here 32 codes at a time through vpmaddubsw (u8 codes × s8
-// activations, pairs in int16: at most 2·31·127) and vpmaddwd against the sub-block
-// scales (int32, exact) — then the scalar's float expression, super-block after
-// super-block. This file alone is compiled with -mavx2; reached only after cpuid.
+// Stage 12 (kernels): AVX2 twins that keep the scalar reference's arithmetic exactly:
+// Q2_K, Q3_K and Q5_K · Q8_K (vec_dot_kquants.cpp) and Q5_0 / Q5_1 (vec_dot_scalar.cpp).
+// Per block or super-block the same exact integers — here 32 codes at a time through
+// vpmaddubsw (u8 codes × s8 activations, pairs in int16: at most 2·31·127) and vpmaddwd
+// against the sub-block scales (int32, exact) — then the scalar's float expression, block
+// after block, so they are bitwise equal to it. This file alone is compiled with -mavx2
+// (with AVX2 kernels in vec_dot_avx2.cpp); reached only after cpuid.
 #include <immintrin.h>
 
+#include <cstring>
+
+#include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 #include "quant/blocks.h"
 
@@ -14,8 +18,12 @@ namespace {
 
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
 using quant::BlockQ5_K;
+using quant::BlockQ8_0;
 using quant::BlockQ8_K;
+using quant::kQK;
 using quant::kQKK;
 
 inline float h2f(quant::Half h) {
@@ -44,7 +52,53 @@ inline __m256i scales_16_16(int16_t a, int16_t b) {
   return _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a));
 }
 
+// A Q5 block's 32 codes (0..31) in element order: nibbles plus bit j of qh as bit 4.
+inline __m256i q5_codes(const uint8_t* qs, const uint8_t* qh) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i nib =
+      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  // byte j: qh byte j / 8 (each 128-bit lane holds all four), tested for bit j % 8
+  const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                       2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i b =
+      _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int32_t>(h)), sel), bit);
+  return _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10)));
+}
+
+// Σ of 32 u8 codes · s8 activations, exact.
+inline int32_t isum32(__m256i codes, const int8_t* y) {
+  return hsum_i32x8(
+      _mm256_madd_epi16(_mm256_maddubs_epi16(codes, load256(y)), _mm256_set1_epi16(1)));
+}
+
 }  // namespace
+
+float avx2_dot_q5_0_q8_0(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_0*>(vw);
+  const auto* x = static_cast<const BlockQ8_0*>(vx);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    int32_t sx = 0;  // the codes are dotted as q (0..31), the values are q − 16
+    for (int j = 0; j < kQK; ++j) sx += x[ib].qs[j];
+    const int32_t sumi = isum32(q5_codes(w[ib].qs, w[ib].qh), x[ib].qs) - 16 * sx;
+    sumf += (h2f(w[ib].d) * h2f(x[ib].d)) * static_cast<float>(sumi);
+  }
+  return sumf;
+}
+
+float avx2_dot_q5_1_q8_1(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_1*>(vw);
+  const auto* x = static_cast<const BlockQ8_1*>(vx);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    const int32_t sumi = isum32(q5_codes(w[ib].qs, w[ib].qh), x[ib].qs);
+    sumf += (h2f(w[ib].d) * h2f(x[ib].d)) * static_cast<float>(sumi) + h2f(w[ib].m) * h2f(x[ib].s);
+  }
+  return sumf;
+}
 
 float avx2_dot_q2_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ2_K*>(vw);
