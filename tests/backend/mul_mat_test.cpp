@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec_dot.h"
+#include "backend/cpu/vec_dot_kquants.h"
 #include "core/fp16.h"
 #include "graph/builder.h"
 #include "harness.h"
@@ -222,6 +224,24 @@ TEST(VecDotSimd, F32DotAndAxpyMatchScalar_bitwise) {
   }
 }
 
+// The word-parallel unpacking of a Q4_K / Q5_K super-block's scales and mins equals the
+// per-sub-block one, on random packed bytes.
+TEST(KQuantScales, WordParallelUnpackEqualsPerSubBlock) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20000; ++trial) {
+    uint8_t packed[12];
+    for (uint8_t& b : packed) b = static_cast<uint8_t>(rng());
+    uint8_t all[16];
+    kquant_scales_mins(packed, all);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      kquant_scale_min(j, packed, &sc, &m);
+      ASSERT_EQ(all[j], sc) << "trial " << trial << " j " << j;
+      ASSERT_EQ(all[8 + j], m) << "trial " << trial << " j " << j;
+    }
+  }
+}
+
 // The chunk forms of attention are the per-cell loops bit for bit, on every ISA: scores
 // are dot_f32 · scale per cell, the rows are axpy_f32 per cell in cell order.
 TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
@@ -288,7 +308,7 @@ TEST(VecDotSimd, EveryAvx512DotEqualsScalarTwin_bitwise) {
         }
       }
     }
-  EXPECT_EQ(n_checked, 7 + 5 + 5);  // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q6_K, the legacy five twice
+  EXPECT_EQ(n_checked, 8 + 5 + 5);  // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; legacy twice
 }
 
 // The register-blocked GEMM of every SIMD table equals its vec_dot element by element,

@@ -1,4 +1,4 @@
-// Stage 12 (kernels): the integer lanes of ggml's x86 Q4_K / Q6_K dots, one definition
+// Stage 12 (kernels): the integer lanes of ggml's x86 Q6_K dot, one definition
 // for the AVX2 and the AVX-512 kernels (both translation units are built with -mavx2
 // -mfma -mf16c; no other file includes this header). Lane l sums bytes 4l..4l+3 of every
 // 32-byte chunk of a super-block; the kernels scale the 8 lanes into f32 lanes.
@@ -14,23 +14,6 @@ namespace minfer::backend::cpu::x86 {
 
 inline __m256i load256_u(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
-
-// Q4_K: Σ over the 4 chunks of sc[2c]·(low nibbles · y) + sc[2c+1]·(high nibbles · y);
-// sc[j] is sub-block j's scale broadcast as int16.
-inline __m256i q4_k_lanes(const uint8_t* qs, const int8_t* y, const __m256i sc[8]) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256i sumi = _mm256_setzero_si256();
-  for (int c = 0; c < 4; ++c) {
-    const __m256i q4 = load256_u(qs + 32 * c);
-    const __m256i lo = _mm256_and_si256(q4, m4);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-    const __m256i plo = _mm256_maddubs_epi16(lo, load256_u(y + 64 * c));
-    const __m256i phi = _mm256_maddubs_epi16(hi, load256_u(y + 64 * c + 32));
-    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(plo, sc[2 * c]));
-    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(phi, sc[2 * c + 1]));
-  }
-  return sumi;
 }
 
 // Q6_K: codes 0..63 · y scaled per 16-element sub-block, minus the −32 offset taken per

@@ -79,14 +79,17 @@ DotKernel avx2_dot_kernel(DType weight_type);
 // float expression per block, bitwise equal to it.
 float avx2_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);
 float avx2_dot_q5_1_q8_1(int64_t n, const void* w, const void* x);
-// AVX-512 VNNI entries (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K; vec_dot nullptr otherwise), each
-// with a register-blocked gemm; only call when detect_isa() says kAvx512.
+// AVX-512 VNNI entries (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; vec_dot nullptr
+// otherwise), each with a register-blocked gemm; only call when detect_isa() says kAvx512.
 DotKernel avx512_dot_kernel(DType weight_type);
 
 // AVX-512 VNNI Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 with one f32 lane per weight row
 // (vec_dot_avx512_rows.cpp): bitwise equal to the scalar reference; gemm takes any n_x
 // (1: the decode GEMV). avx512_dot_kernel returns these entries for those types.
 DotKernel avx512_rows_dot_kernel(DType weight_type);
+// AVX-512 VNNI Q4_K / Q5_K, one f32 lane per weight row in the GEMM
+// (vec_dot_avx512_kquants.cpp); vec_dot nullptr for other types.
+DotKernel avx512_kquant_dot_kernel(DType weight_type);
 
 // F32 · F32 dot of n elements (attention scores); scalar and AVX2 variants.
 float dot_f32_scalar(int64_t n, const float* a, const float* b);

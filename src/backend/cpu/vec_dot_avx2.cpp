@@ -20,7 +20,6 @@ namespace {
 
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
-using quant::BlockQ4_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 using quant::BlockQ8_K;
@@ -97,40 +96,11 @@ float avx2_dot_q8_0_q8_0(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
-// Q4_K and Q6_K follow the lane structure of ggml's x86 kernels, on every ISA (the
-// scalar and AVX-512 kernels are bitwise twins): the 8 integer lanes of a super-block
-// scaled into 8 f32 lanes by an fma per super-block, reduced once at the end; Q4_K's
-// mins in 4 f32 lanes of their own, Q6_K's −32 offset subtracted per lane from the
-// bsums. Q6_K is bit-identical with llama.cpp (its output layers); Q4_K still differs
-// from it in the last ulp on some rows (tests/golden: Q4_K_M is not held to it).
-float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ4_K*>(vw);
-  const auto* x = static_cast<const BlockQ8_K*>(vx);
-  __m256 acc = _mm256_setzero_ps();
-  __m128 acc_m = _mm_setzero_ps();
-  for (int64_t i = 0; i < n / kQKK; ++i) {
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) kquant_scale_min(j, w[i].scales, &sc[j], &mn[j]);
-    int32_t prod[4];
-    for (int t = 0; t < 4; ++t) {
-      prod[t] = mn[2 * t] * (x[i].bsums[4 * t] + x[i].bsums[4 * t + 1]) +
-                mn[2 * t + 1] * (x[i].bsums[4 * t + 2] + x[i].bsums[4 * t + 3]);
-    }
-    const float dmin = -x[i].d * h2f(w[i].dmin);
-    acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin),
-                         _mm_cvtepi32_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(prod))),
-                         acc_m);
-    __m256i scv[8];
-    for (int j = 0; j < 8; ++j) scv[j] = _mm256_set1_epi16(sc[j]);
-    const __m256i sumi = x86::q4_k_lanes(w[i].qs, x[i].qs, scv);
-    const float d = x[i].d * h2f(w[i].d);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-  }
-  acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-  acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-  return hsum_f32x8(acc) + _mm_cvtss_f32(acc_m);
-}
-
+// Q6_K follows the lane structure of ggml's x86 kernel, on every ISA (the scalar and
+// AVX-512 kernels are bitwise twins): the 8 integer lanes of a super-block scaled into 8
+// f32 lanes by an fma per super-block, reduced once at the end, the −32 offset
+// subtracted per lane from the bsums; it is bit-identical with llama.cpp's Q6_K rows
+// (its output layers). Q4_K: vec_dot_avx2_exact.cpp.
 float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ6_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);

@@ -1,5 +1,5 @@
 // Stage 12 (kernels): AVX2 twins that keep the scalar reference's arithmetic exactly:
-// Q2_K, Q3_K and Q5_K · Q8_K (vec_dot_kquants.cpp) and Q5_0 / Q5_1 (vec_dot_scalar.cpp).
+// Q2_K, Q3_K, Q4_K and Q5_K · Q8_K (vec_dot_kquants.cpp) and Q5_0 / Q5_1 (vec_dot_scalar.cpp).
 // Per block or super-block the same exact integers — here 32 codes at a time through
 // vpmaddubsw (u8 codes × s8 activations, pairs in int16: at most 2·31·127) and vpmaddwd
 // against the sub-block scales (int32, exact) — then the scalar's float expression, block
@@ -18,6 +18,7 @@ namespace {
 
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
+using quant::BlockQ4_K;
 using quant::BlockQ5_0;
 using quant::BlockQ5_1;
 using quant::BlockQ5_K;
@@ -72,6 +73,17 @@ inline __m256i q5_codes(const uint8_t* qs, const uint8_t* qh) {
 inline int32_t isum32(__m256i codes, const int8_t* y) {
   return hsum_i32x8(
       _mm256_madd_epi16(_mm256_maddubs_epi16(codes, load256(y)), _mm256_set1_epi16(1)));
+}
+
+// A Q4_K / Q5_K super-block's 8 sub-block scales and Σ_j m_j·(bsums[2j] + bsums[2j+1]).
+inline int32_t scales_and_summ(const uint8_t* packed, const int16_t* bsums, int16_t sc[8]) {
+  alignas(16) uint8_t sm[16];
+  kquant_scales_mins(packed, sm);
+  const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(sc), _mm_cvtepu8_epi16(v));         // sc[0..7]
+  const __m256i pairs = _mm256_madd_epi16(load256(bsums), _mm256_set1_epi16(1));  // 8 int32
+  const __m256i mins = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+  return hsum_i32x8(_mm256_mullo_epi32(pairs, mins));
 }
 
 }  // namespace
@@ -164,6 +176,31 @@ float avx2_dot_q3_k_q8_k(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
+float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ4_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    int16_t sc[8];
+    const int32_t summ = scales_and_summ(w[i].scales, x[i].bsums, sc);
+    __m256i acc = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {  // element 64c + 32h + l: nibble h of qs[32c + l]
+      const __m256i q = load256(w[i].qs + 32 * c);
+      const __m256i lo = _mm256_and_si256(q, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+      acc = _mm256_add_epi32(acc, scaled_dot32(lo, x[i].qs + 64 * c, _mm256_set1_epi16(sc[2 * c])));
+      acc = _mm256_add_epi32(
+          acc, scaled_dot32(hi, x[i].qs + 64 * c + 32, _mm256_set1_epi16(sc[2 * c + 1])));
+    }
+    const int32_t sumi = hsum_i32x8(acc);
+    const float d = x[i].d * h2f(w[i].d);
+    const float dmin = x[i].d * h2f(w[i].dmin);
+    sumf += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+  }
+  return sumf;
+}
+
 float avx2_dot_q5_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
@@ -171,14 +208,8 @@ float avx2_dot_q5_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const __m256i m1 = _mm256_set1_epi8(1);
   float sumf = 0.0f;
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    int32_t summ = 0;
     int16_t sc[8];
-    for (int j = 0; j < 8; ++j) {
-      uint8_t s, m;
-      kquant_scale_min(j, w[i].scales, &s, &m);
-      sc[j] = s;
-      summ += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-    }
+    const int32_t summ = scales_and_summ(w[i].scales, x[i].bsums, sc);
     const __m256i qh = load256(w[i].qh);
     __m256i acc = _mm256_setzero_si256();
     for (int c = 0; c < 4; ++c) {

@@ -1,13 +1,13 @@
 // Stage 12 (kernels): AVX-512 VNNI (256-bit EVEX forms: AVX512VL + AVX512_VNNI + BW,
-// with F16C and FMA) dot products and their register-blocked GEMM for Q4_K and Q6_K
-// weights, and the AVX-512 table (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 come from
-// vec_dot_avx512_rows.cpp, one f32 lane per weight row). These files alone are compiled
-// with those flags; callers reach them only after cpuid said yes, once, at startup. The
-// K-quants keep ggml's x86 lane order (see Q4_KFmt), so they equal the scalar (and AVX2)
-// twins bit for bit. Register blocking: gemm computes an NW × NX tile of outputs per
-// pass over the super-blocks, each output with its own accumulator and exactly vec_dot's
-// operations in vec_dot's order (invariant 8: prefill GEMM == decode GEMV, bitwise); NW
-// weight rows per activation row give the decode GEMV independent FMA chains.
+// with F16C and FMA) Q6_K dot and its register-blocked GEMM, and the AVX-512 table
+// (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 come from vec_dot_avx512_rows.cpp and Q4_K / Q5_K from
+// vec_dot_avx512_kquants.cpp, one f32 lane per weight row). These files alone are
+// compiled with those flags; callers reach them only after cpuid said yes, once, at
+// startup. Q6_K keeps ggml's x86 lane order (see Q6_KFmt), so it equals the scalar (and
+// AVX2) twins bit for bit. Register blocking: gemm computes an NW × NX tile of outputs
+// per pass over the super-blocks, each output with its own accumulator and exactly
+// vec_dot's operations in vec_dot's order (invariant 8: prefill GEMM == decode GEMV,
+// bitwise); NW weight rows per activation row give the decode GEMV independent chains.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,7 +24,6 @@
 namespace minfer::backend::cpu {
 namespace {
 
-using quant::BlockQ4_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_K;
 using quant::kQKK;
@@ -45,89 +44,9 @@ inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-// 16 packed bytes → 32 bytes: low nibbles (elements 0-15) then high (16-31).
-inline __m256i unpack_nibbles(const uint8_t* p) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m256i b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
-  return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
-// Σ over each group of 4 bytes of u8 · s8 → 8 int32 lanes (exact).
-inline __m256i dp_us8(__m256i u, __m256i s) {
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-}
-
-// Q4_K and Q6_K: ggml's x86 lane order, as the AVX2 and scalar twins (bit-identical
-// with them): per super-block 8 exact integer lanes, scaled into 8 f32 lanes by one
-// fma; Q4_K's mins in 4 f32 lanes; one reduction in finish().
-struct Q4_KFmt {
-  using WB = BlockQ4_K;
-  using XB = BlockQ8_K;
-  static constexpr int64_t kElems = kQKK;
-  static constexpr int64_t kStep = 1;
-  static constexpr int kTileX = 4;
-  struct Acc {
-    __m256 acc;
-    __m128 acc_m;
-  };
-  struct WP {
-    const uint8_t* qs;
-    __m256i sc[8];  // int16 scale of sub-block j, broadcast
-    __m256i m;      // int32 min of sub-block j in lane j
-    float d, dmin;
-  };
-  struct XP {
-    const int8_t* qs;
-    __m256i bsum;  // int32 bsums[2j] + bsums[2j+1] in lane j
-    float d;
-  };
-  static void init(Acc& a) {
-    a.acc = _mm256_setzero_ps();
-    a.acc_m = _mm_setzero_ps();
-  }
-  static WP prep(const WB* pb, bool) {
-    const WB& b = *pb;
-    WP p;
-    p.qs = b.qs;
-    alignas(32) int32_t mins[8];
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      kquant_scale_min(j, b.scales, &sc, &m);
-      p.sc[j] = _mm256_set1_epi16(sc);
-      mins[j] = m;
-    }
-    p.m = _mm256_load_si256(reinterpret_cast<const __m256i*>(mins));
-    p.d = h2f(b.d);
-    p.dmin = h2f(b.dmin);
-    return p;
-  }
-  static XP prepx(const XB* pb, bool) {
-    const XB& b = *pb;
-    const __m256i bs = _mm256_cvtepi16_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.bsums)));  // bsums 0..7
-    const __m256i bs2 = _mm256_cvtepi16_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.bsums + 8)));  // bsums 8..15
-    // pairwise sums: lane j = bsums[2j] + bsums[2j+1]
-    const __m256i h = _mm256_hadd_epi32(bs, bs2);  // [0..3 of bs pairs, 0..3 of bs2 pairs] per 128
-    return {b.qs, _mm256_permute4x64_epi64(h, _MM_SHUFFLE(3, 1, 2, 0)), b.d};
-  }
-  static void step(Acc& a, const WP& w, const XP& x) {
-    // mins: lane t of 4 = m[2t]·q8s[2t] + m[2t+1]·q8s[2t+1] (q8s[j] = bsums 2j + 2j+1)
-    const __m256i mq = _mm256_mullo_epi32(w.m, x.bsum);
-    const __m256i pairs = _mm256_hadd_epi32(mq, mq);
-    const __m128i prod =
-        _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
-    a.acc_m = _mm_fmadd_ps(_mm_set1_ps(-x.d * w.dmin), _mm_cvtepi32_ps(prod), a.acc_m);
-    const __m256i sumi = x86::q4_k_lanes(w.qs, x.qs, w.sc);
-    a.acc = _mm256_fmadd_ps(_mm256_set1_ps(x.d * w.d), _mm256_cvtepi32_ps(sumi), a.acc);
-  }
-  static float finish(const Acc& a) {
-    __m128 m = _mm_add_ps(a.acc_m, _mm_movehl_ps(a.acc_m, a.acc_m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return hsum_f32x8(a.acc) + _mm_cvtss_f32(m);
-  }
-};
-
+// Q6_K: ggml's x86 lane order, as the AVX2 and scalar twins (bit-identical with them):
+// per super-block 8 exact integer lanes, scaled into 8 f32 lanes by one fma; one
+// reduction in finish().
 struct Q6_KFmt {
   using WB = BlockQ6_K;
   using XB = BlockQ8_K;
@@ -318,8 +237,9 @@ DotKernel avx512_dot_kernel(DType t) {
     case DType::kQ5_1:
     case DType::kQ8_0:
       return avx512_rows_dot_kernel(t);
-    case DType::kQ4_K:
-      return kernel<Q4_KFmt>(from_f32_q8_k);
+    case DType::kQ4_K:  // one f32 lane per weight row (vec_dot_avx512_kquants.cpp)
+    case DType::kQ5_K:
+      return avx512_kquant_dot_kernel(t);
     case DType::kQ6_K:
       return kernel<Q6_KFmt>(from_f32_q8_k);
     default:

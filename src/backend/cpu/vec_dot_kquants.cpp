@@ -1,8 +1,10 @@
 // Stage 12 (kernels): scalar k-quant · Q8_K dot products. Each super-block is unpacked
 // into plain integers (codes, sub-block scales, mins) and reduced exactly; layouts are
-// documented on the block structs (quant/blocks.h). Q4_K and Q6_K keep ggml's x86 lane
-// order (8 integer lanes scaled into 8 f32 lanes per super-block, one reduction at the
-// end), so the AVX2 and AVX-512 kernels are their bitwise twins.
+// documented on the block structs (quant/blocks.h). Q6_K keeps ggml's x86 lane order (8
+// integer lanes scaled into 8 f32 lanes per super-block, one reduction at the end: it
+// then equals llama.cpp's Q6_K rows bit for bit); the others add d·Σ(sc·Σq·y) −
+// dmin·Σ(m·bsum) per super-block, an expression a 16-rows-per-register kernel can keep.
+// The AVX2 and AVX-512 kernels are their bitwise twins.
 #include "backend/cpu/vec_dot_kquants.h"
 
 #include <cmath>
@@ -103,32 +105,29 @@ float vec_dot_q3_k_q8_k(int64_t n, const void* vw, const void* vx) {
 float vec_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
-  float acc[8] = {};
-  float acc_m[4] = {};
+  float sumf = 0.0f;
+  int8_t q[kQKK];
+  int32_t sc[8];
   for (int64_t i = 0; i < n / kQKK; ++i) {
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) kquant_scale_min(j, w[i].scales, &sc[j], &mn[j]);
-    const float dmin = -x[i].d * h2f(w[i].dmin);
-    for (int t = 0; t < 4; ++t) {
-      const int32_t prod = mn[2 * t] * (x[i].bsums[4 * t] + x[i].bsums[4 * t + 1]) +
-                           mn[2 * t + 1] * (x[i].bsums[4 * t + 2] + x[i].bsums[4 * t + 3]);
-      acc_m[t] = std::fma(dmin, static_cast<float>(prod), acc_m[t]);
-    }
-    const float d = x[i].d * h2f(w[i].d);
-    for (int l = 0; l < 8; ++l) {  // lane l: bytes 4l..4l+3 of every 32-byte chunk
-      int32_t lane = 0;
-      for (int c = 0; c < 4; ++c) {
-        int32_t lo = 0, hi = 0;
-        for (int b = 4 * l; b < 4 * l + 4; ++b) {
-          lo += (w[i].qs[32 * c + b] & 0xF) * x[i].qs[64 * c + b];
-          hi += (w[i].qs[32 * c + b] >> 4) * x[i].qs[64 * c + 32 + b];
-        }
-        lane += sc[2 * c] * lo + sc[2 * c + 1] * hi;
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        q[64 * c + l] = static_cast<int8_t>(w[i].qs[32 * c + l] & 0xF);
+        q[64 * c + 32 + l] = static_cast<int8_t>(w[i].qs[32 * c + l] >> 4);
       }
-      acc[l] = std::fma(d, static_cast<float>(lane), acc[l]);
     }
+    int32_t summ = 0;
+    for (int j = 0; j < 8; ++j) {
+      uint8_t s, m;
+      kquant_scale_min(j, w[i].scales, &s, &m);
+      sc[j] = s;
+      summ += m * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+    }
+    const int32_t sumi = scaled_isum(q, x[i].qs, sc, 32);
+    const float d = x[i].d * h2f(w[i].d);
+    const float dmin = x[i].d * h2f(w[i].dmin);
+    sumf += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
   }
-  return hsum8_x86(acc) + ((acc_m[0] + acc_m[2]) + (acc_m[1] + acc_m[3]));
+  return sumf;
 }
 
 float vec_dot_q5_k_q8_k(int64_t n, const void* vw, const void* vx) {

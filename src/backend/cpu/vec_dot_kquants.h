@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace minfer::backend::cpu {
 
@@ -15,11 +16,28 @@ float vec_dot_q4_k_q8_k(int64_t n, const void* w, const void* x);
 float vec_dot_q5_k_q8_k(int64_t n, const void* w, const void* x);
 float vec_dot_q6_k_q8_k(int64_t n, const void* w, const void* x);
 
-// AVX2 twins (vec_dot_avx2_exact.cpp; Q4_K / Q6_K: vec_dot_avx2.cpp), bitwise equal to
+// AVX2 twins (vec_dot_avx2_exact.cpp; Q6_K: vec_dot_avx2.cpp), bitwise equal to
 // the above; only call on a CPU with AVX2 + F16C.
 float avx2_dot_q2_k_q8_k(int64_t n, const void* w, const void* x);
 float avx2_dot_q3_k_q8_k(int64_t n, const void* w, const void* x);
+float avx2_dot_q4_k_q8_k(int64_t n, const void* w, const void* x);
 float avx2_dot_q5_k_q8_k(int64_t n, const void* w, const void* x);
+
+// All 8 scales and mins of a Q4_K / Q5_K super-block at once, word-parallel: bytes 0-7
+// of the result are sc[0..7], bytes 8-15 m[0..7] (kquant_scale_min below, for every j).
+// Scales and mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; those of 4-7 take their
+// low nibble (scale) or high nibble (min) from bytes 8-11 and their top 2 bits from the
+// top 2 bits of bytes 0-3 (scale) or 4-7 (min).
+inline void kquant_scales_mins(const uint8_t* q, uint8_t out[16]) {
+  uint32_t b0, b1, b2;
+  std::memcpy(&b0, q, 4);
+  std::memcpy(&b1, q + 4, 4);
+  std::memcpy(&b2, q + 8, 4);
+  constexpr uint32_t kLow6 = 0x3F3F3F3Fu, kLow4 = 0x0F0F0F0Fu, kLow2 = 0x03030303u;
+  const uint32_t w[4] = {b0 & kLow6, (b2 & kLow4) | (((b0 >> 6) & kLow2) << 4), b1 & kLow6,
+                         ((b2 >> 4) & kLow4) | (((b1 >> 6) & kLow2) << 4)};
+  std::memcpy(out, w, 16);
+}
 
 // Q4_K / Q5_K packed 6-bit scale and min of sub-block j (ggml get_scale_min_k4).
 inline void kquant_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
