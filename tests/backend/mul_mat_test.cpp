@@ -434,5 +434,35 @@ TEST(VecDot, Q8ActivationFollowsGgmlX86Rounding) {
   EXPECT_EQ(fp16_to_fp32(blk.d), 1.0f);
 }
 
+// The AVX2 Q8_K converter writes the scalar reference's bytes, also where the block's
+// largest magnitude repeats (the first one sets the sign), halves round to even, the
+// block is all zero, or holds NaN / infinities.
+TEST(VecDot, Q8KAvx2ConverterEqualsReferenceBytes) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  std::vector<std::vector<float>> cases;
+  for (uint32_t seed = 1; seed <= 50; ++seed) {
+    cases.push_back(random_floats(512, seed, -4.0f, 4.0f));
+  }
+  std::vector<float> v(512, 0.0f);
+  cases.push_back(v);  // all zero
+  v[3] = -2.0f;
+  v[40] = 2.0f;  // same magnitude, other sign, later
+  v[7] = 1.0f / 127.0f * 2.5f;
+  cases.push_back(v);
+  for (int i = 0; i < 256; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i % 255) - 127.0f;
+  cases.push_back(v);  // exact codes, ties
+  v[5] = std::nanf("");
+  cases.push_back(v);
+  v[9] = INFINITY;
+  v[300] = -INFINITY;
+  cases.push_back(v);
+  for (const std::vector<float>& c : cases) {
+    std::vector<uint8_t> a(*quant::row_bytes(DType::kQ8_K, 512)), b(a.size());
+    from_f32_q8_k(c.data(), a.data(), 512);
+    from_f32_q8_k_avx2(c.data(), b.data(), 512);
+    ASSERT_EQ(a, b);
+  }
+}
+
 }  // namespace
 }  // namespace minfer::backend::cpu

@@ -69,6 +69,8 @@ void from_f32_f32(const float* x, void* y, int64_t n);
 // this AVX2 code), tested equal to the scalar ones.
 void from_f32_q8_0_avx2(const float* x, void* y, int64_t n);
 void from_f32_q8_1_avx2(const float* x, void* y, int64_t n);
+// AVX2 form of the Q8_K converter (ggml's quantize_row_q8_K_ref), byte for byte.
+void from_f32_q8_k_avx2(const float* x, void* y, int64_t n);
 
 // Scalar reference table (nullptr vec_dot: the weight type has no mul_mat kernel).
 DotKernel scalar_dot_kernel(DType weight_type);
@@ -90,6 +92,9 @@ DotKernel avx512_rows_dot_kernel(DType weight_type);
 // AVX-512 VNNI Q4_K / Q5_K, one f32 lane per weight row in the GEMM
 // (vec_dot_avx512_kquants.cpp); vec_dot nullptr for other types.
 DotKernel avx512_kquant_dot_kernel(DType weight_type);
+// AVX-512 VNNI Q6_K batch GEMM (n_x >= 2) with one zmm per x86 lane of 16 rows: bitwise
+// the Q6_K GEMV of avx512_dot_kernel (ggml's x86 lane order).
+void avx512_q6_k_gemm_rows(const GemmArgs& a);
 
 // F32 · F32 dot of n elements (attention scores); scalar and AVX2 variants.
 float dot_f32_scalar(int64_t n, const float* a, const float* b);

@@ -269,6 +269,72 @@ inline float quantize_block_q8_avx2(const float* x, int8_t* q, int32_t* sum) {
 
 }  // namespace
 
+// ggml's quantize_row_q8_K_ref, 8 lanes at a time and byte for byte: the first element
+// of largest magnitude sets iscale = −127 / it (NaN never wins, as in the scalar loop);
+// codes are nearest_int(iscale · x) by the same 1.5·2^23 trick, capped at 127 and
+// truncated to 8 bits; bsums are the sums of each 16 codes; d = 1 / iscale.
+void from_f32_q8_k_avx2(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<BlockQ8_K*>(vy);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t ib = 0; ib < n / kQKK; ++ib) {
+    const float* xb = x + ib * kQKK;
+    BlockQ8_K& o = y[ib];
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int j = 0; j < kQKK; j += 8) {  // a NaN first operand returns the second
+      amax8 = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)), amax8);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(amax8, 1), _mm256_castps256_ps128(amax8));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    if (!(amax > 0.0f)) {
+      o.d = 0;
+      std::memset(o.qs, 0, sizeof(o.qs));
+      std::memset(o.bsums, 0, sizeof(o.bsums));
+      continue;
+    }
+    float max = 0.0f;
+    const __m256 am = _mm256_set1_ps(amax);
+    for (int j = 0; j < kQKK; j += 8) {
+      const int hit = _mm256_movemask_ps(
+          _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(xb + j)), am, _CMP_EQ_OQ));
+      if (hit != 0) {
+        max = xb[j + __builtin_ctz(static_cast<unsigned>(hit))];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m256 is = _mm256_set1_ps(iscale);
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256i mant = _mm256_set1_epi32(0x007fffff);
+    const __m256i bias = _mm256_set1_epi32(0x00400000);
+    const __m256i cap = _mm256_set1_epi32(127);
+    const __m256i low8 = _mm256_set1_epi32(0xFF);
+    for (int j = 0; j < kQKK; j += 32) {
+      __m256i q[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m256 v = _mm256_add_ps(_mm256_mul_ps(is, _mm256_loadu_ps(xb + j + 8 * k)), magic);
+        const __m256i r = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(v), mant), bias);
+        q[k] = _mm256_and_si256(_mm256_min_epi32(r, cap), low8);  // int8 truncation below
+      }
+      // 0..255 values pack without saturation; undo the per-lane interleave
+      const __m256i p =
+          _mm256_packus_epi16(_mm256_packus_epi32(q[0], q[1]), _mm256_packus_epi32(q[2], q[3]));
+      const __m256i codes =
+          _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.qs + j), codes);
+      // sums of codes j..j+15 and j+16..j+31
+      const __m256i s32 =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), codes), _mm256_set1_epi16(1));
+      const __m256i h = _mm256_hadd_epi32(s32, s32);
+      const __m256i h2 = _mm256_hadd_epi32(h, h);
+      o.bsums[j / 16] = static_cast<int16_t>(_mm256_extract_epi32(h2, 0));
+      o.bsums[j / 16 + 1] = static_cast<int16_t>(_mm256_extract_epi32(h2, 4));
+    }
+    o.d = 1 / iscale;
+  }
+}
+
 void from_f32_q8_0_avx2(const float* x, void* vy, int64_t n) {
   auto* y = static_cast<BlockQ8_0*>(vy);
   for (int64_t ib = 0; ib < n / kQK; ++ib) {
@@ -408,15 +474,15 @@ DotKernel avx2_dot_kernel(DType t) {
     case DType::kQ8_0:
       return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q8_0_q8_0};
     case DType::kQ2_K:
-      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q2_k_q8_k};
+      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q2_k_q8_k};
     case DType::kQ3_K:
-      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q3_k_q8_k};
+      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q3_k_q8_k};
     case DType::kQ4_K:
-      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q4_k_q8_k};
+      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q4_k_q8_k};
     case DType::kQ5_K:
-      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q5_k_q8_k};
+      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q5_k_q8_k};
     case DType::kQ6_K:
-      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q6_k_q8_k};
+      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q6_k_q8_k};
     default:
       return {};
   }

@@ -240,8 +240,17 @@ DotKernel avx512_dot_kernel(DType t) {
     case DType::kQ4_K:  // one f32 lane per weight row (vec_dot_avx512_kquants.cpp)
     case DType::kQ5_K:
       return avx512_kquant_dot_kernel(t);
-    case DType::kQ6_K:
-      return kernel<Q6_KFmt>(from_f32_q8_k);
+    case DType::kQ6_K: {  // GEMV here; batches: one zmm per lane of 16 rows
+      DotKernel k = kernel<Q6_KFmt>(from_f32_q8_k_avx2);
+      k.gemm = [](const GemmArgs& a) {
+        if (a.n_x == 1) {
+          gemm<Q6_KFmt>(a);
+        } else {
+          avx512_q6_k_gemm_rows(a);
+        }
+      };
+      return k;
+    }
     default:
       return {};
   }

@@ -27,6 +27,7 @@ namespace {
 
 using quant::BlockQ4_K;
 using quant::BlockQ5_K;
+using quant::BlockQ6_K;
 using quant::BlockQ8_K;
 using quant::kQKK;
 
@@ -224,6 +225,125 @@ void gemm_batch(const GemmArgs& a) {
   }
 }
 
+// ---- Q6_K GEMM in ggml's x86 lane order ----
+// The scalar reference (and the GEMV, Q6_KFmt in vec_dot_avx512.cpp) keeps 8 f32 lanes
+// per row: lane l += d · float(Σ over the 8 chunks of 32 of sc · (codes 4l..4l+3 · y)
+// − 32 · (bsums[2l]·sc[2l] + bsums[2l+1]·sc[2l+1])), reduced ((0+4)+(2+6))+((1+5)+(3+7))
+// at the end. Here lane l of 16 rows is one zmm: the codes come pre-scaled (code · sc
+// fits int16) as int16 pairs, so vpdpwssd against a broadcast pair of activations adds
+// two products per row, exact; the same integers, fmas and final tree as the GEMV.
+struct WGroupQ6 {
+  __m512i q[8][8][2];  // [chunk v][lane l][pair p]: row r's code·sc of elements 32v+4l+2p, +1
+  __m512i scp[8];      // lane l: row r's (sc[2l], sc[2l+1]) as an int16 pair
+  __m512 d;
+};
+struct XQ6 {
+  int16_t y[kQKK];  // the activation widened to int16 (pairs for vpdpwssd)
+};
+
+void prep_weights_q6(const GemmArgs& a, int64_t n_groups, int64_t nb, WGroupQ6* out) {
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  alignas(64) std::array<int16_t, kG * kQKK> t{};  // [row][element] code · scale
+  const __m512i lane_rows =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(kQKK * 2)));
+  for (int64_t gi = 0; gi < n_groups; ++gi) {
+    for (int64_t b = 0; b < nb; ++b) {
+      WGroupQ6& o = out[gi * nb + b];
+      alignas(64) std::array<int32_t, kG * 8> scp{};  // [l][row]
+      alignas(64) std::array<float, kG> dv{};
+      for (int64_t r = 0; r < kG; ++r) {
+        const int64_t row = std::min(gi * kG + r, a.n_w - 1);  // past n_w: never stored
+        const auto& blk = reinterpret_cast<const BlockQ6_K*>(w + row * a.w_stride)[b];
+        int16_t* dst = t.data() + r * kQKK;
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* ql = blk.ql + 64 * h;
+          const uint8_t* qh = blk.qh + 32 * h;
+          for (int l = 0; l < 32; ++l) {
+            const int e = 128 * h + l;
+            const int c0 = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+            const int c1 = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+            const int c2 = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+            const int c3 = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+            dst[e] = static_cast<int16_t>(c0 * blk.scales[e / 16]);
+            dst[e + 32] = static_cast<int16_t>(c1 * blk.scales[(e + 32) / 16]);
+            dst[e + 64] = static_cast<int16_t>(c2 * blk.scales[(e + 64) / 16]);
+            dst[e + 96] = static_cast<int16_t>(c3 * blk.scales[(e + 96) / 16]);
+          }
+        }
+        for (int l = 0; l < 8; ++l) {
+          scp[static_cast<size_t>(l * kG + r)] = static_cast<int32_t>(
+              static_cast<uint32_t>(static_cast<uint16_t>(blk.scales[2 * l])) |
+              (static_cast<uint32_t>(static_cast<uint16_t>(blk.scales[2 * l + 1])) << 16));
+        }
+        dv[static_cast<size_t>(r)] = _cvtsh_ss(blk.d);
+      }
+      for (int v = 0; v < 8; ++v) {
+        for (int l = 0; l < 8; ++l) {
+          for (int p = 0; p < 2; ++p) {
+            o.q[v][l][p] = _mm512_i32gather_epi32(lane_rows, t.data() + 32 * v + 4 * l + 2 * p, 1);
+          }
+        }
+      }
+      for (int l = 0; l < 8; ++l) o.scp[l] = _mm512_load_si512(scp.data() + l * kG);
+      o.d = _mm512_load_ps(dv.data());
+    }
+  }
+}
+
+// One 16-row group × NX activation rows; the 8 lane accumulators of each live in memory
+// between super-blocks (an exact f32 store and load).
+template <int NX>
+void gemm_tile_q6(int64_t nb, const WGroupQ6* wp, const uint8_t* x, uint64_t xs, const XQ6* xp,
+                  float* y, int64_t ys, int64_t nr) {
+  __m512 acc[NX][8];
+  for (int j = 0; j < NX; ++j)
+    for (int l = 0; l < 8; ++l) acc[j][l] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const WGroupQ6& wb = wp[b];
+    __m512 dj[NX];
+    const BlockQ8_K* xb[NX];
+    for (int j = 0; j < NX; ++j) {
+      xb[j] = reinterpret_cast<const BlockQ8_K*>(x + static_cast<uint64_t>(j) * xs) + b;
+      dj[j] = _mm512_mul_ps(_mm512_set1_ps(xb[j]->d), wb.d);  // d = x.d · d_w
+    }
+    for (int l = 0; l < 8; ++l) {
+      __m512i lane[NX];
+      for (int j = 0; j < NX; ++j) {
+        int32_t bs;  // (bsums[2l], bsums[2l+1])
+        std::memcpy(&bs, xb[j]->bsums + 2 * l, 4);
+        const __m512i corr =
+            _mm512_dpwssd_epi32(_mm512_setzero_si512(), wb.scp[l], _mm512_set1_epi32(bs));
+        lane[j] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(corr, 5));
+      }
+      for (int v = 0; v < 8; ++v) {
+        for (int p = 0; p < 2; ++p) {
+          const __m512i wq = wb.q[v][l][p];
+          for (int j = 0; j < NX; ++j) {
+            int32_t pair;
+            std::memcpy(&pair, xp[j * nb + b].y + 32 * v + 4 * l + 2 * p, 4);
+            lane[j] = _mm512_dpwssd_epi32(lane[j], wq, _mm512_set1_epi32(pair));
+          }
+        }
+      }
+      for (int j = 0; j < NX; ++j) {
+        acc[j][l] = _mm512_fmadd_ps(dj[j], _mm512_cvtepi32_ps(lane[j]), acc[j][l]);
+      }
+    }
+  }
+  for (int j = 0; j < NX; ++j) {
+    const __m512 s = _mm512_add_ps(
+        _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][4]), _mm512_add_ps(acc[j][2], acc[j][6])),
+        _mm512_add_ps(_mm512_add_ps(acc[j][1], acc[j][5]), _mm512_add_ps(acc[j][3], acc[j][7])));
+    _mm512_mask_storeu_ps(y + j * ys, row_mask(nr), s);
+  }
+}
+
+using GemmTileQ6Fn = void (*)(int64_t, const WGroupQ6*, const uint8_t*, uint64_t, const XQ6*,
+                              float*, int64_t, int64_t);
+constexpr std::array<GemmTileQ6Fn, kMaxNX> kTilesQ6 = {&gemm_tile_q6<1>, &gemm_tile_q6<2>,
+                                                       &gemm_tile_q6<3>, &gemm_tile_q6<4>};
+
 template <class F>
 void gemm(const GemmArgs& a) {
   if (a.n_x == 1) {
@@ -235,12 +355,46 @@ void gemm(const GemmArgs& a) {
 
 }  // namespace
 
+void avx512_q6_k_gemm_rows(const GemmArgs& a) {
+  const int64_t nb = a.k / kQKK;
+  const int64_t n_groups = (a.n_w + kG - 1) / kG;
+  thread_local std::vector<WGroupQ6> wscratch;  // grown once, per thread (prefill only)
+  if (wscratch.size() < static_cast<size_t>(n_groups * nb)) {
+    wscratch.resize(static_cast<size_t>(n_groups * nb));
+  }
+  prep_weights_q6(a, n_groups, nb, wscratch.data());
+  thread_local std::vector<XQ6> xscratch;
+  if (xscratch.size() < static_cast<size_t>(kMaxNX * nb)) {
+    xscratch.resize(static_cast<size_t>(kMaxNX * nb));
+  }
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += kMaxNX) {
+    const int64_t nx = std::min<int64_t>(kMaxNX, a.n_x - j0);
+    for (int64_t j = 0; j < nx; ++j) {
+      const auto* row = reinterpret_cast<const BlockQ8_K*>(x + (j0 + j) * a.x_stride);
+      for (int64_t b = 0; b < nb; ++b) {
+        int16_t* dst = xscratch[static_cast<size_t>(j * nb + b)].y;
+        for (int c = 0; c < kQKK; c += 16) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c),
+                              _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                  reinterpret_cast<const __m128i*>(row[b].qs + c))));
+        }
+      }
+    }
+    for (int64_t gi = 0; gi < n_groups; ++gi) {
+      kTilesQ6[static_cast<size_t>(nx - 1)](
+          nb, wscratch.data() + gi * nb, x + j0 * a.x_stride, a.x_stride, xscratch.data(),
+          a.y + j0 * a.y_stride + gi * kG, a.y_stride, std::min(kG, a.n_w - gi * kG));
+    }
+  }
+}
+
 DotKernel avx512_kquant_dot_kernel(DType t) {
   switch (t) {
     case DType::kQ4_K:
-      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q4_k_q8_k, gemm<Q4_KSuper>};
+      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q4_k_q8_k, gemm<Q4_KSuper>};
     case DType::kQ5_K:
-      return {DType::kQ8_K, from_f32_q8_k, avx2_dot_q5_k_q8_k, gemm<Q5_KSuper>};
+      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q5_k_q8_k, gemm<Q5_KSuper>};
     default:
       return {};
   }
