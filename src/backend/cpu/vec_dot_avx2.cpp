@@ -1,16 +1,16 @@
 // Stage 12 (kernels): AVX2 + FMA + F16C dot products (this file alone is compiled with
 // -mavx2 -mfma -mf16c; callers reach it only after cpuid said yes, once, at startup).
 // Invariants, per kernel, against the scalar twin (tests/backend/mul_mat_test.cpp):
-//  - Q4_K, Q6_K: the same 8 exact integer lanes per super-block (kquants_x86.h) and the
+//  - Q6_K: the same 8 exact integer lanes per super-block (q6_k_lanes) and the
 //    same per-lane fma and final tree → bitwise equal.
-//  - F16, F32 dots: 8 lanes, mul then add (no FMA), the scalar twin's tree → bitwise.
+//  - F16, BF16, F32 dots: 8 lanes, mul then add (no FMA), the scalar twin's tree →
+//    bitwise. (Q2_K-Q5_K, Q5_0, Q5_1: vec_dot_avx2_exact.cpp, bitwise too.)
 //  - Q4_0, Q4_1, Q8_0: 8 float lanes with FMA per block (ggml-cpu's x86 shape) instead
 //    of one scalar sum per block → equal within a named tolerance (float reassociation).
 #include <immintrin.h>
 
 #include <cstring>
 
-#include "backend/cpu/kquants_x86.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 #include "core/fp16.h"
@@ -96,6 +96,37 @@ float avx2_dot_q8_0_q8_0(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
+// Q6_K: codes 0..63 · y scaled per 16-element sub-block, minus the −32 offset taken per
+// lane from the activation's bsums: 32 · (bsums[2l]·sc[2l] + bsums[2l+1]·sc[2l+1]).
+// bsums: the 16 int16 bsums; sc16: the 16 sub-block scales as int16.
+inline __m256i q6_k_lanes(const quant::BlockQ6_K& b, const int8_t* y, __m256i bsums, __m256i sc16) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(0x03);
+  __m256i sumi = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    const __m256i ql0 = load256(b.ql + 64 * h);
+    const __m256i ql1 = load256(b.ql + 64 * h + 32);
+    const __m256i qh = load256(b.qh + 32 * h);
+    __m256i q[4];
+    q[0] =
+        _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+    for (int k = 0; k < 4; ++k) {
+      const __m256i p = _mm256_maddubs_epi16(q[k], load256(y + 128 * h + 32 * k));
+      const int s = 8 * h + 2 * k;
+      const __m256i scale =
+          _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, scale));
+    }
+  }
+  return _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5));
+}
+
 // Q6_K follows the lane structure of ggml's x86 kernel, on every ISA (the scalar and
 // AVX-512 kernels are bitwise twins): the 8 integer lanes of a super-block scaled into 8
 // f32 lanes by an fma per super-block, reduced once at the end, the −32 offset
@@ -108,7 +139,7 @@ float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
   for (int64_t i = 0; i < n / kQKK; ++i) {
     const __m256i sc16 =
         _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales)));
-    const __m256i sumi = x86::q6_k_lanes(w[i], x[i].qs, load256(x[i].bsums), sc16);
+    const __m256i sumi = q6_k_lanes(w[i], x[i].qs, load256(x[i].bsums), sc16);
     const float d = x[i].d * h2f(w[i].d);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
   }

@@ -17,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/kquants_x86.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 
@@ -42,6 +41,44 @@ inline float hsum_f32x8(__m256 v) {
 
 inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+// x86::q6_k_lanes with both 128-element halves of the super-block in one zmm (half 0 in
+// the low 256 bits, half 1 in the high): the same 8 exact integer lanes once the two
+// halves are added (lane l covers bytes 4l..4l+3 of every chunk in either half).
+inline __m256i q6_k_lanes_zmm(const BlockQ6_K& b, const int8_t* y, __m256i bsums, __m256i sc16) {
+  auto halves = [](const void* lo, const void* hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load256(lo)), load256(hi), 1);
+  };
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i m2 = _mm512_set1_epi8(0x03);
+  const __m512i ql0 = halves(b.ql, b.ql + 64);
+  const __m512i ql1 = halves(b.ql + 32, b.ql + 96);
+  const __m512i qh = halves(b.qh, b.qh + 32);
+  __m512i q[4];
+  q[0] = _mm512_or_si512(_mm512_and_si512(ql0, m4), _mm512_slli_epi16(_mm512_and_si512(qh, m2), 4));
+  q[1] = _mm512_or_si512(_mm512_and_si512(ql1, m4),
+                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 2), m2), 4));
+  q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql0, 4), m4),
+                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 4), m2), 4));
+  q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql1, 4), m4),
+                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh, 6), m2), 4));
+  const __m512i sc = _mm512_castsi256_si512(sc16);
+  __m512i sumi = _mm512_setzero_si512();
+  for (int k = 0; k < 4; ++k) {
+    // int16 lanes 0-7: scale 2k, 8-15: 2k + 1 (half 0); 16-23: 8 + 2k, 24-31: 9 + 2k (half 1)
+    const __m512i idx = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(2 * k + 1)),
+                                                _mm_set1_epi16(static_cast<int16_t>(2 * k)))),
+        _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(9 + 2 * k)),
+                         _mm_set1_epi16(static_cast<int16_t>(8 + 2 * k))),
+        1);
+    const __m512i p = _mm512_maddubs_epi16(q[k], halves(y + 32 * k, y + 128 + 32 * k));
+    sumi = _mm512_add_epi32(sumi, _mm512_madd_epi16(p, _mm512_permutexvar_epi16(idx, sc)));
+  }
+  const __m256i s =
+      _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+  return _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(bsums, sc16), 5));
 }
 
 // Q6_K: ggml's x86 lane order, as the AVX2 and scalar twins (bit-identical with them):
@@ -73,7 +110,7 @@ struct Q6_KFmt {
   }
   static XP prepx(const XB* pb, bool) { return {pb->qs, load256(pb->bsums), pb->d}; }
   static void step(Acc& a, const WP& w, const XP& x) {
-    const __m256i sumi = x86::q6_k_lanes(*w.b, x.qs, x.bsums, w.sc16);
+    const __m256i sumi = q6_k_lanes_zmm(*w.b, x.qs, x.bsums, w.sc16);
     a.acc = _mm256_fmadd_ps(_mm256_set1_ps(x.d * w.d), _mm256_cvtepi32_ps(sumi), a.acc);
   }
   static float finish(const Acc& a) { return hsum_f32x8(a.acc); }
