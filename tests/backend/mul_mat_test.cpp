@@ -269,6 +269,11 @@ TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
       attn_axpy_rows_f32_avx2(n_cells, hd, p.data(), kv.data(), stride, y2.data());
       EXPECT_EQ(0, std::memcmp(y0.data(), y1.data(), y0.size() * 4)) << hd << " " << n_cells;
       EXPECT_EQ(0, std::memcmp(y0.data(), y2.data(), y0.size() * 4)) << hd << " " << n_cells;
+      if (have_avx512()) {
+        std::vector<float> y3 = random_floats(static_cast<size_t>(hd), 10);  // y0's start
+        attn_axpy_rows_f32_avx512(n_cells, hd, p.data(), kv.data(), stride, y3.data());
+        EXPECT_EQ(0, std::memcmp(y0.data(), y3.data(), y0.size() * 4)) << hd << " " << n_cells;
+      }
     }
   }
 }

@@ -163,7 +163,9 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
             float mc = -INFINITY;
             if constexpr (kF32Cells) {  // the chunk in one call: bitwise the per-cell loop
               k.attn_scores_f32(c1 - c0, hd, qr, kc + c0 * row_k + kvh * hd, row_k, scale, s);
-              for (int64_t cell = c0; cell < c1; ++cell) mc = std::fmax(mc, s[cell - c0]);
+              // fmax, inlined: NaN never wins, and the sign of a zero maximum cannot
+              // change exp(s − m)
+              for (int64_t cell = c0; cell < c1; ++cell) mc = s[cell - c0] > mc ? s[cell - c0] : mc;
             } else {
               for (int64_t cell = c0; cell < c1; ++cell) {
                 const float v =

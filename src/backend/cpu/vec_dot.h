@@ -115,6 +115,8 @@ void attn_axpy_rows_f32_scalar(int64_t n_cells, int64_t n, const float* p, const
                                int64_t v_stride, float* y);
 void attn_axpy_rows_f32_avx2(int64_t n_cells, int64_t n, const float* p, const float* v,
                              int64_t v_stride, float* y);
+void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const float* v,
+                               int64_t v_stride, float* y);
 
 // llama.cpp's f16 dot orders (its AVX-512 build), each bit-exact:
 //  vec:   ggml_vec_dot_f16 — 4 × 16 f32 lanes fused-multiply-added over 64-element steps,

@@ -266,6 +266,28 @@ DotKernel kernel(FromF32Fn from) {
 
 }  // namespace
 
+void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const float* v,
+                               int64_t v_stride, float* y) {
+  constexpr int64_t kRegs = 4;  // 64 elements of y in registers across the cells
+  int64_t i0 = 0;
+  for (; i0 + 16 * kRegs <= n; i0 += 16 * kRegs) {
+    __m512 acc[kRegs];
+    for (int r = 0; r < kRegs; ++r) acc[r] = _mm512_loadu_ps(y + i0 + 16 * r);
+    for (int64_t c = 0; c < n_cells; ++c) {
+      const __m512 pc = _mm512_set1_ps(p[c]);
+      const float* vc = v + c * v_stride + i0;
+      for (int r = 0; r < kRegs; ++r) {
+        acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(pc, _mm512_loadu_ps(vc + 16 * r)));
+      }
+    }
+    for (int r = 0; r < kRegs; ++r) _mm512_storeu_ps(y + i0 + 16 * r, acc[r]);
+  }
+  if (i0 < n) {  // y[i] = y[i] + p · v[i] per element, as every form
+    for (int64_t c = 0; c < n_cells; ++c)
+      axpy_f32_avx2(n - i0, p[c], v + c * v_stride + i0, y + i0);
+  }
+}
+
 DotKernel avx512_dot_kernel(DType t) {
   switch (t) {
     case DType::kQ4_0:  // one f32 lane per weight row (vec_dot_avx512_rows.cpp)
