@@ -313,7 +313,7 @@ TEST(VecDotSimd, EveryAvx512DotEqualsScalarTwin_bitwise) {
         }
       }
     }
-  EXPECT_EQ(n_checked, 8 + 5 + 5);  // Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; legacy twice
+  EXPECT_EQ(n_checked, 9 + 5 + 5);  // F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; legacy x2
 }
 
 // The register-blocked GEMM of every SIMD table equals its vec_dot element by element,
@@ -322,40 +322,43 @@ TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
   if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   // k 544: 17 legacy blocks, an odd tail after the block pairs.
   for (int64_t k : {int64_t{512}, int64_t{544}})
-    for (DType t : kAllWeightTypes) {
-      DotKernel dk = have_avx512() ? avx512_dot_kernel(t) : avx2_dot_kernel(t);
-      if (dk.gemm == nullptr) continue;
-      if (k % 256 != 0 && quant::traits(t)->block_size != 32) continue;
-      SCOPED_TRACE(std::string(dtype_name(t)));
-      const uint64_t w_row = *quant::row_bytes(t, k);
-      const uint64_t x_row = *quant::row_bytes(dk.vec_dot_type, k);
-      for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16, 17, 33, 48}) {
-        for (int64_t n_x : {1, 2, 3, 4, 5, 6, 7, 13}) {  // >= 6: prepared weights
-          std::vector<uint8_t> wb = encode(
-              t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));
-          std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 5);
-          std::vector<uint8_t> xq(x_row * static_cast<uint64_t>(n_x));
-          for (int64_t j = 0; j < n_x; ++j) dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
-          std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
-          dk.gemm(GemmArgs{.k = k,
-                           .w = wb.data(),
-                           .w_stride = w_row,
-                           .n_w = n_w,
-                           .x = xq.data(),
-                           .x_stride = x_row,
-                           .n_x = n_x,
-                           .y = y.data(),
-                           .y_stride = n_w});
-          for (int64_t j = 0; j < n_x; ++j) {
-            for (int64_t i = 0; i < n_w; ++i) {
-              const float v = dk.vec_dot(k, wb.data() + i * w_row, xq.data() + j * x_row);
-              ASSERT_EQ(fp32_to_bits(v), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
-                  << "n_w " << n_w << " n_x " << n_x << " i " << i << " j " << j;
+    for (DType t : kAllWeightTypes)
+      for (bool avx512 : {false, true}) {
+        if (avx512 && !have_avx512()) continue;
+        DotKernel dk = avx512 ? avx512_dot_kernel(t) : avx2_dot_kernel(t);
+        if (dk.gemm == nullptr) continue;
+        if (k % 256 != 0 && quant::traits(t)->block_size != 32) continue;
+        SCOPED_TRACE(std::string(dtype_name(t)) + (avx512 ? " avx512" : " avx2"));
+        const uint64_t w_row = *quant::row_bytes(t, k);
+        const uint64_t x_row = *quant::row_bytes(dk.vec_dot_type, k);
+        for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16, 17, 33, 48}) {
+          for (int64_t n_x : {1, 2, 3, 4, 5, 6, 7, 13}) {  // >= 6: prepared weights
+            std::vector<uint8_t> wb = encode(
+                t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));
+            std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 5);
+            std::vector<uint8_t> xq(x_row * static_cast<uint64_t>(n_x));
+            for (int64_t j = 0; j < n_x; ++j)
+              dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
+            std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
+            dk.gemm(GemmArgs{.k = k,
+                             .w = wb.data(),
+                             .w_stride = w_row,
+                             .n_w = n_w,
+                             .x = xq.data(),
+                             .x_stride = x_row,
+                             .n_x = n_x,
+                             .y = y.data(),
+                             .y_stride = n_w});
+            for (int64_t j = 0; j < n_x; ++j) {
+              for (int64_t i = 0; i < n_w; ++i) {
+                const float v = dk.vec_dot(k, wb.data() + i * w_row, xq.data() + j * x_row);
+                ASSERT_EQ(fp32_to_bits(v), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
+                    << "n_w " << n_w << " n_x " << n_x << " i " << i << " j " << j;
+              }
             }
           }
         }
       }
-    }
 }
 
 // llama.cpp's f16 dot orders: the AVX2 GEMV form equals its portable scalar emulation

@@ -119,7 +119,8 @@ def _cpu_has_avx512_vnni():
 @pytest.mark.parametrize("name", ["SmolLM2-135M-Instruct.Q4_1.gguf",
                                   "minfer-fixture-qwen2.5-0.5b-q4_0.gguf",
                                   "minfer-fixture-qwen2.5-0.5b-q8_0.gguf",
-                                  "minfer-fixture-qwen2.5-0.5b-q4_k_m.gguf"])
+                                  "minfer-fixture-qwen2.5-0.5b-q4_k_m.gguf",
+                                  "minfer-fixture-qwen2.5-0.5b-f16.gguf"])
 def test_avx512_forward_equals_scalar_reference_bitwise(tmp_path, name):
     """Q4_0 / Q4_1 / Q5_0 / Q8_0 matmuls on AVX-512 keep one f32 lane per weight row with
     the scalar kernel's expression, Q4_K / Q6_K keep one lane order on every ISA, and every

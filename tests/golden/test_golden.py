@@ -564,8 +564,9 @@ def test_goldens_are_well_formed():
 
 # Weight types whose llama.cpp CPU arithmetic `--numerics llamacpp` follows bit for bit
 # (ggml's x86 quant dots incl. Q6_K for the output layers; its f16 GEMV and llamafile's
-# f16 sgemm). F32 weights keep our own accumulation order and Q4_K still differs in the
-# last ulp on some rows, so the F32 and Q4_K_M goldens are not held to this.
+# f16 sgemm). F32 weights keep our own accumulation order and Q4_K adds one exact integer
+# sum per super-block (not ggml's 8-lane order), so the F32 and Q4_K_M goldens are not
+# held to this.
 kLlamaCppExactTypes = ("q4_0", "q4_1", "q8_0", "f16")
 # llama.cpp runs a ubatch of >= 64 query rows through a tiled f32 flash-attention kernel;
 # the mode always runs its per-row f16 kernel (batch-independent), so prompts that long

@@ -77,11 +77,16 @@ DotKernel scalar_dot_kernel(DType weight_type);
 // AVX2+FMA+F16C entries for the types that have one (vec_dot nullptr otherwise);
 // only call on a CPU that supports them (vec_dot_avx2.cpp is built with -mavx2).
 DotKernel avx2_dot_kernel(DType weight_type);
+// The AVX2 F16 GEMM (weights and activation tiles widened to f32 per call; each output
+// avx2_dot_f16_f16's lanes and tree) and the AVX-512 one (two activation rows per zmm,
+// same per-output operations); n_x 1: one dot per row.
+void gemm_f16_avx2(const GemmArgs& a);
+void gemm_f16_avx512(const GemmArgs& a);
 // AVX2 Q5_0 / Q5_1 (vec_dot_avx2_exact.cpp): the scalar reference's exact integers and
 // float expression per block, bitwise equal to it.
 float avx2_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);
 float avx2_dot_q5_1_q8_1(int64_t n, const void* w, const void* x);
-// AVX-512 VNNI entries (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; vec_dot nullptr
+// AVX-512 VNNI entries (F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; vec_dot nullptr
 // otherwise), each with a register-blocked gemm; only call when detect_isa() says kAvx512.
 DotKernel avx512_dot_kernel(DType weight_type);
 

@@ -9,7 +9,10 @@
 //    of one scalar sum per block → equal within a named tolerance (float reassociation).
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <vector>
 
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
@@ -479,6 +482,88 @@ float ggml_dot_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
 
 }  // namespace
 
+namespace {
+
+// F16 GEMM: each call widens its weight rows (and each tile of activation rows) to f32
+// once — exact — and computes an NW × NX tile of outputs per pass, each output with
+// avx2_dot_f16_f16's 8 lanes (mul then add, in element order), its tree and its tail.
+template <int NW, int NX>
+void f16_tile(int64_t k, const float* w, const float* x, float* y, int64_t ys) {
+  const int64_t body = k / 8 * 8;
+  __m256 acc[NW][NX];
+  for (int r = 0; r < NW; ++r)
+    for (int c = 0; c < NX; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < body; i += 8) {
+    __m256 xv[NX];
+    for (int c = 0; c < NX; ++c) xv[c] = _mm256_loadu_ps(x + c * k + i);
+    for (int r = 0; r < NW; ++r) {
+      const __m256 wv = _mm256_loadu_ps(w + r * k + i);
+      for (int c = 0; c < NX; ++c) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(wv, xv[c]));
+    }
+  }
+  for (int r = 0; r < NW; ++r) {
+    for (int c = 0; c < NX; ++c) {
+      float s = hsum_f32x8(acc[r][c]);
+      for (int64_t i = body; i < k; ++i) s += w[r * k + i] * x[c * k + i];
+      y[c * ys + r] = s;
+    }
+  }
+}
+
+using F16TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t);
+constexpr int kF16W = 4;
+constexpr int kF16X = 3;
+constexpr std::array<std::array<F16TileFn, kF16X>, kF16W> kF16Tiles = {{
+    {&f16_tile<1, 1>, &f16_tile<1, 2>, &f16_tile<1, 3>},
+    {&f16_tile<2, 1>, &f16_tile<2, 2>, &f16_tile<2, 3>},
+    {&f16_tile<3, 1>, &f16_tile<3, 2>, &f16_tile<3, 3>},
+    {&f16_tile<4, 1>, &f16_tile<4, 2>, &f16_tile<4, 3>},
+}};
+
+void avx2_gemm_f16(const GemmArgs& a) {
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  if (a.n_x == 1) {  // decode: one dot per row, a few rows ahead prefetched
+    constexpr int64_t kAhead = 4;
+    for (int64_t r = 0; r < a.n_w; ++r) {
+      if (r + kAhead < a.n_w) {
+        const uint8_t* p = w + (r + kAhead) * static_cast<int64_t>(a.w_stride);
+        for (int64_t off = 0; off < a.k * 2; off += 64) __builtin_prefetch(p + off, 0, 3);
+      }
+      a.y[r] = avx2_dot_f16_f16(a.k, w + r * static_cast<int64_t>(a.w_stride), a.x);
+    }
+    return;
+  }
+  thread_local std::vector<float> wf, xf;  // grown once, per thread (prefill only)
+  const auto k = static_cast<size_t>(a.k);
+  if (wf.size() < static_cast<size_t>(a.n_w) * k) wf.resize(static_cast<size_t>(a.n_w) * k);
+  if (xf.size() < kF16X * k) xf.resize(kF16X * k);
+  for (int64_t r = 0; r < a.n_w; ++r) {
+    f16_to_f32_avx2(a.k,
+                    reinterpret_cast<const uint16_t*>(w + r * static_cast<int64_t>(a.w_stride)),
+                    wf.data() + static_cast<size_t>(r) * k);
+  }
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += kF16X) {
+    const int64_t nx = std::min<int64_t>(kF16X, a.n_x - j0);
+    for (int64_t j = 0; j < nx; ++j) {
+      f16_to_f32_avx2(a.k, reinterpret_cast<const uint16_t*>(x + (j0 + j) * a.x_stride),
+                      xf.data() + static_cast<size_t>(j) * k);
+    }
+    for (int64_t i0 = 0; i0 < a.n_w; i0 += kF16W) {
+      const int64_t nw = std::min<int64_t>(kF16W, a.n_w - i0);
+      kF16Tiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
+          a.k, wf.data() + static_cast<size_t>(i0) * k, xf.data(), a.y + j0 * a.y_stride + i0,
+          a.y_stride);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_f16_avx2(const GemmArgs& a) {
+  avx2_gemm_f16(a);
+}
+
 DotKernel llamacpp_f16_dot_kernel() {
   return {.vec_dot_type = DType::kF16,
           .from_f32 = from_f32_f16,
@@ -491,7 +576,7 @@ DotKernel avx2_dot_kernel(DType t) {
     case DType::kF32:
       return {DType::kF32, from_f32_f32, avx2_dot_f32_f32};
     case DType::kF16:
-      return {DType::kF16, from_f32_f16, avx2_dot_f16_f16};
+      return {DType::kF16, from_f32_f16, avx2_dot_f16_f16, avx2_gemm_f16};
     case DType::kBF16:
       return {DType::kBF16, from_f32_bf16, avx2_dot_bf16_bf16};
     case DType::kQ4_0:
