@@ -1,10 +1,10 @@
 // Stage 12 (kernels): AVX-512 VNNI Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0, one f32 lane per row.
-// The pair-of-blocks kernels (vec_dot_avx512.cpp) spend three float operations per 64
-// multiply-adds, because every output owns a whole zmm of partial lanes. Here 16 weight
-// rows share one zmm: each row's exact integer block sum lands in its own lane, and the
-// float part — the scalar reference's expression for the type (vec_dot_scalar.cpp),
-// added to the row's accumulator block after block — costs three to five operations
-// per 16 rows. So these kernels equal the scalar reference bit for bit on every row.
+// A kernel that gives every output a zmm of partial lanes (two blocks per register)
+// spends three float operations per 64 multiply-adds. Here 16 weight rows share one
+// zmm: each row's exact integer block sum lands in its own lane, and the float part —
+// the scalar reference's expression for the type (vec_dot_scalar.cpp), added to the
+// row's accumulator block after block — costs three to five operations per 16 rows.
+// So these kernels equal the scalar reference bit for bit on every row.
 //  GEMV (one activation row, decode): weights read in place; four rows per zmm (16 code
 //   bytes each in the four 128-bit lanes: the low and high nibbles — Q5_0's / Q5_1's fifth bits
 //   added under a byte mask tested out of its qh — or the two halves of a Q8_0 block),
