@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 #include "core/fp16.h"
@@ -534,26 +535,24 @@ void avx2_gemm_f16(const GemmArgs& a) {
     }
     return;
   }
-  thread_local std::vector<float> wf, xf;  // grown once, per thread (prefill only)
   const auto k = static_cast<size_t>(a.k);
-  if (wf.size() < static_cast<size_t>(a.n_w) * k) wf.resize(static_cast<size_t>(a.n_w) * k);
-  if (xf.size() < kF16X * k) xf.resize(kF16X * k);
+  float* wf = thread_scratch<float, 0>(static_cast<size_t>(a.n_w) * k);  // prefill only
+  float* xf = thread_scratch<float, 1>(kF16X * k);
   for (int64_t r = 0; r < a.n_w; ++r) {
     f16_to_f32_avx2(a.k,
                     reinterpret_cast<const uint16_t*>(w + r * static_cast<int64_t>(a.w_stride)),
-                    wf.data() + static_cast<size_t>(r) * k);
+                    wf + static_cast<size_t>(r) * k);
   }
   for (int64_t j0 = 0; j0 < a.n_x; j0 += kF16X) {
     const int64_t nx = std::min<int64_t>(kF16X, a.n_x - j0);
     for (int64_t j = 0; j < nx; ++j) {
       f16_to_f32_avx2(a.k, reinterpret_cast<const uint16_t*>(x + (j0 + j) * a.x_stride),
-                      xf.data() + static_cast<size_t>(j) * k);
+                      xf + static_cast<size_t>(j) * k);
     }
     for (int64_t i0 = 0; i0 < a.n_w; i0 += kF16W) {
       const int64_t nw = std::min<int64_t>(kF16W, a.n_w - i0);
       kF16Tiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
-          a.k, wf.data() + static_cast<size_t>(i0) * k, xf.data(), a.y + j0 * a.y_stride + i0,
-          a.y_stride);
+          a.k, wf + static_cast<size_t>(i0) * k, xf, a.y + j0 * a.y_stride + i0, a.y_stride);
     }
   }
 }

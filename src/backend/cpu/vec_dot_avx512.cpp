@@ -1,22 +1,18 @@
-// Stage 12 (kernels): AVX-512 VNNI (256-bit EVEX forms: AVX512VL + AVX512_VNNI + BW,
-// with F16C and FMA) Q6_K dot and its register-blocked GEMM, and the AVX-512 table
-// (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 come from vec_dot_avx512_rows.cpp and Q4_K / Q5_K from
-// vec_dot_avx512_kquants.cpp, one f32 lane per weight row). These files alone are
-// compiled with those flags; callers reach them only after cpuid said yes, once, at
-// startup. Q6_K keeps ggml's x86 lane order (see Q6_KFmt), so it equals the scalar (and
-// AVX2) twins bit for bit. Register blocking: gemm computes an NW × NX tile of outputs
-// per pass over the super-blocks, each output with its own accumulator and exactly
-// vec_dot's operations in vec_dot's order (invariant 8: prefill GEMM == decode GEMV,
-// bitwise); NW weight rows per activation row give the decode GEMV independent chains.
+// Stage 12 (kernels): AVX-512 (F/BW/VL/VNNI, with F16C and FMA) kernels that are not
+// one-lane-per-row — the Q6_K GEMV, the F16 batch GEMM, attention's V rows — and the
+// AVX-512 table (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 come from vec_dot_avx512_rows.cpp,
+// Q4_K / Q5_K and the Q6_K batch GEMM from vec_dot_avx512_kquants.cpp). These files
+// alone are compiled with those flags; callers reach them only after cpuid said yes,
+// once, at startup. Q6_K keeps ggml's x86 lane order (see Q6_KFmt), so it equals the
+// scalar (and AVX2) twins bit for bit, and its batch GEMM does the same operations per
+// output (invariant 8: prefill GEMM == decode GEMV, bitwise).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <type_traits>
-#include <utility>
-#include <vector>
 
+#include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 
@@ -87,9 +83,6 @@ inline __m256i q6_k_lanes_zmm(const BlockQ6_K& b, const int8_t* y, __m256i bsums
 struct Q6_KFmt {
   using WB = BlockQ6_K;
   using XB = BlockQ8_K;
-  static constexpr int64_t kElems = kQKK;
-  static constexpr int64_t kStep = 1;
-  static constexpr int kTileX = 4;
   struct Acc {
     __m256 acc;
   };
@@ -104,11 +97,11 @@ struct Q6_KFmt {
     float d;
   };
   static void init(Acc& a) { a.acc = _mm256_setzero_ps(); }
-  static WP prep(const WB* b, bool) {
+  static WP prep(const WB* b) {
     return {b, _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales))),
             h2f(b->d)};
   }
-  static XP prepx(const XB* pb, bool) { return {pb->qs, load256(pb->bsums), pb->d}; }
+  static XP prepx(const XB* pb) { return {pb->qs, load256(pb->bsums), pb->d}; }
   static void step(Acc& a, const WP& w, const XP& x) {
     const __m256i sumi = q6_k_lanes_zmm(*w.b, x.qs, x.bsums, w.sc16);
     a.acc = _mm256_fmadd_ps(_mm256_set1_ps(x.d * w.d), _mm256_cvtepi32_ps(sumi), a.acc);
@@ -116,152 +109,59 @@ struct Q6_KFmt {
   static float finish(const Acc& a) { return hsum_f32x8(a.acc); }
 };
 
-// ---- the blocked tile and the kernels built from it ----
+// ---- the Q6_K GEMV ----
 
-// y[j * ys + i] for i < NW weight rows, j < NX activation rows, over n elements. The
-// operands come prepared (wprep[i * n_steps + step], xprep[j * n_steps + step];
-// kPrepped) or are prepared here per step; either way every output sees the same
-// operations in the same order.
-// kPrefetch (the decode GEMV): every step also asks for the same bytes of the next NW
-// rows, so the weight stream's next tile arrives spread over this tile's work instead
-// of a burst that fills the line-fill buffers and stalls.
-template <class F, int NW, int NX, bool kPrepped, bool kPrefetch = false>
-void tile(int64_t n, const uint8_t* w, uint64_t ws, const void* wprep_v, const void* xprep_v,
-          int64_t n_steps, const uint8_t* x, uint64_t xs, float* y, int64_t ys) {
-  using WB = typename F::WB;
-  using XB = typename F::XB;
-  using WP = typename F::WP;
-  using XP = typename F::XP;
-  const auto* wprep = static_cast<const WP*>(wprep_v);
-  const auto* xprep = static_cast<const XP*>(xprep_v);
-  const int64_t nb = n / F::kElems;
-  typename F::Acc acc[NW][NX];
-#pragma GCC unroll 8
-  for (int i = 0; i < NW; ++i) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j) F::init(acc[i][j]);
-  }
-  for (int64_t ib = 0; ib < nb; ib += F::kStep) {
-    const bool two = F::kStep == 1 || ib + 1 < nb;
-    typename F::XP xp[NX];
-#pragma GCC unroll 8
-    for (int j = 0; j < NX; ++j)
-      xp[j] = kPrepped ? xprep[j * n_steps + ib / F::kStep]
-                       : F::prepx(reinterpret_cast<const XB*>(x + j * xs) + ib, two);
+// y[i] for NW weight rows against one activation row: NW independent accumulators per
+// pass over the super-blocks, the activation's operands prepared once per super-block.
+// kPrefetch: every super-block also asks for the same bytes of the next NW rows, so the
+// weight stream arrives spread over this tile's work (a burst would fill the line-fill
+// buffers and stall).
+template <int NW, bool kPrefetch>
+void q6_k_rows(int64_t n, const uint8_t* w, uint64_t ws, const uint8_t* x, float* y) {
+  using WB = Q6_KFmt::WB;
+  const int64_t nb = n / kQKK;
+  Q6_KFmt::Acc acc[NW];
+  for (int i = 0; i < NW; ++i) Q6_KFmt::init(acc[i]);
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    const Q6_KFmt::XP xp = Q6_KFmt::prepx(reinterpret_cast<const BlockQ8_K*>(x) + ib);
     if constexpr (kPrefetch) {
-      constexpr int64_t kBytes = F::kStep * static_cast<int64_t>(sizeof(WB));
-#pragma GCC unroll 8
       for (int i = 0; i < NW; ++i) {
         const uint8_t* p = w + (i + NW) * ws + ib * static_cast<int64_t>(sizeof(WB));
-        for (int64_t b = 0; b < kBytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+        for (int64_t b = 0; b < static_cast<int64_t>(sizeof(WB)); b += 64)
+          __builtin_prefetch(p + b, 0, 3);
       }
     }
 #pragma GCC unroll 8
     for (int i = 0; i < NW; ++i) {
-      const WP wp = kPrepped ? wprep[i * n_steps + ib / F::kStep]
-                             : F::prep(reinterpret_cast<const WB*>(w + i * ws) + ib, two);
-#pragma GCC unroll 8
-      for (int j = 0; j < NX; ++j) F::step(acc[i][j], wp, xp[j]);
+      Q6_KFmt::step(acc[i], Q6_KFmt::prep(reinterpret_cast<const WB*>(w + i * ws) + ib), xp);
     }
   }
-  for (int i = 0; i < NW; ++i) {
-    for (int j = 0; j < NX; ++j) y[j * ys + i] = F::finish(acc[i][j]);
-  }
+  for (int i = 0; i < NW; ++i) y[i] = Q6_KFmt::finish(acc[i]);
 }
 
-template <class F>
-float vec_dot(int64_t n, const void* w, const void* x) {
+float q6_k_vec_dot(int64_t n, const void* w, const void* x) {
   float y;
-  tile<F, 1, 1, false>(n, static_cast<const uint8_t*>(w), 0, nullptr, nullptr, 0,
-                       static_cast<const uint8_t*>(x), 0, &y, 1);
+  q6_k_rows<1, false>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(x), &y);
   return y;
 }
 
-using TileFn = void (*)(int64_t, const uint8_t*, uint64_t, const void*, const void*, int64_t,
-                        const uint8_t*, uint64_t, float*, int64_t);
-
-// Tile shapes: up to 8 weight rows for one activation row (the decode GEMV), up to
-// 4 × F::kTileX for a batch (accumulators + prepared operands fit the 32 registers).
-constexpr int kMaxWGemv = 8;
-constexpr int kMaxW = 4;
-// A batch of at least this many activation rows prepares the call's weight blocks once
-// (unpacked codes, broadcast scales) instead of once per activation tile, and each
-// activation tile's blocks once instead of once per weight tile.
-constexpr int64_t kPrepMinRows = 6;
-
-template <class F, int NX, bool kPrepped, int... I>
-constexpr std::array<TileFn, sizeof...(I)> tile_row(std::integer_sequence<int, I...>) {
-  return {&tile<F, I + 1, NX, kPrepped>...};
-}
-template <class F, int... I>
-constexpr std::array<TileFn, sizeof...(I)> gemv_row(std::integer_sequence<int, I...>) {
-  return {&tile<F, I + 1, 1, false, true>...};
-}
-template <class F, bool kPrepped, int... J>
-constexpr std::array<std::array<TileFn, kMaxW>, sizeof...(J)> tile_table(
-    std::integer_sequence<int, J...>) {
-  return {tile_row<F, J + 1, kPrepped>(std::make_integer_sequence<int, kMaxW>{})...};
-}
-
-template <class F>
-void gemm(const GemmArgs& a) {
-  using WP = typename F::WP;
-  static constexpr auto kGemv = gemv_row<F>(std::make_integer_sequence<int, kMaxWGemv>{});
-  static constexpr auto kGemm = tile_table<F, false>(std::make_integer_sequence<int, F::kTileX>{});
-  static constexpr auto kGemmPrepped =
-      tile_table<F, true>(std::make_integer_sequence<int, F::kTileX>{});
+// Decode: up to 8 rows per pass; a batch: one zmm per x86 lane of 16 rows
+// (avx512_q6_k_gemm_rows, the same operations per output).
+void q6_k_gemm(const GemmArgs& a) {
+  if (a.n_x != 1) {
+    avx512_q6_k_gemm_rows(a);
+    return;
+  }
+  using RowsFn = void (*)(int64_t, const uint8_t*, uint64_t, const uint8_t*, float*);
+  static constexpr std::array<RowsFn, 8> kRows = {
+      &q6_k_rows<1, true>, &q6_k_rows<2, true>, &q6_k_rows<3, true>, &q6_k_rows<4, true>,
+      &q6_k_rows<5, true>, &q6_k_rows<6, true>, &q6_k_rows<7, true>, &q6_k_rows<8, true>};
   const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  const int64_t nb = a.k / F::kElems;
-  const int64_t n_steps = (nb + F::kStep - 1) / F::kStep;
-  const bool prepped = a.n_x >= kPrepMinRows;
-  const WP* wprep = nullptr;
-  if (prepped) {
-    // Per-thread scratch, grown once (prefill only: decode never comes here).
-    thread_local std::vector<WP> scratch;
-    const auto need = static_cast<size_t>(a.n_w * n_steps);
-    if (scratch.size() < need) scratch.resize(need);
-    for (int64_t i = 0; i < a.n_w; ++i) {
-      const auto* row = reinterpret_cast<const typename F::WB*>(w + i * a.w_stride);
-      for (int64_t ib = 0, s = 0; ib < nb; ib += F::kStep, ++s) {
-        scratch[static_cast<size_t>(i * n_steps + s)] =
-            F::prep(row + ib, F::kStep == 1 || ib + 1 < nb);
-      }
-    }
-    wprep = scratch.data();
+  for (int64_t i0 = 0; i0 < a.n_w; i0 += 8) {
+    const int64_t nw = std::min<int64_t>(8, a.n_w - i0);
+    kRows[static_cast<size_t>(nw - 1)](a.k, w + i0 * a.w_stride, a.w_stride,
+                                       static_cast<const uint8_t*>(a.x), a.y + i0);
   }
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += F::kTileX) {
-    const int64_t nx = std::min<int64_t>(F::kTileX, a.n_x - j0);
-    const int64_t max_w = a.n_x == 1 ? kMaxWGemv : kMaxW;
-    const typename F::XP* xprep = nullptr;
-    if (prepped) {
-      thread_local std::vector<typename F::XP> xscratch;
-      const auto need = static_cast<size_t>(nx * n_steps);
-      if (xscratch.size() < need) xscratch.resize(need);
-      for (int64_t j = 0; j < nx; ++j) {
-        const auto* row = reinterpret_cast<const typename F::XB*>(x + (j0 + j) * a.x_stride);
-        for (int64_t ib = 0, s = 0; ib < nb; ib += F::kStep, ++s) {
-          xscratch[static_cast<size_t>(j * n_steps + s)] =
-              F::prepx(row + ib, F::kStep == 1 || ib + 1 < nb);
-        }
-      }
-      xprep = xscratch.data();
-    }
-    for (int64_t i0 = 0; i0 < a.n_w; i0 += max_w) {
-      const int64_t nw = std::min<int64_t>(max_w, a.n_w - i0);
-      const TileFn fn = a.n_x == 1 ? kGemv[nw - 1]
-                        : prepped  ? kGemmPrepped[nx - 1][nw - 1]
-                                   : kGemm[nx - 1][nw - 1];
-      fn(a.k, w + i0 * a.w_stride, a.w_stride, prepped ? wprep + i0 * n_steps : nullptr, xprep,
-         n_steps, x + j0 * a.x_stride, a.x_stride, a.y + j0 * a.y_stride + i0, a.y_stride);
-    }
-  }
-}
-
-template <class F>
-DotKernel kernel(FromF32Fn from) {
-  return {std::is_same_v<typename F::XB, BlockQ8_K> ? DType::kQ8_K : DType::kQ8_0, from, vec_dot<F>,
-          gemm<F>};
 }
 
 }  // namespace
@@ -344,14 +244,13 @@ void gemm_f16_avx512(const GemmArgs& a) {
   const auto* x = static_cast<const uint8_t*>(a.x);
   const auto k = static_cast<size_t>(a.k);
   const int64_t body = a.k / 8 * 8;
-  thread_local std::vector<float> wf, xf, row;  // grown once, per thread (prefill only)
-  if (wf.size() < static_cast<size_t>(a.n_w) * k) wf.resize(static_cast<size_t>(a.n_w) * k);
-  if (xf.size() < 2 * kF16P * k) xf.resize(2 * kF16P * k);
-  if (row.size() < 2 * k) row.resize(2 * k);
+  float* wf = thread_scratch<float, 0>(static_cast<size_t>(a.n_w) * k);
+  float* xf = thread_scratch<float, 1>(2 * kF16P * k);
+  float* row = thread_scratch<float, 2>(2 * k);
   for (int64_t r = 0; r < a.n_w; ++r) {
     f16_to_f32_avx2(a.k,
                     reinterpret_cast<const uint16_t*>(w + r * static_cast<int64_t>(a.w_stride)),
-                    wf.data() + static_cast<size_t>(r) * k);
+                    wf + static_cast<size_t>(r) * k);
   }
   for (int64_t j0 = 0; j0 < a.n_x; j0 += 2 * kF16P) {
     const int64_t nx = std::min<int64_t>(2 * kF16P, a.n_x - j0);
@@ -360,15 +259,15 @@ void gemm_f16_avx512(const GemmArgs& a) {
       for (int h = 0; h < 2; ++h) {
         const int64_t j = std::min(j0 + 2 * p + h, a.n_x - 1);
         f16_to_f32_avx2(a.k, reinterpret_cast<const uint16_t*>(x + j * a.x_stride),
-                        row.data() + static_cast<size_t>(h) * k);
+                        row + static_cast<size_t>(h) * k);
       }
-      float* dst = xf.data() + static_cast<size_t>(p) * 2 * k;
+      float* dst = xf + static_cast<size_t>(p) * 2 * k;
       for (int64_t i = 0; i < body; i += 8) {
-        std::memcpy(dst + 2 * i, row.data() + i, 32);
-        std::memcpy(dst + 2 * i + 8, row.data() + k + i, 32);
+        std::memcpy(dst + 2 * i, row + i, 32);
+        std::memcpy(dst + 2 * i + 8, row + k + i, 32);
       }
       for (int h = 0; h < 2; ++h) {
-        std::memcpy(dst + 2 * body + h * (a.k - body), row.data() + h * k + body,
+        std::memcpy(dst + 2 * body + h * (a.k - body), row + h * k + body,
                     static_cast<size_t>(a.k - body) * 4);
       }
     }
@@ -376,13 +275,12 @@ void gemm_f16_avx512(const GemmArgs& a) {
       const int64_t nw = std::min<int64_t>(kF16W, a.n_w - i0);
       if (nx % 2 == 0) {
         kF16Tiles512[static_cast<size_t>(nw - 1)][static_cast<size_t>(np - 1)](
-            a.k, wf.data() + static_cast<size_t>(i0) * k, xf.data(), a.y + j0 * a.y_stride + i0,
-            a.y_stride);
+            a.k, wf + static_cast<size_t>(i0) * k, xf, a.y + j0 * a.y_stride + i0, a.y_stride);
       } else {  // the last pair's second row is a repeat: its outputs go to a scratch row
-        std::vector<float>& out = row;  // reused: rows were consumed above
+        float* out = row;  // reused: the rows were consumed above
         const int64_t ys = nw;
         kF16Tiles512[static_cast<size_t>(nw - 1)][static_cast<size_t>(np - 1)](
-            a.k, wf.data() + static_cast<size_t>(i0) * k, xf.data(), out.data(), ys);
+            a.k, wf + static_cast<size_t>(i0) * k, xf, out, ys);
         for (int64_t j = 0; j < nx; ++j) {
           for (int64_t r = 0; r < nw; ++r)
             a.y[(j0 + j) * a.y_stride + i0 + r] = out[static_cast<size_t>(j * ys + r)];
@@ -408,17 +306,8 @@ DotKernel avx512_dot_kernel(DType t) {
       k.gemm = gemm_f16_avx512;
       return k;
     }
-    case DType::kQ6_K: {  // GEMV here; batches: one zmm per lane of 16 rows
-      DotKernel k = kernel<Q6_KFmt>(from_f32_q8_k_avx2);
-      k.gemm = [](const GemmArgs& a) {
-        if (a.n_x == 1) {
-          gemm<Q6_KFmt>(a);
-        } else {
-          avx512_q6_k_gemm_rows(a);
-        }
-      };
-      return k;
-    }
+    case DType::kQ6_K:
+      return {DType::kQ8_K, from_f32_q8_k_avx2, q6_k_vec_dot, q6_k_gemm};
     default:
       return {};
   }

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 #include "quant/blocks.h"
@@ -191,38 +192,25 @@ constexpr std::array<GemmTileFn, kMaxNX> kTiles = {&gemm_tile<1>, &gemm_tile<2>,
 template <class F>
 void gemm_batch(const GemmArgs& a) {
   const int64_t nb = a.k / kQKK;
-  const int64_t n_groups = (a.n_w + kG - 1) / kG;
-  thread_local std::vector<WGroupSuper> wscratch;  // grown once, per thread (prefill only)
-  if (wscratch.size() < static_cast<size_t>(n_groups * nb)) {
-    wscratch.resize(static_cast<size_t>(n_groups * nb));
-  }
-  prep_weights<F>(a, n_groups, nb, wscratch.data());
-  thread_local std::vector<XSuper> xscratch;
-  if (xscratch.size() < static_cast<size_t>(kMaxNX * nb)) {
-    xscratch.resize(static_cast<size_t>(kMaxNX * nb));
-  }
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += kMaxNX) {
-    const int64_t nx = std::min<int64_t>(kMaxNX, a.n_x - j0);
-    for (int64_t j = 0; j < nx; ++j) {
-      const auto* row = reinterpret_cast<const BlockQ8_K*>(x + (j0 + j) * a.x_stride);
-      for (int64_t b = 0; b < nb; ++b) {
-        XSuper& o = xscratch[static_cast<size_t>(j * nb + b)];
-        for (int u = 0; u < 4; ++u) {
-          const int32_t lo = row[b].bsums[4 * u] + row[b].bsums[4 * u + 1];
-          const int32_t hi = row[b].bsums[4 * u + 2] + row[b].bsums[4 * u + 3];
-          o.bs[u] = static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xFFFFu) |
-                                         (static_cast<uint32_t>(hi) << 16));
+  gemm_groups<WGroupSuper, XSuper, kMaxNX, 1>(
+      a, nb, [&](int64_t n_groups, WGroupSuper* out) { prep_weights<F>(a, n_groups, nb, out); },
+      [&](const uint8_t* xrow, XSuper* out) {
+        const auto* row = reinterpret_cast<const BlockQ8_K*>(xrow);
+        for (int64_t b = 0; b < nb; ++b) {
+          for (int u = 0; u < 4; ++u) {
+            const int32_t lo = row[b].bsums[4 * u] + row[b].bsums[4 * u + 1];
+            const int32_t hi = row[b].bsums[4 * u + 2] + row[b].bsums[4 * u + 3];
+            out[b].bs[u] = static_cast<int32_t>((static_cast<uint32_t>(lo) & 0xFFFFu) |
+                                                (static_cast<uint32_t>(hi) << 16));
+          }
+          out[b].d = row[b].d;
         }
-        o.d = row[b].d;
-      }
-    }
-    for (int64_t gi = 0; gi < n_groups; ++gi) {
-      kTiles[static_cast<size_t>(nx - 1)](
-          nb, wscratch.data() + gi * nb, x + j0 * a.x_stride, a.x_stride, xscratch.data(),
-          a.y + j0 * a.y_stride + gi * kG, a.y_stride, std::min(kG, a.n_w - gi * kG));
-    }
-  }
+      },
+      [&](int64_t nx, int64_t, const WGroupSuper* wg, const XSuper* xt, int64_t j0, int64_t g0) {
+        kTiles[static_cast<size_t>(nx - 1)](
+            nb, wg, static_cast<const uint8_t*>(a.x) + j0 * a.x_stride, a.x_stride, xt,
+            a.y + j0 * a.y_stride + g0 * kG, a.y_stride, std::min(kG, a.n_w - g0 * kG));
+      });
 }
 
 // ---- Q6_K GEMM in ggml's x86 lane order ----
@@ -357,36 +345,23 @@ void gemm(const GemmArgs& a) {
 
 void avx512_q6_k_gemm_rows(const GemmArgs& a) {
   const int64_t nb = a.k / kQKK;
-  const int64_t n_groups = (a.n_w + kG - 1) / kG;
-  thread_local std::vector<WGroupQ6> wscratch;  // grown once, per thread (prefill only)
-  if (wscratch.size() < static_cast<size_t>(n_groups * nb)) {
-    wscratch.resize(static_cast<size_t>(n_groups * nb));
-  }
-  prep_weights_q6(a, n_groups, nb, wscratch.data());
-  thread_local std::vector<XQ6> xscratch;
-  if (xscratch.size() < static_cast<size_t>(kMaxNX * nb)) {
-    xscratch.resize(static_cast<size_t>(kMaxNX * nb));
-  }
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += kMaxNX) {
-    const int64_t nx = std::min<int64_t>(kMaxNX, a.n_x - j0);
-    for (int64_t j = 0; j < nx; ++j) {
-      const auto* row = reinterpret_cast<const BlockQ8_K*>(x + (j0 + j) * a.x_stride);
-      for (int64_t b = 0; b < nb; ++b) {
-        int16_t* dst = xscratch[static_cast<size_t>(j * nb + b)].y;
-        for (int c = 0; c < kQKK; c += 16) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c),
-                              _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                                  reinterpret_cast<const __m128i*>(row[b].qs + c))));
+  gemm_groups<WGroupQ6, XQ6, kMaxNX, 1>(
+      a, nb, [&](int64_t n_groups, WGroupQ6* out) { prep_weights_q6(a, n_groups, nb, out); },
+      [&](const uint8_t* xrow, XQ6* out) {
+        const auto* row = reinterpret_cast<const BlockQ8_K*>(xrow);
+        for (int64_t b = 0; b < nb; ++b) {
+          for (int c = 0; c < kQKK; c += 16) {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].y + c),
+                                _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                    reinterpret_cast<const __m128i*>(row[b].qs + c))));
+          }
         }
-      }
-    }
-    for (int64_t gi = 0; gi < n_groups; ++gi) {
-      kTilesQ6[static_cast<size_t>(nx - 1)](
-          nb, wscratch.data() + gi * nb, x + j0 * a.x_stride, a.x_stride, xscratch.data(),
-          a.y + j0 * a.y_stride + gi * kG, a.y_stride, std::min(kG, a.n_w - gi * kG));
-    }
-  }
+      },
+      [&](int64_t nx, int64_t, const WGroupQ6* wg, const XQ6* xt, int64_t j0, int64_t g0) {
+        kTilesQ6[static_cast<size_t>(nx - 1)](
+            nb, wg, static_cast<const uint8_t*>(a.x) + j0 * a.x_stride, a.x_stride, xt,
+            a.y + j0 * a.y_stride + g0 * kG, a.y_stride, std::min(kG, a.n_w - g0 * kG));
+      });
 }
 
 DotKernel avx512_kquant_dot_kernel(DType t) {

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 
 namespace minfer::backend::cpu {
@@ -59,6 +60,13 @@ inline int32_t sum_q8(const int8_t* q) {  // Σ of 32 signed bytes, exact
 inline __m256i nibbles32(const uint8_t* p) {
   const __m128i c = load128(p);
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(c, 4), c), _mm256_set1_epi8(0x0F));
+}
+// A Q5 block's 32 codes (0..31): the nibbles with bit j of qh as element j's bit 4.
+inline __m256i q5_codes32(const uint8_t* qs, const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, 4);
+  const __m256i u = nibbles32(qs);
+  return _mm256_mask_add_epi8(u, static_cast<__mmask32>(qh), u, _mm256_set1_epi8(16));
 }
 inline void store32(int8_t* q, __m256i v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), v);
@@ -134,11 +142,7 @@ struct Q5_0Rows {
   static constexpr bool kHasMin = false;
   static constexpr int32_t kGemvOffset = 16;
   static void decode(const WB& b, int8_t* q) {
-    uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    const __m256i u = nibbles32(b.qs);  // bit j of qh: element j's bit 4
-    const __m256i v = _mm256_mask_add_epi8(u, static_cast<__mmask32>(qh), u, _mm256_set1_epi8(16));
-    store32(q, _mm256_sub_epi8(v, _mm256_set1_epi8(16)));
+    store32(q, _mm256_sub_epi8(q5_codes32(b.qs, b.qh), _mm256_set1_epi8(16)));
   }
   // sumf += (d_w · d_x) · float(sumi)
   static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512, float dx, float) {
@@ -156,12 +160,7 @@ struct Q5_1Rows {
   static constexpr bool kHighBit = true;
   static constexpr bool kHasMin = true;
   static constexpr int32_t kGemvOffset = 0;
-  static void decode(const WB& b, int8_t* q) {
-    uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    const __m256i u = nibbles32(b.qs);  // bit j of qh: element j's bit 4
-    store32(q, _mm256_mask_add_epi8(u, static_cast<__mmask32>(qh), u, _mm256_set1_epi8(16)));
-  }
+  static void decode(const WB& b, int8_t* q) { store32(q, q5_codes32(b.qs, b.qh)); }
   static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512 mw, float dx, float sx) {
     return Q4_1Rows::step(acc, isum, dw, mw, dx, sx);  // the same scalar expression
   }
@@ -414,37 +413,23 @@ template <class F>
 void gemm_batch(const GemmArgs& a) {
   using XB = typename F::XB;
   const int64_t nb = a.k / kQK;
-  const int64_t n_groups = (a.n_w + kG - 1) / kG;
-  thread_local std::vector<WGroupBlock> wscratch;  // grown once, per thread
-  if (wscratch.size() < static_cast<size_t>(n_groups * nb)) {
-    wscratch.resize(static_cast<size_t>(n_groups * nb));
-  }
-  prep_weights<F>(a, n_groups, nb, wscratch.data());
-  thread_local std::vector<XBlockU> xscratch;
-  if (xscratch.size() < static_cast<size_t>(kMaxNX * nb)) {
-    xscratch.resize(static_cast<size_t>(kMaxNX * nb));
-  }
-  const auto* x = static_cast<const uint8_t*>(a.x);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += kMaxNX) {
-    const int64_t nx = std::min<int64_t>(kMaxNX, a.n_x - j0);
-    for (int64_t j = 0; j < nx; ++j) {
-      const auto* row = reinterpret_cast<const XB*>(x + (j0 + j) * a.x_stride);
-      for (int64_t b = 0; b < nb; ++b) {
-        XBlockU& o = xscratch[static_cast<size_t>(j * nb + b)];
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[b].qs));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q), _mm256_xor_si256(q, flip));
-        o.d = h2f(row[b].d);
-        o.s = x_sum_scale(row[b]);
-      }
-    }
-    for (int64_t gi = 0; gi < n_groups; gi += kMaxNG) {
-      const int64_t ng = std::min<int64_t>(kMaxNG, n_groups - gi);
-      kTiles<F>[static_cast<size_t>(ng - 1)][static_cast<size_t>(nx - 1)](
-          nb, wscratch.data() + gi * nb, xscratch.data(), a.y + j0 * a.y_stride + gi * kG,
-          a.y_stride, a.n_w - gi * kG);
-    }
-  }
+  gemm_groups<WGroupBlock, XBlockU, kMaxNX, kMaxNG>(
+      a, nb, [&](int64_t n_groups, WGroupBlock* out) { prep_weights<F>(a, n_groups, nb, out); },
+      [&](const uint8_t* xrow, XBlockU* out) {
+        const auto* row = reinterpret_cast<const XB*>(xrow);
+        for (int64_t b = 0; b < nb; ++b) {
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[b].qs));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].q), _mm256_xor_si256(q, flip));
+          out[b].d = h2f(row[b].d);
+          out[b].s = x_sum_scale(row[b]);
+        }
+      },
+      [&](int64_t nx, int64_t ng, const WGroupBlock* wg, const XBlockU* xt, int64_t j0,
+          int64_t g0) {
+        kTiles<F>[static_cast<size_t>(ng - 1)][static_cast<size_t>(nx - 1)](
+            nb, wg, xt, a.y + j0 * a.y_stride + g0 * kG, a.y_stride, a.n_w - g0 * kG);
+      });
 }
 
 template <class F>

@@ -1,0 +1,48 @@
+// Stage 12 (kernels): what the batch GEMMs share — per-thread scratch, and the driver of
+// the one-lane-per-row GEMMs (vec_dot_avx512_rows.cpp, vec_dot_avx512_kquants.cpp): the
+// call's weight rows re-laid once, in 16-row groups, then per tile of activation rows
+// their blocks prepared and every group (or pair of groups) computed against them.
+// Invariant: scratch only grows, on a thread's first batch of a size; the decode step
+// (one activation row) never comes here, so it allocates nothing.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/vec_dot.h"
+
+namespace minfer::backend::cpu {
+
+// n Ts of per-thread scratch; one buffer per (T, Tag).
+template <class T, int Tag = 0>
+T* thread_scratch(size_t n) {
+  thread_local std::vector<T> v;
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// prep_w(n_groups, WG* out): out[g * nb + b] for 16-row group g, block b.
+// prep_x(row, XT* out): out[b] for the nb blocks of one activation row (its bytes).
+// tile(nx, ng, wg, xt, j0, g0): activation rows j0.. (nx of them, xt[j * nb + b]) against
+//   groups g0.. (ng ≤ kGroupsPerTile of them, wg[g * nb + b] relative to g0).
+template <class WG, class XT, int kMaxNX, int kGroupsPerTile, class PrepW, class PrepX, class Tile>
+void gemm_groups(const GemmArgs& a, int64_t nb, PrepW&& prep_w, PrepX&& prep_x, Tile&& tile) {
+  constexpr int64_t kRows = 16;
+  const int64_t n_groups = (a.n_w + kRows - 1) / kRows;
+  WG* wg = thread_scratch<WG>(static_cast<size_t>(n_groups * nb));
+  prep_w(n_groups, wg);
+  XT* xt = thread_scratch<XT>(static_cast<size_t>(kMaxNX * nb));
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += kMaxNX) {
+    const int64_t nx = std::min<int64_t>(kMaxNX, a.n_x - j0);
+    for (int64_t j = 0; j < nx; ++j) prep_x(x + (j0 + j) * a.x_stride, xt + j * nb);
+    for (int64_t g0 = 0; g0 < n_groups; g0 += kGroupsPerTile) {
+      const int64_t ng = std::min<int64_t>(kGroupsPerTile, n_groups - g0);
+      tile(nx, ng, wg + g0 * nb, xt, j0, g0);
+    }
+  }
+}
+
+}  // namespace minfer::backend::cpu
