@@ -2,8 +2,8 @@
 """Expected chat-template renders for tests/chat_template, produced by Python jinja2
 set up exactly as transformers' apply_chat_template sets it up (the oracle).
 
-Sources: every ../shared/testdata/templates/*.jinja, the chat_template of every
-../shared/testdata/tokenizers/*/tokenizer_config.json, and the template embedded in
+Sources: every tests/data/templates/*.jinja, the chat_template of every
+tests/data/tokenizers/*/tokenizer_config.json, and the template embedded in
 the SmolLM2 GGUF of the model cache (key tokenizer.chat_template, read with `gguf`).
 Writes one JSON file per template to tests/data/chat_template/ holding the template
 source (so the C++ test is hermetic), its BOS/EOS texts and every case with either
@@ -23,7 +23,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TESTDATA = os.environ.get("MINFER_TESTDATA_DIR", os.path.join(ROOT, "..", "shared", "testdata"))
+TESTDATA = os.environ.get("MINFER_TESTDATA_DIR", os.path.join(ROOT, "tests", "data"))
 CACHE = os.environ.get("MINFER_CACHE", os.path.expanduser("~/.cache/minfer"))
 OUT = os.path.join(ROOT, "tests", "data", "chat_template")
 

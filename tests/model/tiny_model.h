@@ -1,6 +1,6 @@
 // Tests (model, engine): tiny Llama-family GGUF models with seeded random weights,
 // written by our own GGUF writer so unit tests stay fast and hermetic. Optionally
-// carries a real vocabulary (tokenizer.* keys copied from a testdata vocab GGUF).
+// carries a real vocabulary (tokenizer.* keys copied from a tests/data/vocab GGUF).
 // Faults can be injected (a dropped tensor, a wrong shape, extra metadata) to test
 // the loader's errors.
 #pragma once

@@ -1,4 +1,4 @@
-// Stage 4 tests: llama.cpp's own tokenizer vectors (testdata/vocab/*.gguf.inp/.out,
+// Stage 4 tests: llama.cpp's own tokenizer vectors (tests/data/vocab/*.gguf.inp/.out,
 // from llama.cpp's models/ folder) must come out identical.
 // Invariant checked: for every input, ids equal llama.cpp's with add_special=false,
 // parse_special=false; a failure prints the input, both id lists and the first

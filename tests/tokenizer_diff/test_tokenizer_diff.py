@@ -39,7 +39,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("MINFER_BUILD_DIR", REPO / "build" / "hfv"))
-TESTDATA = Path(os.environ.get("MINFER_TESTDATA_DIR", REPO.parent / "shared" / "testdata"))
+TESTDATA = Path(os.environ.get("MINFER_TESTDATA_DIR", REPO / "tests" / "data"))
 HF_VOCAB = BUILD / "tools" / "hf_vocab" / "minfer-hf-vocab"
 TOKENIZE_BATCH = BUILD / "tests" / "tokenizer_diff" / "tokenize_batch"
 OUT = BUILD / "tests" / "tokenizer_diff"
