@@ -119,16 +119,34 @@ uint32_t Engine::context_for(uint32_t requested, uint32_t n_prompt) const {
 
 Status Engine::set_n_ctx(uint32_t n_ctx) {
   if (n_ctx == 0) return make_error("n_ctx must be > 0");
-  if (n_ctx > model_->hparams().n_ctx_train) {
-    return make_error(fmt::format("n_ctx {} exceeds the model's context length {}", n_ctx,
+  return set_context({.n_cells = n_ctx, .n_seq_max = 1, .n_ctx_seq = n_ctx, .n_runs = 1});
+}
+
+Status Engine::set_context(const ContextOptions& options) {
+  ContextOptions o = options;
+  if (o.n_cells == 0) return make_error("n_ctx must be > 0");
+  if (o.n_ctx_seq == 0) o.n_ctx_seq = o.n_cells;
+  if (o.n_ctx_seq > model_->hparams().n_ctx_train) {
+    return make_error(fmt::format("n_ctx {} exceeds the model's context length {}", o.n_ctx_seq,
                                   model_->hparams().n_ctx_train));
   }
-  if (n_ctx == n_ctx_ && cache_ != nullptr) {
+  if (o.n_ctx_seq > o.n_cells) {
+    return make_error(fmt::format("a sequence's context ({}) exceeds the KV arena ({} cells)",
+                                  o.n_ctx_seq, o.n_cells));
+  }
+  if (o.n_seq_max == 0 || o.n_seq_max > kv::kMaxSeqs) {
+    return make_error(
+        fmt::format("{} sequences requested; a context holds 1..{}", o.n_seq_max, kv::kMaxSeqs));
+  }
+  if (o.n_runs < 1) return make_error(fmt::format("window runs {} < 1", o.n_runs));
+  if (o.n_cells == n_ctx_ && o.n_seq_max == context_.n_seq_max && cache_ != nullptr) {
+    context_ = o;
     clear_kv();
     return Ok{};
   }
-  MINFER_TRY(kv::KvCells cells,
-             kv::KvCells::create({.n_ctx = n_ctx, .format = options_.kv_format}));
+  MINFER_TRY(kv::KvCells cells, kv::KvCells::create({.n_ctx = o.n_cells,
+                                                     .n_seq_max = o.n_seq_max,
+                                                     .format = options_.kv_format}));
   // Regions are sized once per n_ctx: a new context gets a fresh allocator (and so a
   // fresh cache), never a grown region.
   auto memory = std::make_unique<alloc::Allocator>();
@@ -136,7 +154,8 @@ Status Engine::set_n_ctx(uint32_t n_ctx) {
       [&](const model::WeightRef& w) { memory->bind_weight(w.name, w.data, w.bytes); });
   cache_ = std::make_unique<graph::GraphCache>(std::move(memory));
   kv_.emplace(std::move(cells));
-  n_ctx_ = n_ctx;
+  n_ctx_ = o.n_cells;
+  context_ = o;
   return Ok{};
 }
 
@@ -153,13 +172,13 @@ alloc::Allocator* Engine::allocator() {
   return cache_ ? &cache_->memory_as<alloc::Allocator>() : nullptr;
 }
 
-graph::GraphParams Engine::params_for(uint32_t n_tokens, uint32_t n_out) const {
+graph::GraphParams Engine::params_for(uint32_t n_tokens, uint32_t n_out, int32_t n_runs) const {
   graph::GraphParams p;
   p.n_tokens = n_tokens;
   p.n_out = n_out;
   p.gtype = n_tokens == 1 ? graph::GraphType::kDecode : graph::GraphType::kPrefill;
   p.cparams.n_ctx = n_ctx_;
-  p.cparams.window.n_runs = 1;  // one sequence filled from 0: one contiguous run
+  p.cparams.window.n_runs = n_runs;  // one sequence filled from 0: one contiguous run
   p.cparams.kv_format = options_.kv_format;
   p.cparams.attn_numerics = options_.numerics == Numerics::kLlamaCpp ? graph::AttnNumerics::kGgmlF16
                                                                      : graph::AttnNumerics::kF32;
@@ -210,6 +229,16 @@ Status Engine::rebuild(const graph::GraphParams& params) {
   return Ok{};
 }
 
+Result<const graph::ComputeGraph*> Engine::prepare(const graph::GraphParams& params) {
+  MINFER_TRY(bool hit, cache_->try_reuse(params));
+  if (hit) {
+    stats_.reuses++;
+  } else {
+    MINFER_TRY_STATUS(rebuild(params));
+  }
+  return &cache_->current();
+}
+
 Result<std::span<const float>> Engine::forward(std::span<const TokenId> tokens,
                                                std::span<const int32_t> positions, uint32_t n_out) {
   // Every check first: nothing is placed, built or run for a bad request.
@@ -242,13 +271,8 @@ Result<std::span<const float>> Engine::forward(std::span<const TokenId> tokens,
 
   // Reuse decision: params only (no build, no node diff).
   const graph::GraphParams params = params_for(static_cast<uint32_t>(nt), n_out);
-  MINFER_TRY(bool hit, cache_->try_reuse(params));
-  if (hit) {
-    stats_.reuses++;
-  } else {
-    MINFER_TRY_STATUS(rebuild(params));
-  }
-  const graph::ComputeGraph& g = cache_->current();
+  MINFER_TRY(const graph::ComputeGraph* gp, prepare(params));
+  const graph::ComputeGraph& g = *gp;
   alloc::Allocator& memory = cache_->memory_as<alloc::Allocator>();
 
   // Positions are data: choose the KV cells and windows, then fill the inputs of the

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "engine/batch.h"
 #include "gguf/gguf.h"
 #include "graph/cache.h"
 #include "graph/params.h"
@@ -28,8 +29,6 @@ class Allocator;
 }
 
 namespace minfer::engine {
-
-using TokenId = tokenizer::TokenId;
 
 // Arithmetic the engine commits to (ARCHITECTURE §6).
 //  kDefault:  f32 attention over the KV window, the fastest kernels of the CPU.
@@ -48,6 +47,17 @@ struct EngineOptions {
   bool graph_trace = false;    // split layout + census per execute (Config::graph_trace)
   graph::KvFormat kv_format = graph::KvFormat::kF32;  // KV cache element type
   Numerics numerics = Numerics::kDefault;
+};
+
+// The KV arena of a context. One shared cell store (not fixed partitions): any
+// sequence may use any free cell; positions of one sequence stay below n_ctx_seq.
+struct ContextOptions {
+  uint32_t n_cells = 0;    // cells of the arena (the regions' extent)
+  uint32_t n_seq_max = 1;  // sequences that may coexist (1..kv::kMaxSeqs)
+  uint32_t n_ctx_seq = 0;  // positions one sequence may use (0: n_cells); <= the model's
+                           // context_length
+  int32_t n_runs = 1;      // window runs each query may need at least (prefix sharing and
+                           // fragmented cells need more; decode raises it on demand)
 };
 
 struct EngineStats {
@@ -86,7 +96,14 @@ class Engine {
   // allocator (regions are sized once per n_ctx, never grown); the same n_ctx only
   // frees every cell. Error: n_ctx 0 or beyond the model's context_length.
   Status set_n_ctx(uint32_t n_ctx);
-  uint32_t n_ctx() const { return n_ctx_; }
+  // The general form: an arena of n_cells cells for up to n_seq_max sequences. Same
+  // rule as set_n_ctx: equal options only free every cell. Errors: zero sizes,
+  // n_ctx_seq beyond the model's context_length or beyond n_cells, n_seq_max outside
+  // [1, kv::kMaxSeqs].
+  Status set_context(const ContextOptions& options);
+  uint32_t n_ctx() const { return n_ctx_; }  // cells of the arena
+  uint32_t n_ctx_seq() const { return context_.n_ctx_seq; }
+  const ContextOptions& context() const { return context_; }
   // Frees every KV cell (regions keep stale bytes: the cells are the truth).
   void clear_kv();
 
@@ -97,6 +114,25 @@ class Engine {
   // [1, n_tokens], no context set, a position < 0 or >= n_ctx.
   Result<std::span<const float>> forward(std::span<const TokenId> tokens,
                                          std::span<const int32_t> positions, uint32_t n_out);
+
+  // One forward over any mix of sequences (ARCHITECTURE §2b): places every row's K/V
+  // in a cell of its sequence, lets each row attend to its own sequence's cells up to
+  // its position, and returns the logits of the rows that asked. The row count is
+  // padded to bucket_rows(n) with rows that store nothing and read nothing, and the
+  // logit rows to bucket_rows(n_logits), so the graph depends on those two numbers
+  // only. Batch invariance: a row's logits are bit-identical whatever else shares the
+  // batch, its order and the thread count. Errors (nothing placed or run): empty batch,
+  // no logit row, a position outside [0, n_ctx_seq), a sequence outside [0, n_seq_max),
+  // a token outside the vocabulary, a (seq, pos) twice, no free cell.
+  // Cell placement: a sequence that reserved its cells (kv_cells()->reserve(seq, n))
+  // fills them in order, so its window stays one run (plus one per shared prefix);
+  // unreserved sequences decoding side by side interleave their cells, and the window
+  // layout grows (a new graph; bits unchanged). Servers reserve per request.
+  Result<BatchLogits> decode(const Batch& batch);
+  // The cell store, for sequence operations between decodes (seq_rm to free a
+  // finished or cancelled sequence, seq_cp to share a cached prefix). Null before
+  // set_context.
+  kv::KvCells* kv_cells() { return kv_ ? &*kv_ : nullptr; }
 
   // Session files (src/chat): the K and V bytes of positions [0, n_tokens) of
   // sequence 0 — for each position, every layer's K row then V row, as stored.
@@ -111,7 +147,7 @@ class Engine {
   Status kv_import(uint32_t n_tokens, std::span<const std::byte> data);
 
   // The params a forward of this shape uses (the reuse identity).
-  graph::GraphParams params_for(uint32_t n_tokens, uint32_t n_out) const;
+  graph::GraphParams params_for(uint32_t n_tokens, uint32_t n_out, int32_t n_runs = 1) const;
   // The graph the runtime would run for that shape — built, placed and fused, not
   // cached or run (--dump-graph).
   Result<graph::ComputeGraph> runtime_graph(uint32_t n_tokens, uint32_t n_out) const;
@@ -136,7 +172,10 @@ class Engine {
   int32_t n_threads_ = 0;
   sched::Scheduler sched_;
 
+  Result<const graph::ComputeGraph*> prepare(const graph::GraphParams& params);
+
   uint32_t n_ctx_ = 0;
+  ContextOptions context_;
   std::unique_ptr<graph::GraphCache> cache_;
   std::optional<kv::KvCells> kv_;
   EngineStats stats_;
@@ -146,6 +185,9 @@ class Engine {
   std::vector<int32_t> cells_;
   std::vector<int32_t> window_;
   std::vector<int32_t> tail_;
+  std::vector<TokenId> tokens_;      // decode(): padded token ids
+  std::vector<int32_t> positions_;   // decode(): padded positions
+  std::vector<int32_t> slot_of_row_; // decode(): per batch row, its logits slot or -1
 };
 
 }  // namespace minfer::engine

@@ -289,6 +289,39 @@ Status KvCells::window_into(std::span<const KvToken> queries, const WindowOption
   return Ok{};
 }
 
+Result<int32_t> KvCells::runs_needed(std::span<const KvToken> queries, bool causal) const {
+  // Runs only grow with the query's limit, so each sequence's highest limit decides.
+  std::vector<std::pair<SeqId, Pos>> limits;
+  for (const KvToken& t : queries) {
+    MINFER_TRY_STATUS(check_seq(t.seq));
+    if (t.pos < 0 || static_cast<uint32_t>(t.pos) >= n_ctx_) {
+      return make_error(fmt::format("KV window: query position {} outside the context (n_ctx {})",
+                                    t.pos, n_ctx_));
+    }
+    const Pos limit = causal ? t.pos : seq_pos_max(t.seq);
+    auto it = std::find_if(limits.begin(), limits.end(),
+                           [&](const auto& e) { return e.first == t.seq; });
+    if (it == limits.end()) {
+      limits.emplace_back(t.seq, limit);
+    } else {
+      it->second = std::max(it->second, limit);
+    }
+  }
+  int32_t most = 0;
+  for (const auto& [seq, limit] : limits) {
+    int32_t runs = 0;
+    int32_t last_end = -1;
+    for (Pos p = 0; p <= limit; ++p) {
+      const auto cell = find(seq, p);
+      if (!cell) continue;
+      if (runs == 0 || last_end != *cell) runs++;
+      last_end = *cell + 1;
+    }
+    most = std::max(most, runs);
+  }
+  return most;
+}
+
 uint32_t KvCells::seq_rm(SeqId seq, Pos p0, Pos p1) {
   if (seq >= 0 && !check_seq(seq).ok()) return 0;
   const uint64_t mask = seq < 0 ? ~uint64_t{0} : bit(seq);

@@ -97,6 +97,11 @@ class KvCells {
   Status window_into(std::span<const KvToken> queries, const WindowOptions& options,
                      std::span<int32_t> out) const;
 
+  // The most window runs any of `queries` needs (what window_into needs as n_runs):
+  // a sequence whose cells are not contiguous in position order needs one run per
+  // contiguous piece. 0 when no query sees a cell. Error: a query out of range.
+  Result<int32_t> runs_needed(std::span<const KvToken> queries, bool causal = true) const;
+
   // Removes `seq` (seq < 0: every sequence) from cells with p0 <= pos < p1 (p1 < 0:
   // no upper bound); cells left with no sequence become free. Returns cells freed.
   uint32_t seq_rm(SeqId seq, Pos p0, Pos p1);

@@ -211,5 +211,34 @@ TEST(KvGraphInputs, DecodeStepsReuseOneGraphWhileWindowDataGrows) {
   EXPECT_FALSE(small.place(std::vector<KvToken>{{0, 8}}).ok());
 }
 
+TEST(KvCells, RunsNeededCountsContiguousPiecesOfEachSequence) {
+  KvCells c = make(16, 2);
+  // Interleaved: seq 0 at cells 0, 2, 4 (positions 0..2), seq 1 at cells 1, 3, 5.
+  for (Pos p = 0; p < 3; ++p) place_ok(c, std::vector<KvToken>{{0, p}, {1, p}});
+  auto r = c.runs_needed(std::vector<KvToken>{{0, 2}});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, 3);
+  auto r1 = c.runs_needed(std::vector<KvToken>{{0, 0}});  // causal: position 0 sees one cell
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(*r1, 1);
+  // A contiguous sequence needs one run, whatever the other rows of the batch.
+  KvCells d = make(16, 2);
+  place_ok(d, seq_tokens(0, 0, 5));
+  place_ok(d, seq_tokens(1, 0, 4));
+  auto r2 = d.runs_needed(std::vector<KvToken>{{0, 4}, {1, 3}});
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(*r2, 1);
+  // A shared prefix (seq_cp) plus own cells: two runs for seq 1.
+  KvCells e = make(16, 2);
+  place_ok(e, seq_tokens(0, 0, 4));
+  ASSERT_TRUE(e.seq_cp(0, 1, 0, 2).ok());
+  place_ok(e, seq_tokens(1, 2, 4));
+  auto r3 = e.runs_needed(std::vector<KvToken>{{1, 3}});
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(*r3, 2);
+  EXPECT_FALSE(e.runs_needed(std::vector<KvToken>{{2, 0}}).ok());
+  EXPECT_FALSE(e.runs_needed(std::vector<KvToken>{{0, 16}}).ok());
+}
+
 }  // namespace
 }  // namespace minfer::kv

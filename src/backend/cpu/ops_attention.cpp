@@ -2,10 +2,15 @@
 // online softmax (Milakov & Gimelshein 2018, "Online normalizer calculation for
 // softmax"; the flash-attention recurrence).
 // Invariant (ARCHITECTURE §2.8): a (token, head) result depends only on its query row,
-// its window row and the KV contents. Cells are walked in window order and cut into
-// chunks at fixed multiples of kChunk in absolute cell index, so the max-rescaling
-// points are the same for a token decoded alone or prefilled in a batch; one thread
-// owns one (token, head) — threads never split its reduction.
+// its window row and the KV contents. Cells are walked in window order (ascending
+// position) and cut into chunks every kChunk cells counted from the first cell the
+// query sees — i.e. at fixed positions, not at cell indices — so the max-rescaling
+// points are the same for a token decoded alone or prefilled in a batch, and for a
+// sequence whatever cells of the shared store hold it (its own run from cell 0, a run
+// elsewhere, or a shared prefix run plus its own). One thread owns one (token, head):
+// threads never split its reduction. A query whose window is empty is a padding row
+// of a bucketed batch (src/kv never produces an empty window for a real row): its
+// output is zero.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -69,10 +74,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       }
       total += cnt;
     }
-    if (total == 0) {
-      return make_error(fmt::format("attention '{}' (layer {}): query {} sees no cell", n.name,
-                                    n.params.layer, t));
-    }
+    (void)total;
   }
   const float* q = c.data.as<const float>(n.src[0]);
   float* out = c.data.as<float>(id);
@@ -147,6 +149,12 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       constexpr bool kF32Cells =
           std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>, float>;
       float s[kChunk];
+      struct Piece {
+        int64_t cell;  // first cell of this piece of a run
+        int64_t n;     // cells
+        int64_t off;   // offset in the chunk's scores
+      };
+      Piece piece[kChunk];
       for (int64_t item = lo; item < hi; ++item) {
         const int64_t t = item / n_head;
         const int64_t h = item % n_head;
@@ -155,49 +163,76 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
         std::fill(acc, acc + hd_v, 0.0f);
         float m = -INFINITY;
         float l = 0.0f;
-        for (int64_t r = 0; r < n_runs; ++r) {
-          const int64_t first = win[t * 2 * n_runs + 2 * r];
-          const int64_t end = first + win[t * 2 * n_runs + 2 * r + 1];
-          for (int64_t c0 = first; c0 < end;) {
-            const int64_t c1 = std::min(end, (c0 / kChunk + 1) * kChunk);
-            float mc = -INFINITY;
-            if constexpr (kF32Cells) {  // the chunk in one call: bitwise the per-cell loop
-              k.attn_scores_f32(c1 - c0, hd, qr, kc + c0 * row_k + kvh * hd, row_k, scale, s);
+        const int32_t* wrow = win + t * 2 * n_runs;
+        int64_t r = 0;
+        int64_t cur = n_runs > 0 ? wrow[0] : 0;
+        int64_t run_end = n_runs > 0 ? cur + wrow[1] : 0;
+        for (;;) {
+          // The next chunk: up to kChunk cells in window order, possibly spanning runs.
+          int64_t n_pieces = 0;
+          int64_t filled = 0;
+          while (filled < kChunk && r < n_runs) {
+            if (cur == run_end) {
+              if (++r < n_runs) {
+                cur = wrow[2 * r];
+                run_end = cur + wrow[2 * r + 1];
+              }
+              continue;
+            }
+            const int64_t take = std::min(kChunk - filled, run_end - cur);
+            piece[n_pieces++] = {.cell = cur, .n = take, .off = filled};
+            filled += take;
+            cur += take;
+          }
+          if (filled == 0) break;
+          float mc = -INFINITY;
+          for (int64_t pi = 0; pi < n_pieces; ++pi) {
+            const Piece& pc = piece[pi];
+            float* sp = s + pc.off;
+            if constexpr (kF32Cells) {  // a run's cells in one call: bitwise the per-cell loop
+              k.attn_scores_f32(pc.n, hd, qr, kc + pc.cell * row_k + kvh * hd, row_k, scale, sp);
               // fmax, inlined: NaN never wins, and the sign of a zero maximum cannot
               // change exp(s − m)
-              for (int64_t cell = c0; cell < c1; ++cell) mc = s[cell - c0] > mc ? s[cell - c0] : mc;
+              for (int64_t i = 0; i < pc.n; ++i) mc = sp[i] > mc ? sp[i] : mc;
             } else {
-              for (int64_t cell = c0; cell < c1; ++cell) {
+              for (int64_t i = 0; i < pc.n; ++i) {
+                const int64_t cell = pc.cell + i;
                 const float v =
                     k.dot_f32(hd, qr, row(kc, cell * row_k + kvh * hd, hd, kbuf)) * scale;
-                s[cell - c0] = v;
+                sp[i] = v;
                 mc = std::fmax(mc, v);
               }
             }
-            if (mc > m) {
-              const float f = std::exp(m - mc);  // m = −inf on the first chunk: f = 0
-              for (int64_t i = 0; i < hd_v; ++i) acc[i] *= f;
-              l *= f;
-              m = mc;
-            }
+          }
+          if (mc > m) {
+            const float f = std::exp(m - mc);  // m = −inf on the first chunk: f = 0
+            for (int64_t i = 0; i < hd_v; ++i) acc[i] *= f;
+            l *= f;
+            m = mc;
+          }
+          for (int64_t pi = 0; pi < n_pieces; ++pi) {
+            const Piece& pc = piece[pi];
+            float* sp = s + pc.off;
             if constexpr (kF32Cells) {  // weights first, then the rows in cell order
-              for (int64_t cell = c0; cell < c1; ++cell) {
-                s[cell - c0] = std::exp(s[cell - c0] - m);
-                l += s[cell - c0];
+              for (int64_t i = 0; i < pc.n; ++i) {
+                sp[i] = std::exp(sp[i] - m);
+                l += sp[i];
               }
-              k.attn_axpy_rows_f32(c1 - c0, hd_v, s, vc + c0 * row_v + kvh * hd_v, row_v, acc);
+              // y = y + p·v per element in cell order: one call per run piece is
+              // bitwise one call over the chunk
+              k.attn_axpy_rows_f32(pc.n, hd_v, sp, vc + pc.cell * row_v + kvh * hd_v, row_v, acc);
             } else {
-              for (int64_t cell = c0; cell < c1; ++cell) {
-                const float p = std::exp(s[cell - c0] - m);
+              for (int64_t i = 0; i < pc.n; ++i) {
+                const int64_t cell = pc.cell + i;
+                const float p = std::exp(sp[i] - m);
                 l += p;
                 k.axpy_f32(hd_v, p, row(vc, cell * row_v + kvh * hd_v, hd_v, vbuf), acc);
               }
             }
-            c0 = c1;
           }
         }
         float* o = out + t * (n_head * hd_v) + h * hd_v;
-        const float inv = 1.0f / l;
+        const float inv = l == 0.0f ? 0.0f : 1.0f / l;  // l == 0: a padding row
         for (int64_t i = 0; i < hd_v; ++i) o[i] = acc[i] * inv;
       }
     };

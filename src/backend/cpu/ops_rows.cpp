@@ -51,8 +51,9 @@ Status op_kv_store(const OpCtx& c, NodeId id) {
   const int32_t* cells = c.data.as<const int32_t>(n.src[2]);
   const int64_t n_cells = region.shape.ne[1];
   const int64_t n_tok = cells_node.shape.n_elements();
+  // Cell -1 marks a padding row of a bucketed batch (engine decode): it stores nothing.
   for (int64_t t = 0; t < n_tok; ++t) {
-    if (cells[t] < 0 || cells[t] >= n_cells) {
+    if (cells[t] < -1 || cells[t] >= n_cells) {
       return make_error(
           fmt::format("kv_store '{}' (layer {}): cell {} of row {} is outside "
                       "[0, {}) of '{}'",
@@ -64,12 +65,14 @@ Status op_kv_store(const OpCtx& c, NodeId id) {
   if (region.dtype == DType::kF16) {      // rounded to nearest-even, as ggml's f32 → f16 copy
     auto* dst = c.data.as<uint16_t>(id);  // aliases the region
     for (int64_t t = 0; t < n_tok; ++t) {
+      if (cells[t] < 0) continue;
       from_f32_f16(src + t * row, dst + static_cast<int64_t>(cells[t]) * row, row);
     }
     return Ok{};
   }
   float* dst = c.data.as<float>(id);  // aliases the region
   for (int64_t t = 0; t < n_tok; ++t) {
+    if (cells[t] < 0) continue;
     std::memcpy(dst + static_cast<int64_t>(cells[t]) * row, src + t * row,
                 static_cast<size_t>(row) * sizeof(float));
   }
