@@ -7,6 +7,12 @@
 
 namespace minfer::cli {
 
+// The whole command line after the program name: picks the subcommand and returns
+// the process exit code (0 ok, 1 error). Usage errors and failures are reported on
+// stderr as "minfer: error: ...". main() wraps it to turn any escaped exception into
+// the same error exit.
+int dispatch(const std::vector<std::string>& args);
+
 int run_info(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
 // `minfer template (MODEL | --template FILE) --messages FILE.json`: the exact render.
