@@ -1,0 +1,165 @@
+// Stage 15 (the loop): one sequence's generation state (sample → gates → text).
+#include "engine/sequence.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "sample/stop.h"
+
+namespace minfer::engine {
+
+std::string_view seq_stop_name(SeqStop stop) {
+  switch (stop) {
+    case SeqStop::kNone:
+      return "none";
+    case SeqStop::kNPredict:
+      return "n_predict";
+    case SeqStop::kEog:
+      return "eog";
+    case SeqStop::kStopString:
+      return "stop string";
+    case SeqStop::kContext:
+      return "context full";
+  }
+  return "?";
+}
+
+Result<std::unique_ptr<SequenceState>> SequenceState::create(const tokenizer::Tokenizer& tok,
+                                                             const TokenBytes& bytes,
+                                                             const SequenceOptions& options) {
+  if (options.n_ctx == 0) return make_error("sequence: n_ctx must be > 0");
+  MINFER_TRY(sample::Sampler sampler, sample::Sampler::create(options.sampler, tok.n_vocab()));
+  return std::unique_ptr<SequenceState>(new SequenceState(tok, bytes, options, std::move(sampler)));
+}
+
+SequenceState::SequenceState(const tokenizer::Tokenizer& tok, const TokenBytes& bytes,
+                             const SequenceOptions& options, sample::Sampler sampler)
+    : tok_(&tok),
+      bytes_(&bytes),
+      options_(options),
+      sampler_(std::move(sampler)),
+      emitter_([this](std::string_view s) { out_.append(s); }) {
+  size_t max_stop = 0;
+  for (const std::string& s : options_.stop) max_stop = std::max(max_stop, s.size());
+  held_.reserve(max_stop + bytes.max_len() + 1);
+  out_.reserve(max_stop + bytes.max_len() + 8);
+  const size_t cap = options_.n_predict >= 0
+                         ? std::min<size_t>(static_cast<size_t>(options_.n_predict), options_.n_ctx)
+                         : options_.n_ctx;
+  generated_.reserve(cap);
+  if (options_.top_logprobs > 0) top_.reserve(static_cast<size_t>(options_.top_logprobs) + 1);
+}
+
+void SequenceState::reset(std::span<const TokenId> prompt) {
+  sampler_.reset(prompt);
+  emitter_ = Utf8Emitter([this](std::string_view s) { out_.append(s); });
+  held_.clear();
+  out_.clear();
+  generated_.clear();
+  n_prompt_ = static_cast<int32_t>(prompt.size());
+  n_generated_ = 0;
+  pos_ = n_prompt_;
+  stop_ = SeqStop::kNone;
+}
+
+bool SequenceState::push_bytes(std::string_view bytes) {
+  const std::span<const std::string> stops = options_.stop;
+  if (stops.empty()) {
+    emitter_.feed(bytes);
+    return false;
+  }
+  // Every byte that could begin a stop string is held, so a match always starts inside
+  // held_ (an emitted byte was, when emitted, no prefix of any stop string).
+  held_.append(bytes);
+  if (auto m = sample::find_stop(held_, bytes.size(), stops)) {
+    emitter_.feed(std::string_view(held_).substr(0, m->start));
+    held_.clear();
+    return true;
+  }
+  const size_t keep = sample::partial_stop_length(held_, stops);
+  emitter_.feed(std::string_view(held_).substr(0, held_.size() - keep));
+  held_.erase(0, held_.size() - keep);
+  return false;
+}
+
+void SequenceState::finish_text() {
+  // The run is over: a held stop prefix did not become a stop string, so it is text.
+  // An unfinished UTF-8 sequence left in the emitter is dropped, never emitted.
+  emitter_.feed(held_);
+  held_.clear();
+}
+
+void SequenceState::fill_logprobs(std::span<const float> logits, TokenId chosen, SeqEvent& ev) {
+  // log-softmax over the raw logits (the model's distribution, before sampling stages).
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const float log_z = max + static_cast<float>(std::log(sum));
+  ev.logprob = logits[static_cast<size_t>(chosen)] - log_z;
+  top_.clear();
+  const auto k = static_cast<size_t>(options_.top_logprobs);
+  if (k == 0) return;
+  // A bounded insertion over the vocabulary (k is small, <= 20): ties keep the lower id.
+  for (size_t id = 0; id < logits.size(); ++id) {
+    const float lp = logits[id] - log_z;
+    if (top_.size() == k && lp <= top_.back().logprob) continue;
+    TokenLogprob t{.token = static_cast<TokenId>(id), .logprob = lp};
+    auto it = std::upper_bound(top_.begin(), top_.end(), t, [](const TokenLogprob& a,
+                                                               const TokenLogprob& b) {
+      return a.logprob > b.logprob;
+    });
+    top_.insert(it, t);  // capacity k + 1: no reallocation
+    if (top_.size() > k) top_.pop_back();
+  }
+  ev.top = top_;
+}
+
+Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
+  SeqEvent ev;
+  out_.clear();
+  if (done()) {
+    ev.stop = stop_;
+    return ev;
+  }
+  // Gate at the head: a run allowed no tokens at all.
+  if (options_.n_predict >= 0 && n_generated_ >= options_.n_predict) {
+    stop_ = SeqStop::kNPredict;
+    finish_text();
+    ev.stop = stop_;
+    ev.text = out_;
+    return ev;
+  }
+  MINFER_TRY(const TokenId id, sampler_.sample(logits));
+  ev.token = id;
+  if (options_.top_logprobs >= 0) fill_logprobs(logits, id, ev);
+
+  // End of generation: not emitted, not accepted, no forward.
+  if (tok_->is_eog(id)) {
+    stop_ = SeqStop::kEog;
+    finish_text();
+    ev.stop = stop_;
+    ev.text = out_;
+    return ev;
+  }
+  sampler_.accept(id);
+  generated_.push_back(id);
+  n_generated_++;
+
+  if (push_bytes((*bytes_)[id])) {
+    stop_ = SeqStop::kStopString;
+  } else if (options_.n_predict >= 0 && n_generated_ >= options_.n_predict) {
+    stop_ = SeqStop::kNPredict;  // stop now: the forward of this token would be wasted
+    finish_text();
+  } else if (static_cast<uint32_t>(pos_) >= options_.n_ctx) {
+    stop_ = SeqStop::kContext;  // the KV cannot take this token's position
+    finish_text();
+  } else {
+    ev.feed = true;
+    ev.pos = pos_++;
+  }
+  ev.stop = stop_;
+  ev.text = out_;
+  return ev;
+}
+
+}  // namespace minfer::engine
