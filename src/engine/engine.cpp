@@ -153,6 +153,8 @@ Status Engine::set_context(const ContextOptions& options) {
   model_->weights().for_each(
       [&](const model::WeightRef& w) { memory->bind_weight(w.name, w.data, w.bytes); });
   cache_ = std::make_unique<graph::GraphCache>(std::move(memory));
+  // One runtime entry per graph: the scheduler's plan goes when the cache drops it.
+  cache_->set_release_hook([this](uint64_t uid) { sched_.forget(uid); });
   kv_.emplace(std::move(cells));
   n_ctx_ = o.n_cells;
   context_ = o;

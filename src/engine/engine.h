@@ -155,6 +155,7 @@ class Engine {
   EngineStats stats() const { return stats_; }
   const graph::CacheStats& cache_stats() const;
   const sched::SchedStats& sched_stats() const { return sched_.stats(); }
+  size_t scheduler_plans() const { return sched_.n_plans(); }
   // The cache of the current context (null before set_n_ctx); tests inspect it.
   graph::GraphCache* cache() { return cache_.get(); }
   alloc::Allocator* allocator();

@@ -22,6 +22,17 @@ std::string describe(const ComputeGraph& g, size_t i) {
 
 GraphCache::GraphCache(std::unique_ptr<GraphMemory> memory) : memory_(std::move(memory)) {}
 
+GraphCache::~GraphCache() {
+  if (release_hook_) {
+    for (const Entry& e : entries_) release_hook_(e.graph->uid());
+  }
+}
+
+void GraphCache::release(uint64_t uid) {
+  if (memory_) memory_->release_graph(uid);
+  if (release_hook_) release_hook_(uid);
+}
+
 Result<bool> GraphCache::try_reuse(const GraphParams& params) {
   size_t pos = 0;
   while (pos < entries_.size() && !(entries_[pos].params == params)) ++pos;
@@ -57,7 +68,7 @@ Result<const ComputeGraph*> GraphCache::replace_graph(ComputeGraph graph,
   }
   for (size_t i = 0; i < entries_.size(); ++i) {
     if (entries_[i].params == params) {
-      if (memory_) memory_->release_graph(entries_[i].graph->uid());
+      release(entries_[i].graph->uid());
       entries_.erase(entries_.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
@@ -65,7 +76,7 @@ Result<const ComputeGraph*> GraphCache::replace_graph(ComputeGraph graph,
   entries_.insert(entries_.begin(),
                   Entry{params, std::make_unique<ComputeGraph>(std::move(graph))});
   while (entries_.size() > kMaxCachedGraphs) {
-    if (memory_) memory_->release_graph(entries_.back().graph->uid());
+    release(entries_.back().graph->uid());
     entries_.pop_back();
     stats_.evictions++;
   }

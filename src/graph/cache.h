@@ -45,6 +45,9 @@ class GraphCache {
 
   // `memory` may be null for a graph-only cache (tests of the reuse logic).
   explicit GraphCache(std::unique_ptr<GraphMemory> memory = nullptr);
+  ~GraphCache();
+  GraphCache(const GraphCache&) = delete;
+  GraphCache& operator=(const GraphCache&) = delete;
 
   // Hit: the entry with equal params moves to the front, the memory re-maps onto it
   // (no allocation) and true is returned; the graph keeps its uid. Miss: false.
@@ -69,6 +72,12 @@ class GraphCache {
   size_t size() const { return entries_.size(); }
   // Params of the cached entries, most recent first (tests, traces).
   std::vector<GraphParams> cached_params() const;
+
+  // Called with the uid of every graph the cache drops (eviction, replacement, the
+  // cache's destruction), after the memory released it: the other per-graph state of
+  // the runtime (the scheduler's split plan and resolved node memory) is dropped with
+  // its graph, so the runtime holds exactly one entry per cached graph.
+  void set_release_hook(std::function<void(uint64_t)> hook) { release_hook_ = std::move(hook); }
 
   GraphMemory* memory() { return memory_.get(); }
   // The memory as its concrete type (src/alloc's Allocator); MINFER_CHECK on mismatch.
@@ -95,8 +104,11 @@ class GraphCache {
     std::unique_ptr<ComputeGraph> graph;
   };
 
+  void release(uint64_t uid);
+
   std::unique_ptr<GraphMemory> memory_;
   std::vector<Entry> entries_;  // front = most recently used
+  std::function<void(uint64_t)> release_hook_;
   CacheStats stats_;
 };
 

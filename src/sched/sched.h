@@ -107,6 +107,7 @@ class Scheduler {
   void set_trace_hook(TraceHook hook) { trace_ = std::move(hook); }
   // Plans of graphs no longer cached may be dropped (GraphCache eviction).
   void forget(uint64_t uid) { plans_.erase(uid); }
+  size_t n_plans() const { return plans_.size(); }  // cached split plans
   const SchedStats& stats() const { return stats_; }
 
  private:

@@ -325,5 +325,27 @@ TEST(Decode, ContextOptionsAreChecked) {
   EXPECT_EQ(t->n_ctx_seq(), 512u);
 }
 
+TEST(Decode, EvictedGraphsTakeTheirSchedulerPlansWithThem) {
+  // More shapes than the cache holds: the scheduler keeps exactly one plan per cached
+  // graph (before, its plans were never dropped and grew with every new shape).
+  const TinySpec spec{.arch = "llama"};
+  auto t = multi_engine(spec, 1, "evict", {});
+  ASSERT_TRUE(t.engine);
+  Engine& e = *t;
+  for (uint32_t n : {1u, 2u, 4u, 8u, 16u, 32u, 48u, 64u, 128u, 192u}) {
+    e.kv_cells()->seq_rm(0, -1, -1);
+    Batch b;
+    for (uint32_t i = 0; i < n; ++i) b.add(3, 0, static_cast<int32_t>(i), i + 1 == n);
+    ASSERT_TRUE(e.decode(b).ok());
+  }
+  EXPECT_GT(e.cache_stats().evictions, 0u);
+  EXPECT_EQ(e.sched_stats().plans_built, e.cache_stats().rebuilds);
+  EXPECT_EQ(e.cache()->size(), graph::GraphCache::kMaxCachedGraphs);
+  EXPECT_EQ(e.scheduler_plans(), e.cache()->size());
+  // A new context drops every plan of the old cache.
+  ASSERT_TRUE(e.set_context({.n_cells = 256, .n_seq_max = 2}).ok());
+  EXPECT_EQ(e.scheduler_plans(), 0u);
+}
+
 }  // namespace
 }  // namespace minfer::engine
