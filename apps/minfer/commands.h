@@ -20,6 +20,7 @@ int run_template(const std::vector<std::string>& args);
 // `minfer MODEL --cnv [flags]`: interactive conversation (run_generate dispatches here).
 int run_chat(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);  // `minfer bench MODEL [flags]`
+int run_serve(const std::vector<std::string>& args);  // `minfer serve MODEL [flags]`
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
 int run_generate(const std::vector<std::string>& args);
 std::string generate_help();  // the generation flags, for `minfer --help`

@@ -21,6 +21,8 @@ constexpr const char* kUsage =
     "  minfer MODEL --cnv [--system TEXT] [--session FILE] [-n N] [sampling flags]   chat\n"
     "  minfer template (MODEL | --template FILE) --messages FILE.json [--add-generation-prompt]\n"
     "                  [--bos TEXT] [--eos TEXT]        print a chat template's exact render\n"
+    "  minfer serve MODEL [--host H] [--port N] [--slots N] [--n-ctx N] [--api-key K] [-t N]\n"
+    "                                                    OpenAI-compatible HTTP server\n"
     "  minfer --help | --version\n"
     "\n"
     "MODEL is a path, or a file name in the model cache ($MINFER_MODEL_DIR,\n"
@@ -54,6 +56,7 @@ int dispatch(const std::vector<std::string>& args) {
   if (cmd == "tokenize") return run_tokenize(rest);
   if (cmd == "template") return run_template(rest);
   if (cmd == "bench") return run_bench(rest);
+  if (cmd == "serve") return run_serve(rest);
   return run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }
 

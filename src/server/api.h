@@ -1,0 +1,58 @@
+// Stage 17 (HTTP): the OpenAI request and error shapes — JSON in, validated
+// generation parameters out. Runs on the HTTP threads, before a request takes a slot.
+// Invariants: every malformed field is an ApiError with a 4xx status naming the field
+// (never a 5xx, never a silent clamp); parsing touches neither the engine nor the KV.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/renderer.h"
+#include "engine/sequence.h"
+
+namespace minfer::server {
+
+using json = nlohmann::ordered_json;
+
+// An error in OpenAI's shape (llama.cpp's types): {"error":{"message","type","code"}}.
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+};
+ApiError bad_request(std::string message);
+json error_body(const ApiError& e);
+// json::dump that never throws on invalid UTF-8 (replaced by U+FFFD).
+std::string dump(const json& j);
+
+// Server defaults a request's sampling fields start from (llama-server's, which most
+// OpenAI clients expect of a local server: temperature 0.8, top_k 40, top_p 0.95,
+// min_p 0.05, no repeat penalty).
+sample::SamplerConfig default_sampler();
+
+enum class Endpoint : uint8_t { kChat, kCompletion };
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;                   // echoed back
+  std::vector<chat::Message> messages;  // chat
+  std::optional<std::string> prompt;   // completions: text
+  std::vector<int32_t> prompt_tokens;  // completions: token ids instead of text
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool logprobs = false;
+  engine::SequenceOptions seq;  // n_predict, stop, sampler, top_logprobs (n_ctx set later)
+};
+
+// Parses and validates a /v1/chat/completions or /v1/completions body. `n_vocab`
+// bounds logit_bias ids and prompt token ids.
+std::optional<ApiError> parse_completion(const std::string& body, Endpoint endpoint,
+                                         int32_t n_vocab, CompletionRequest& out);
+
+// Parses a JSON object body (bad JSON or a non-object → 400).
+std::optional<ApiError> parse_object(const std::string& body, json& out);
+
+}  // namespace minfer::server

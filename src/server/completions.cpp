@@ -1,0 +1,337 @@
+// Stage 17 (HTTP): the completion routes — request → prompt tokens → job; events →
+// OpenAI response JSON or SSE chunks (chat.completion[.chunk], text_completion).
+#include <fmt/format.h>
+
+#include <random>
+
+#include "server/routes.h"
+
+namespace minfer::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                   std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+const char* finish_reason(engine::SeqStop stop) {
+  switch (stop) {
+    case engine::SeqStop::kEog:
+    case engine::SeqStop::kStopString:
+      return "stop";
+    default:
+      return "length";
+  }
+}
+
+json usage_json(const JobEvent& ev) {
+  return json{{"prompt_tokens", ev.n_prompt},
+              {"completion_tokens", ev.n_generated},
+              {"total_tokens", ev.n_prompt + ev.n_generated},
+              {"prompt_tokens_details", {{"cached_tokens", ev.n_reused}}}};
+}
+
+json bytes_json(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Chat logprobs: {"content": [{token, logprob, bytes, top_logprobs: [...]}, ...]}.
+void append_chat_logprobs(json& content, const std::vector<LogprobEntry>& entries) {
+  for (const LogprobEntry& e : entries) {
+    json top = json::array();
+    for (const auto& [tok, lp] : e.top) {
+      top.push_back({{"token", tok}, {"logprob", lp}, {"bytes", bytes_json(tok)}});
+    }
+    content.push_back({{"token", e.token},
+                       {"logprob", e.logprob},
+                       {"bytes", bytes_json(e.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+}
+
+// Legacy completions logprobs: parallel arrays.
+struct TextLogprobs {
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  size_t offset = 0;
+  void append(const std::vector<LogprobEntry>& entries) {
+    for (const LogprobEntry& e : entries) {
+      tokens.push_back(e.token);
+      token_logprobs.push_back(e.logprob);
+      json t = json::object();
+      for (const auto& [tok, lp] : e.top) t[tok] = lp;
+      top.push_back(std::move(t));
+      offsets.push_back(offset);
+      offset += e.token.size();
+    }
+  }
+  json to_json() const {
+    return {{"tokens", tokens},
+            {"token_logprobs", token_logprobs},
+            {"top_logprobs", top},
+            {"text_offset", offsets}};
+  }
+};
+
+// Everything a streaming response needs across content-provider calls.
+struct StreamState {
+  std::shared_ptr<JobStream> stream;
+  Endpoint endpoint = Endpoint::kChat;
+  std::string id, model;
+  int64_t created = 0;
+  bool logprobs = false;
+  bool include_usage = false;
+  bool sent_head = false;
+  bool finished = false;
+  TextLogprobs text_lp;
+};
+
+json chunk_base(const StreamState& s) {
+  json j{{"id", s.id},
+         {"object", s.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+         {"created", s.created},
+         {"model", s.model}};
+  return j;
+}
+
+std::string sse(const json& j) {
+  return "data: " + dump(j) + "\n\n";
+}
+
+// The SSE frames for one event (content, then on the final event the finish chunk and
+// the usage chunk); [DONE] is written by the caller.
+std::string frames_for(StreamState& s, const JobEvent& ev) {
+  std::string out;
+  const bool chat = s.endpoint == Endpoint::kChat;
+  if (!ev.error.empty()) {
+    return sse(error_body(ApiError{.status = 500, .type = "server_error", .message = ev.error}));
+  }
+  if (!ev.text.empty() || !ev.logprobs.empty()) {
+    json c = chunk_base(s);
+    json choice{{"index", 0}};
+    if (chat) {
+      choice["delta"] = {{"content", ev.text}};
+      if (s.logprobs) {
+        json content = json::array();
+        append_chat_logprobs(content, ev.logprobs);
+        choice["logprobs"] = {{"content", std::move(content)}};
+      } else {
+        choice["logprobs"] = nullptr;
+      }
+    } else {
+      choice["text"] = ev.text;
+      if (s.logprobs) {
+        TextLogprobs lp;
+        lp.offset = s.text_lp.offset;
+        lp.append(ev.logprobs);
+        s.text_lp.offset = lp.offset;
+        choice["logprobs"] = lp.to_json();
+      } else {
+        choice["logprobs"] = nullptr;
+      }
+    }
+    choice["finish_reason"] = nullptr;
+    c["choices"] = json::array({std::move(choice)});
+    out += sse(c);
+  }
+  if (ev.final) {
+    json c = chunk_base(s);
+    json choice{{"index", 0}};
+    if (chat) {
+      choice["delta"] = json::object();
+    } else {
+      choice["text"] = "";
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_reason(ev.stop);
+    c["choices"] = json::array({std::move(choice)});
+    out += sse(c);
+    if (s.include_usage) {
+      json u = chunk_base(s);
+      u["choices"] = json::array();
+      u["usage"] = usage_json(ev);
+      out += sse(u);
+    }
+  }
+  return out;
+}
+
+void note_counts(const JobEvent& ev) {
+  RequestLog& log = request_log();
+  log.n_prompt = ev.n_prompt;
+  log.n_generated = ev.n_generated;
+  log.n_reused = ev.n_reused;
+}
+
+void reply_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t /*offset*/, httplib::DataSink& sink) {
+        if (!st->sent_head) {
+          st->sent_head = true;
+          if (st->endpoint == Endpoint::kChat) {
+            json c = chunk_base(*st);
+            c["choices"] = json::array({json{{"index", 0},
+                                             {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                             {"logprobs", nullptr},
+                                             {"finish_reason", nullptr}}});
+            const std::string f = sse(c);
+            if (!sink.write(f.data(), f.size())) {
+              st->stream->cancel();
+              return false;
+            }
+          }
+          return true;
+        }
+        JobEvent ev;
+        if (!st->stream->pop(ev, std::chrono::milliseconds(200))) return sink.is_writable();
+        std::string frames = frames_for(*st, ev);
+        if (ev.final) {
+          note_counts(ev);
+          frames += "data: [DONE]\n\n";
+        }
+        if (!frames.empty() && !sink.write(frames.data(), frames.size())) {
+          st->stream->cancel();  // the client is gone: the scheduler frees the slot
+          return false;
+        }
+        if (ev.final) {
+          st->finished = true;
+          sink.done();
+        }
+        return true;
+      },
+      [st](bool /*success*/) {
+        if (!st->finished) st->stream->cancel();
+      });
+}
+
+}  // namespace
+
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+                       httplib::Response& res) {
+  CompletionRequest r;
+  if (auto e = parse_completion(req.body, endpoint, ctx.tok.n_vocab(), r)) {
+    ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    return reply_error(res, *e);
+  }
+  auto reject = [&](ApiError e) {
+    ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    reply_error(res, e);
+  };
+  // Prompt tokens: the chat template's render, or the prompt text, or given ids.
+  std::vector<engine::TokenId> prompt;
+  if (endpoint == Endpoint::kChat || r.prompt) {
+    std::string text;
+    if (endpoint == Endpoint::kChat) {
+      auto rendered = ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
+      if (!rendered.ok()) {
+        return reject(bad_request("the chat template cannot render these messages: " +
+                                  rendered.error().message));
+      }
+      text = std::move(*rendered);
+    } else {
+      text = *r.prompt;
+    }
+    auto toks = chat::tokenize_prompt(ctx.tok, text);
+    if (!toks.ok()) return reject(bad_request("cannot tokenize the prompt: " + toks.error().message));
+    prompt = std::move(*toks);
+  } else {
+    prompt.assign(r.prompt_tokens.begin(), r.prompt_tokens.end());
+  }
+  const uint32_t n_ctx = ctx.scheduler.options().n_ctx;
+  if (prompt.empty()) return reject(bad_request("the prompt has no tokens"));
+  if (prompt.size() >= n_ctx) {
+    return reject(ApiError{
+        .status = 400,
+        .type = "exceed_context_size_error",
+        .message = fmt::format("the prompt has {} tokens; a request may use {} positions "
+                               "(prompt + completion), see --n-ctx",
+                               prompt.size(), n_ctx)});
+  }
+  request_log().n_prompt = static_cast<int32_t>(prompt.size());
+  r.seq.n_ctx = n_ctx;
+  auto state = engine::SequenceState::create(ctx.tok, ctx.scheduler.token_bytes(), r.seq);
+  if (!state.ok()) return reject(bad_request(state.error().message));
+
+  auto stream = std::make_shared<JobStream>();
+  switch (ctx.scheduler.submit(Job{.prompt = std::move(prompt),
+                                   .state = std::move(*state),
+                                   .stream = stream})) {
+    case SubmitResult::kQueued:
+      break;
+    case SubmitResult::kQueueFull:
+      ctx.metrics.requests_queue_full.fetch_add(1, std::memory_order_relaxed);
+      return reply_error(res, ApiError{.status = 429,
+                                       .type = "rate_limit_error",
+                                       .message = "every slot is busy and the queue is full; "
+                                                  "retry later"});
+    case SubmitResult::kDraining:
+      return reply_error(res, ApiError{.status = 503,
+                                       .type = "unavailable_error",
+                                       .message = "the server is shutting down"});
+  }
+  ctx.metrics.requests_total.fetch_add(1, std::memory_order_relaxed);
+
+  const std::string model = r.model.empty() ? ctx.options.model_id : r.model;
+  const std::string id = random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  if (r.stream) {
+    auto st = std::make_shared<StreamState>();
+    st->stream = stream;
+    st->endpoint = endpoint;
+    st->id = id;
+    st->model = model;
+    st->created = created;
+    st->logprobs = r.logprobs;
+    st->include_usage = r.include_usage;
+    return reply_stream(res, std::move(st));
+  }
+
+  // Non-streaming: collect every event, then one response.
+  std::string text;
+  json chat_lp = json::array();
+  TextLogprobs text_lp;
+  JobEvent ev;
+  for (;;) {
+    if (!stream->pop(ev, std::chrono::milliseconds(1000))) continue;
+    text += ev.text;
+    if (r.logprobs) {
+      if (endpoint == Endpoint::kChat) {
+        append_chat_logprobs(chat_lp, ev.logprobs);
+      } else {
+        text_lp.append(ev.logprobs);
+      }
+    }
+    if (ev.final) break;
+  }
+  note_counts(ev);
+  if (!ev.error.empty()) {
+    return reply_error(res, ApiError{.status = 500, .type = "server_error", .message = ev.error});
+  }
+  json choice{{"index", 0}};
+  if (endpoint == Endpoint::kChat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    choice["logprobs"] = r.logprobs ? json{{"content", std::move(chat_lp)}} : json(nullptr);
+  } else {
+    choice["text"] = text;
+    choice["logprobs"] = r.logprobs ? text_lp.to_json() : json(nullptr);
+  }
+  choice["finish_reason"] = finish_reason(ev.stop);
+  json body{{"id", id},
+            {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
+            {"created", created},
+            {"model", model},
+            {"choices", json::array({std::move(choice)})},
+            {"usage", usage_json(ev)}};
+  reply_json(res, body);
+}
+
+}  // namespace minfer::server

@@ -1,0 +1,68 @@
+// Stage 17 (HTTP): Prometheus text for GET /metrics.
+#include "server/metrics.h"
+
+#include <fmt/format.h>
+
+namespace minfer::server {
+namespace {
+
+void put(std::string& out, const char* name, const char* type, const char* help, double value) {
+  fmt::format_to(std::back_inserter(out), "# HELP minfer_{} {}\n# TYPE minfer_{} {}\nminfer_{} {}\n",
+                 name, help, name, type, name, value);
+}
+
+template <typename T>
+double ld(const std::atomic<T>& a) {
+  return static_cast<double>(a.load(std::memory_order_relaxed));
+}
+
+}  // namespace
+
+std::string render_metrics(const Metrics& m, uint32_t n_slots) {
+  std::string out;
+  out.reserve(4096);
+  put(out, "requests_total", "counter", "generation requests accepted", ld(m.requests_total));
+  put(out, "requests_completed_total", "counter", "requests that finished generating",
+      ld(m.requests_completed));
+  put(out, "requests_cancelled_total", "counter",
+      "requests abandoned (client disconnected or drain deadline)", ld(m.requests_cancelled));
+  put(out, "requests_failed_total", "counter", "requests whose forward failed",
+      ld(m.requests_failed));
+  put(out, "requests_rejected_total", "counter", "requests refused with a 4xx (bad input, auth)",
+      ld(m.requests_rejected));
+  put(out, "requests_queue_full_total", "counter", "requests refused with 429 (queue full)",
+      ld(m.requests_queue_full));
+  put(out, "queue_depth", "gauge", "requests waiting for a slot", ld(m.queue_depth));
+  put(out, "requests_running", "gauge", "requests holding a slot", ld(m.running));
+  put(out, "slots_total", "gauge", "sequence slots", n_slots);
+  put(out, "slots_idle_cached", "gauge", "free slots whose cells are kept as a prefix cache",
+      ld(m.slots_idle_cached));
+  put(out, "prompt_tokens_total", "counter", "prompt tokens of admitted requests",
+      ld(m.prompt_tokens));
+  put(out, "completion_tokens_total", "counter", "generated tokens", ld(m.completion_tokens));
+  put(out, "prefill_tokens_total", "counter", "prompt tokens decoded (not found in the cache)",
+      ld(m.prefill_tokens));
+  put(out, "prefix_reused_tokens_total", "counter", "prompt tokens reused from cached cells",
+      ld(m.prefix_reused_tokens));
+  put(out, "decode_tokens_total", "counter", "decode rows run", ld(m.decode_tokens));
+  const double prefill_s = ld(m.prefill_ns) * 1e-9;
+  const double decode_s = ld(m.decode_ns) * 1e-9;
+  put(out, "prefill_seconds_total", "counter", "forward time spent on prompt rows", prefill_s);
+  put(out, "decode_seconds_total", "counter", "forward time spent on decode rows", decode_s);
+  put(out, "prefill_tokens_per_second", "gauge", "prompt rows per second of forward time",
+      prefill_s > 0 ? ld(m.prefill_tokens) / prefill_s : 0.0);
+  put(out, "decode_tokens_per_second", "gauge", "decode rows per second of forward time",
+      decode_s > 0 ? ld(m.decode_tokens) / decode_s : 0.0);
+  put(out, "steps_total", "counter", "forward steps (one batch each)", ld(m.steps));
+  const double total = ld(m.kv_cells_total);
+  const double used = ld(m.kv_cells_used);
+  put(out, "kv_cells_total", "gauge", "cells of the KV arena", total);
+  put(out, "kv_cells_used", "gauge", "cells holding a position", used);
+  put(out, "kv_cells_free", "gauge", "free cells", total - used);
+  put(out, "kv_cells_shared", "gauge", "cells read by more than one sequence",
+      ld(m.kv_cells_shared));
+  put(out, "draining", "gauge", "1 while shutting down", ld(m.draining));
+  return out;
+}
+
+}  // namespace minfer::server

@@ -1,0 +1,45 @@
+// Stage 17 (HTTP): what the route handlers share (internal to src/server).
+// Invariant: handlers run on HTTP worker threads and reach the engine only through the
+// scheduler (submit) and the immutable parts of the model (tokenizer, template).
+#pragma once
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "chat/renderer.h"
+#include "server/api.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+#include "server/server.h"
+
+namespace minfer::server {
+
+struct ServerContext {
+  engine::Engine& engine;
+  const tokenizer::Tokenizer& tok;
+  const chat::ChatRenderer& renderer;
+  Scheduler& scheduler;
+  Metrics& metrics;
+  const ServerOptions& options;
+  int64_t created = 0;  // server start, unix seconds
+};
+
+// Per request, on its worker thread: what the one stderr log line reports.
+struct RequestLog {
+  std::chrono::steady_clock::time_point t0;
+  int32_t n_prompt = -1;
+  int32_t n_generated = -1;
+  int32_t n_reused = -1;
+};
+RequestLog& request_log();
+
+void reply_json(httplib::Response& res, const json& body, int status = 200);
+void reply_error(httplib::Response& res, const ApiError& e);
+
+// POST /v1/chat/completions and /v1/completions (stream and not).
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+                       httplib::Response& res);
+
+}  // namespace minfer::server

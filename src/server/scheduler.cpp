@@ -1,0 +1,375 @@
+// Stage 17 (HTTP): the inference thread's step loop — admission with prefix reuse,
+// one mixed decode/prefill batch per step, per-sequence sampling, event delivery.
+#include "server/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace minfer::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t ns_since(Clock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+}
+
+}  // namespace
+
+void JobStream::push(JobEvent ev) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    events_.push_back(std::move(ev));
+  }
+  cv_.notify_one();
+}
+
+bool JobStream::pop(JobEvent& out, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cv_.wait_for(lk, timeout, [this] { return !events_.empty(); })) return false;
+  out = std::move(events_.front());
+  events_.pop_front();
+  return true;
+}
+
+Scheduler::Scheduler(engine::Engine& engine, const SchedulerOptions& options, Metrics& metrics)
+    : engine_(engine), options_(options), metrics_(metrics), token_bytes_(engine.tokenizer()) {}
+
+Scheduler::~Scheduler() {
+  drain(Clock::now());
+  join();
+}
+
+Status Scheduler::start() {
+  const engine::ContextOptions ctx{.n_cells = options_.n_slots * options_.n_ctx,
+                                   .n_seq_max = options_.n_slots,
+                                   .n_ctx_seq = options_.n_ctx,
+                                   .n_runs = 2};
+  MINFER_TRY_STATUS(engine_.set_context(ctx));
+  slots_.resize(options_.n_slots);
+  for (uint32_t i = 0; i < options_.n_slots; ++i) {
+    slots_[i].seq = static_cast<engine::SeqId>(i);
+    slots_[i].tokens.reserve(options_.n_ctx);
+  }
+  batch_ = engine::Batch(options_.step_tokens + options_.n_slots);
+  row_slot_.reserve(options_.step_tokens + options_.n_slots);
+  metrics_.kv_cells_total.store(ctx.n_cells, std::memory_order_relaxed);
+  thread_ = std::thread([this] { loop(); });
+  return Ok{};
+}
+
+SubmitResult Scheduler::submit(Job job) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (draining_) return SubmitResult::kDraining;
+    if (queue_.size() >= options_.max_queue) return SubmitResult::kQueueFull;
+    queue_.push_back(std::move(job));
+    metrics_.queue_depth.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+  }
+  cv_.notify_one();
+  return SubmitResult::kQueued;
+}
+
+void Scheduler::drain(Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!draining_) {
+      draining_ = true;
+      deadline_ = deadline;
+    }
+  }
+  metrics_.draining.store(1, std::memory_order_relaxed);
+  cv_.notify_all();
+}
+
+void Scheduler::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::loop() {
+  std::vector<Job> admitted;
+  for (;;) {
+    admitted.clear();
+    bool stop = false;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      auto any_busy = [this] {
+        return std::any_of(slots_.begin(), slots_.end(), [this](const Slot& s) { return busy(s); });
+      };
+      cv_.wait(lk, [&] { return any_busy() || !queue_.empty() || draining_; });
+      if (draining_ && Clock::now() >= deadline_) {
+        // The drain deadline: whatever is still queued or running is abandoned.
+        for (Job& j : queue_) {
+          j.stream->push({.final = true, .error = "the server is shutting down"});
+          metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
+        }
+        queue_.clear();
+        stop = true;
+      } else if (draining_ && !any_busy() && queue_.empty()) {
+        stop = true;
+      }
+      // Admission: a queued request takes a slot that no running request holds.
+      size_t n_free = static_cast<size_t>(
+          std::count_if(slots_.begin(), slots_.end(), [this](const Slot& s) { return !busy(s); }));
+      while (!stop && n_free > 0 && !queue_.empty()) {
+        admitted.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+        if (!admitted.back().stream->cancelled()) n_free--;
+      }
+      metrics_.queue_depth.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+    }
+    if (stop) {
+      for (Slot& s : slots_) {
+        if (busy(s)) {
+          finish(s, {.final = true, .error = "the server is shutting down"}, false);
+          metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+      publish_kv();
+      return;
+    }
+    for (Job& j : admitted) {
+      if (j.stream->cancelled()) {
+        metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      admit(std::move(j));
+    }
+    cancel_gone();
+    if (std::none_of(slots_.begin(), slots_.end(), [this](const Slot& s) { return busy(s); })) {
+      publish_kv();
+      continue;
+    }
+    if (Status st = step(); !st.ok()) fail_batch(st.error().message);
+    publish_kv();
+  }
+}
+
+void Scheduler::admit(Job job) {
+  kv::KvCells& kv = *engine_.kv_cells();
+  const std::vector<engine::TokenId>& prompt = job.prompt;
+  // Tokens of `s` in the KV that equal the prompt's first tokens.
+  auto common = [&](const Slot& s) {
+    const size_t n = std::min(s.n_past, prompt.size());
+    size_t i = 0;
+    while (i < n && s.tokens[i] == prompt[i]) ++i;
+    return i;
+  };
+  // Target: the free slot with the longest cached prefix; with none, an empty slot,
+  // then the least recently used idle cache.
+  Slot* target = nullptr;
+  size_t target_common = 0;
+  for (Slot& s : slots_) {
+    if (busy(s)) continue;
+    const size_t c = common(s);
+    const auto better = [&] {
+      if (!target) return true;
+      if (c != target_common) return c > target_common;
+      if ((s.state == SlotState::kEmpty) != (target->state == SlotState::kEmpty)) {
+        return s.state == SlotState::kEmpty;
+      }
+      return s.last_used < target->last_used;
+    };
+    if (better()) {
+      target = &s;
+      target_common = c;
+    }
+  }
+  MINFER_CHECK(target != nullptr, "admit: no free slot (admission counted %zu)", slots_.size());
+  // A longer prefix held by another sequence (running or idle) is shared copy-on-write.
+  Slot* source = nullptr;
+  size_t source_common = target_common;
+  for (Slot& s : slots_) {
+    if (&s == target) continue;
+    const size_t c = common(s);
+    if (c > source_common) {
+      source = &s;
+      source_common = c;
+    }
+  }
+  // The last prompt token is always decoded: its row gives the first logits.
+  const size_t max_reuse = prompt.size() - 1;
+  size_t reuse = 0;
+  if (source) {
+    kv.seq_rm(target->seq, -1, -1);
+    reuse = std::min(source_common, max_reuse);
+    if (reuse > 0) {
+      if (Status st = kv.seq_cp(source->seq, target->seq, 0, static_cast<kv::Pos>(reuse));
+          !st.ok()) {
+        std::fprintf(stderr, "[server] prefix share failed (%s); prefilling in full\n",
+                     st.error().message.c_str());
+        kv.seq_rm(target->seq, -1, -1);
+        reuse = 0;
+      }
+    }
+  } else {
+    reuse = std::min(target_common, max_reuse);
+    kv.seq_rm(target->seq, static_cast<kv::Pos>(reuse), -1);
+  }
+  if (target->state == SlotState::kIdle) {
+    metrics_.slots_idle_cached.fetch_sub(1, std::memory_order_relaxed);
+  }
+  target->tokens.assign(prompt.begin(), prompt.end());
+  target->n_past = reuse;
+  target->n_reused = static_cast<int32_t>(reuse);
+  target->state = SlotState::kPrefill;
+  target->admitted_at = ++tick_;
+  target->last_used = tick_;
+  job.state->reset(prompt);
+  target->job = std::move(job);
+  metrics_.prefix_reused_tokens.fetch_add(reuse, std::memory_order_relaxed);
+  metrics_.prompt_tokens.fetch_add(prompt.size(), std::memory_order_relaxed);
+  metrics_.running.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Scheduler::cancel_gone() {
+  for (Slot& s : slots_) {
+    if (busy(s) && s.job.stream->cancelled()) {
+      finish(s, {.final = true, .error = "cancelled"}, /*keep_cells=*/false);
+      metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+Status Scheduler::step() {
+  batch_.clear();
+  row_slot_.clear();
+  // Decode rows of every running sequence first: streams keep flowing during prefills.
+  uint32_t n_decode = 0;
+  for (Slot& s : slots_) {
+    if (s.state != SlotState::kDecode) continue;
+    batch_.add(s.next_token, s.seq, static_cast<int32_t>(s.n_past), true);
+    row_slot_.push_back(&s);
+    n_decode++;
+  }
+  // Then prefill chunks, first come first served, under the step's token budget.
+  constexpr uint32_t kMinPrefill = 16;
+  uint32_t budget = std::max(options_.step_tokens > n_decode ? options_.step_tokens - n_decode : 0U,
+                             kMinPrefill);
+  std::vector<Slot*>& order = prefill_order_;
+  order.clear();
+  for (Slot& s : slots_) {
+    if (s.state == SlotState::kPrefill) order.push_back(&s);
+  }
+  std::sort(order.begin(), order.end(),
+            [](const Slot* a, const Slot* b) { return a->admitted_at < b->admitted_at; });
+  uint32_t n_prefill = 0;
+  for (Slot* s : order) {
+    if (budget == 0) break;
+    const size_t left = s->tokens.size() - s->n_past;
+    const auto n = static_cast<uint32_t>(std::min<size_t>(left, budget));
+    for (uint32_t k = 0; k < n; ++k) {
+      const size_t pos = s->n_past + k;
+      const bool last = pos + 1 == s->tokens.size();
+      batch_.add(s->tokens[pos], s->seq, static_cast<int32_t>(pos), last);
+      row_slot_.push_back(last ? s : nullptr);
+    }
+    s->step_rows = n;
+    budget -= n;
+    n_prefill += n;
+  }
+
+  const auto t0 = Clock::now();
+  MINFER_TRY(const engine::BatchLogits logits, engine_.decode(batch_));
+  const uint64_t dt = ns_since(t0);
+  const uint64_t n_rows = n_decode + n_prefill;
+  metrics_.prefill_ns.fetch_add(dt * n_prefill / n_rows, std::memory_order_relaxed);
+  metrics_.decode_ns.fetch_add(dt * n_decode / n_rows, std::memory_order_relaxed);
+  metrics_.prefill_tokens.fetch_add(n_prefill, std::memory_order_relaxed);
+  metrics_.decode_tokens.fetch_add(n_decode, std::memory_order_relaxed);
+  metrics_.steps.fetch_add(1, std::memory_order_relaxed);
+
+  // The rows are in the KV now.
+  for (Slot& s : slots_) {
+    if (s.state == SlotState::kDecode) {
+      s.n_past++;
+    } else if (s.state == SlotState::kPrefill) {
+      s.n_past += s.step_rows;
+      s.step_rows = 0;
+    }
+  }
+  for (size_t r = 0; r < row_slot_.size(); ++r) {
+    Slot* s = row_slot_[r];
+    if (!s) continue;
+    auto ev_or = s->job.state->next(logits.row(r));
+    if (!ev_or.ok()) {
+      finish(*s, {.final = true, .error = ev_or.error().message}, false);
+      metrics_.requests_failed.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    const engine::SeqEvent& ev = *ev_or;
+    JobEvent je;
+    je.text.assign(ev.text);
+    const bool generated = ev.token >= 0 && ev.stop != engine::SeqStop::kEog;
+    if (generated) metrics_.completion_tokens.fetch_add(1, std::memory_order_relaxed);
+    if (generated && s->job.state->options().top_logprobs >= 0) {
+      LogprobEntry lp{.token = std::string(token_bytes_[ev.token]), .logprob = ev.logprob, .top = {}};
+      for (const engine::TokenLogprob& t : ev.top) {
+        lp.top.emplace_back(std::string(token_bytes_[t.token]), t.logprob);
+      }
+      je.logprobs.push_back(std::move(lp));
+    }
+    if (ev.feed) {
+      s->tokens.push_back(ev.token);
+      s->next_token = ev.token;
+      s->state = SlotState::kDecode;
+      if (!je.text.empty() || !je.logprobs.empty()) s->job.stream->push(std::move(je));
+    } else {
+      je.final = true;
+      je.stop = ev.stop;
+      finish(*s, std::move(je), /*keep_cells=*/true);
+      metrics_.requests_completed.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return Ok{};
+}
+
+void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells) {
+  if (s.job.state) {
+    ev.n_prompt = s.job.state->n_prompt();
+    ev.n_generated = s.job.state->n_generated();
+  }
+  ev.n_reused = s.n_reused;
+  if (s.job.stream) s.job.stream->push(std::move(ev));
+  s.job = Job{};
+  s.step_rows = 0;
+  if (keep_cells) {
+    // The cells stay as a prefix cache for later requests, until the slot is needed.
+    s.tokens.resize(s.n_past);
+    s.state = SlotState::kIdle;
+    metrics_.slots_idle_cached.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    engine_.kv_cells()->seq_rm(s.seq, -1, -1);
+    s.tokens.clear();
+    s.n_past = 0;
+    s.state = SlotState::kEmpty;
+  }
+  metrics_.running.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Scheduler::fail_batch(const std::string& message) {
+  std::fprintf(stderr, "[server] forward failed: %s\n", message.c_str());
+  for (Slot& s : slots_) {
+    if (!busy(s)) continue;
+    finish(s, {.final = true, .error = "the forward failed: " + message}, false);
+    metrics_.requests_failed.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Scheduler::publish_kv() {
+  const kv::KvCells& kv = *engine_.kv_cells();
+  uint64_t shared = 0;
+  for (uint32_t c = 0; c < kv.n_ctx(); ++c) {
+    if (kv.pos(static_cast<int32_t>(c)) < 0) continue;
+    uint32_t readers = 0;
+    for (const Slot& s : slots_) readers += kv.has_seq(static_cast<int32_t>(c), s.seq) ? 1U : 0U;
+    shared += readers > 1 ? 1U : 0U;
+  }
+  metrics_.kv_cells_used.store(kv.n_used(), std::memory_order_relaxed);
+  metrics_.kv_cells_shared.store(shared, std::memory_order_relaxed);
+}
+
+}  // namespace minfer::server

@@ -1,0 +1,142 @@
+// Stage 17 (HTTP): the request scheduler — one inference thread owns the Engine and
+// runs the step loop of continuous batching (ARCHITECTURE §2b "Server").
+// Invariants: only the inference thread touches the engine and the KV cells; each
+// step is one engine.decode(batch) carrying a decode row of every running sequence
+// first, then prefill chunks of admitting sequences under the step token budget; a
+// request never fails for lack of cells (n_seq_max = slots and every sequence stays
+// below n_ctx positions, so used cells <= slots × n_ctx, the arena); a cancelled
+// request's cells are freed at the start of the next step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/result.h"
+#include "engine/engine.h"
+#include "engine/sequence.h"
+#include "server/metrics.h"
+
+namespace minfer::server {
+
+struct LogprobEntry {
+  std::string token;  // the token's bytes (may be a partial UTF-8 character)
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// One message from the inference thread to the request's HTTP thread.
+struct JobEvent {
+  std::string text;  // complete UTF-8, no stop-string prefix
+  std::vector<LogprobEntry> logprobs;
+  bool final = false;
+  engine::SeqStop stop = engine::SeqStop::kNone;
+  std::string error;  // final with an error: the request failed (message for the client)
+  int32_t n_prompt = 0;
+  int32_t n_generated = 0;
+  int32_t n_reused = 0;  // prompt tokens taken from cached cells
+};
+
+// The channel between one request's HTTP thread and the inference thread.
+class JobStream {
+ public:
+  void push(JobEvent ev);
+  // Waits up to `timeout` for an event; false when none came.
+  bool pop(JobEvent& out, std::chrono::milliseconds timeout);
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<JobEvent> events_;
+  std::atomic<bool> cancelled_{false};
+};
+
+struct Job {
+  std::vector<engine::TokenId> prompt;
+  std::unique_ptr<engine::SequenceState> state;  // created (validated) on the HTTP thread
+  std::shared_ptr<JobStream> stream;
+};
+
+struct SchedulerOptions {
+  uint32_t n_slots = 4;       // sequences decoded together
+  uint32_t n_ctx = 2048;      // positions one request may use
+  uint32_t max_queue = 64;    // waiting requests past the slots; more → 429
+  uint32_t step_tokens = 512; // rows per step (decode rows + prefill chunks)
+};
+
+enum class SubmitResult : uint8_t { kQueued, kQueueFull, kDraining };
+
+class Scheduler {
+ public:
+  Scheduler(engine::Engine& engine, const SchedulerOptions& options, Metrics& metrics);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Sizes the KV arena (slots × n_ctx cells) and starts the inference thread.
+  Status start();
+  SubmitResult submit(Job job);
+  // Stops accepting; the loop finishes what runs and what is queued, cancelling what is
+  // left at `deadline`, then exits. join() waits for it.
+  void drain(std::chrono::steady_clock::time_point deadline);
+  void join();
+  const SchedulerOptions& options() const { return options_; }
+  // The model's token bytes, shared by every request's SequenceState.
+  const engine::TokenBytes& token_bytes() const { return token_bytes_; }
+
+ private:
+  enum class SlotState : uint8_t { kEmpty, kIdle, kPrefill, kDecode };
+  struct Slot {
+    engine::SeqId seq = 0;
+    SlotState state = SlotState::kEmpty;
+    std::vector<engine::TokenId> tokens;  // tokens of this sequence; [0, n_past) are in the KV
+    size_t n_past = 0;
+    uint64_t last_used = 0;  // admission tick, for LRU eviction of idle caches
+    Job job;
+    engine::TokenId next_token = 0;  // kDecode: the row to run
+    int32_t n_reused = 0;
+    uint64_t admitted_at = 0;  // admission order: prefill chunks go first come first served
+    uint32_t step_rows = 0;    // kPrefill: prompt rows in the batch being run
+  };
+
+  void loop();
+  void admit(Job job);
+  void cancel_gone();
+  Status step();
+  void finish(Slot& slot, JobEvent ev, bool keep_cells);
+  void fail_batch(const std::string& message);
+  void publish_kv();
+  bool busy(const Slot& s) const {
+    return s.state == SlotState::kPrefill || s.state == SlotState::kDecode;
+  }
+
+  engine::Engine& engine_;
+  SchedulerOptions options_;
+  Metrics& metrics_;
+  engine::TokenBytes token_bytes_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool draining_ = false;
+  std::chrono::steady_clock::time_point deadline_{};
+  std::thread thread_;
+
+  // Inference thread only.
+  std::vector<Slot> slots_;
+  engine::Batch batch_;
+  std::vector<Slot*> row_slot_;  // per batch row: its slot when the row asked for logits
+  std::vector<Slot*> prefill_order_;
+  uint64_t tick_ = 0;
+};
+
+}  // namespace minfer::server

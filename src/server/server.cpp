@@ -1,0 +1,277 @@
+// Stage 17 (HTTP): server set-up — routes, auth, error shapes, request log, signals
+// and the drain.
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "server/routes.h"
+
+namespace minfer::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using httplib::Request;
+using httplib::Response;
+using HandlerResponse = httplib::Server::HandlerResponse;
+
+bool json_content_type(const Request& req) {
+  if (!req.has_header("Content-Type")) return true;  // curl -d without -H, scripts
+  std::string ct = req.get_header_value("Content-Type");
+  std::transform(ct.begin(), ct.end(), ct.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ct.rfind("application/json", 0) == 0;
+}
+
+// POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"}
+void handle_tokenize(ServerContext& ctx, const Request& req, Response& res) {
+  json j;
+  if (auto e = parse_object(req.body, j)) return reply_error(res, *e);
+  if (!j.contains("content") || !j["content"].is_string()) {
+    return reply_error(res, bad_request("'content' must be a string"));
+  }
+  tokenizer::EncodeOptions opts{.add_special = false, .parse_special = true};
+  bool with_pieces = false;
+  for (auto [key, out] : {std::pair{"add_special", &opts.add_special},
+                          std::pair{"parse_special", &opts.parse_special},
+                          std::pair{"with_pieces", &with_pieces}}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_boolean()) return reply_error(res, bad_request(fmt::format("'{}' must be a boolean", key)));
+    *out = j[key].get<bool>();
+  }
+  auto ids = ctx.tok.encode(j["content"].get<std::string>(), opts);
+  if (!ids.ok()) return reply_error(res, bad_request(ids.error().message));
+  json tokens = json::array();
+  for (tokenizer::TokenId id : *ids) {
+    if (with_pieces) {
+      tokens.push_back({{"id", id}, {"piece", ctx.tok.token_to_bytes(id, /*special=*/true)}});
+    } else {
+      tokens.push_back(id);
+    }
+  }
+  reply_json(res, {{"tokens", std::move(tokens)}});
+}
+
+// POST /detokenize {"tokens": [ids]} → {"content"}
+void handle_detokenize(ServerContext& ctx, const Request& req, Response& res) {
+  json j;
+  if (auto e = parse_object(req.body, j)) return reply_error(res, *e);
+  if (!j.contains("tokens") || !j["tokens"].is_array()) {
+    return reply_error(res, bad_request("'tokens' must be an array of token ids"));
+  }
+  std::vector<tokenizer::TokenId> ids;
+  for (const json& t : j["tokens"]) {
+    if (!t.is_number_integer()) return reply_error(res, bad_request("'tokens' must hold integers"));
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= ctx.tok.n_vocab()) {
+      return reply_error(res, bad_request(fmt::format("token id {} is outside the vocabulary", id)));
+    }
+    ids.push_back(static_cast<tokenizer::TokenId>(id));
+  }
+  reply_json(res, {{"content", ctx.tok.decode(ids)}});
+}
+
+void handle_models(ServerContext& ctx, Response& res) {
+  reply_json(res, {{"object", "list"},
+                   {"data", json::array({json{{"id", ctx.options.model_id},
+                                              {"object", "model"},
+                                              {"created", ctx.created},
+                                              {"owned_by", "minfer"}}})}});
+}
+
+const char* error_type(int status) {
+  switch (status) {
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 413:
+      return "invalid_request_error";
+    case 429:
+      return "rate_limit_error";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+}  // namespace
+
+RequestLog& request_log() {
+  thread_local RequestLog log;
+  return log;
+}
+
+void reply_json(Response& res, const json& body, int status) {
+  res.status = status;
+  res.set_content(dump(body), "application/json");
+}
+
+void reply_error(Response& res, const ApiError& e) {
+  reply_json(res, error_body(e), e.status);
+}
+
+Status serve(engine::Engine& engine, const ServerOptions& options) {
+  if (!engine.has_tokenizer()) return make_error("serve: the model has no tokenizer");
+  const tokenizer::Tokenizer& tok = engine.tokenizer();
+  chat::RendererChoice renderer = chat::renderer_for(tok);
+  if (Status st = chat::validate_renderer(*renderer.renderer); !st.ok()) {
+    return st.error().context("serve: the chat template cannot be used");
+  }
+  if (renderer.fallback) {
+    std::fprintf(stderr, "[server] the model has no chat template; chat uses ChatML\n");
+  }
+
+  // Signals are taken by one thread (sigwait): every thread started from here on
+  // inherits the blocked mask, so no handler runs inside the engine or httplib.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  // The mask is left blocked on return: the process exits after serve(), and a second
+  // signal during the drain must stay pending rather than kill it with a signal status.
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a closed client socket is a write error, not a kill
+
+  Metrics metrics;
+  Scheduler scheduler(engine, options.scheduler, metrics);
+  MINFER_TRY_STATUS(scheduler.start());
+
+  ServerContext ctx{.engine = engine,
+                    .tok = tok,
+                    .renderer = *renderer.renderer,
+                    .scheduler = scheduler,
+                    .metrics = metrics,
+                    .options = options,
+                    .created = std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count()};
+
+  httplib::Server svr;
+  const int n_http = options.http_threads > 0
+                         ? options.http_threads
+                         : static_cast<int>(std::max<uint32_t>(
+                               32, 2 * (options.scheduler.n_slots + options.scheduler.max_queue)));
+  svr.new_task_queue = [n_http] { return new httplib::ThreadPool(static_cast<size_t>(n_http)); };
+  svr.set_payload_max_length(options.max_body_bytes);
+  svr.set_keep_alive_timeout(5);
+
+  svr.set_pre_routing_handler([&](const Request& req, Response& res) {
+    request_log() = RequestLog{.t0 = Clock::now()};
+    if (!options.api_key.empty() && req.path != "/health") {
+      const std::string want = "Bearer " + options.api_key;
+      if (req.get_header_value("Authorization") != want) {
+        metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+        reply_error(res, ApiError{.status = 401,
+                                  .type = "authentication_error",
+                                  .message = "invalid or missing API key "
+                                             "(Authorization: Bearer KEY)"});
+        return HandlerResponse::Handled;
+      }
+    }
+    if (req.method == "POST" && !json_content_type(req)) {
+      metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+      reply_error(res, ApiError{.status = 415,
+                                .type = "invalid_request_error",
+                                .message = "the body must be JSON (Content-Type: application/json)"});
+      return HandlerResponse::Handled;
+    }
+    return HandlerResponse::Unhandled;
+  });
+  // httplib's own errors (unknown route, body too large, bad request line) get the
+  // OpenAI shape too; responses that already carry a body are left alone.
+  const httplib::Server::HandlerWithResponse on_error = [](const Request&, Response& res) {
+    if (!res.body.empty()) return HandlerResponse::Unhandled;
+    std::string message = res.status == 404   ? "no such route"
+                          : res.status == 413 ? "the request body is too large"
+                          : res.status == 405 ? "method not allowed"
+                                              : fmt::format("HTTP {}", res.status);
+    reply_error(res, ApiError{.status = res.status, .type = error_type(res.status), .message = message});
+    return HandlerResponse::Handled;
+  };
+  svr.set_error_handler(on_error);
+  svr.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+    std::string what = "unexpected exception";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    reply_error(res, ApiError{.status = 500, .type = "server_error", .message = what});
+  });
+  svr.set_logger([](const Request& req, const Response& res) {
+    const RequestLog& log = request_log();
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - log.t0).count();
+    std::string tokens;
+    if (log.n_prompt >= 0) {
+      tokens = fmt::format(" prompt={} completion={} reused={}", log.n_prompt,
+                           std::max(log.n_generated, 0), std::max(log.n_reused, 0));
+    }
+    std::fprintf(stderr, "[server] %s %s %d%s %.1f ms\n", req.method.c_str(), req.path.c_str(),
+                 res.status, tokens.c_str(), ms);
+  });
+
+  svr.Get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
+  svr.Get("/metrics", [&](const Request&, Response& res) {
+    res.set_content(render_metrics(metrics, options.scheduler.n_slots),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  for (const char* path : {"/v1/models", "/models"}) {
+    svr.Get(path, [&](const Request&, Response& res) { handle_models(ctx, res); });
+  }
+  for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
+    svr.Post(path, [&](const Request& req, Response& res) {
+      handle_completion(ctx, Endpoint::kChat, req, res);
+    });
+  }
+  for (const char* path : {"/v1/completions", "/completions"}) {
+    svr.Post(path, [&](const Request& req, Response& res) {
+      handle_completion(ctx, Endpoint::kCompletion, req, res);
+    });
+  }
+  svr.Post("/tokenize", [&](const Request& req, Response& res) { handle_tokenize(ctx, req, res); });
+  svr.Post("/detokenize",
+           [&](const Request& req, Response& res) { handle_detokenize(ctx, req, res); });
+
+  int port = options.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(options.host);
+    if (port < 0) return make_error(fmt::format("serve: cannot bind {}", options.host));
+  } else if (!svr.bind_to_port(options.host, port)) {
+    return make_error(fmt::format("serve: cannot bind {}:{}", options.host, port));
+  }
+
+  // The signal thread: the first SIGINT/SIGTERM starts the drain and closes the listener.
+  std::atomic<bool> listening_done{false};
+  std::thread signals([&] {
+    int sig = -1;
+    const timespec poll{.tv_sec = 0, .tv_nsec = 100'000'000};
+    while (!listening_done.load() && (sig = sigtimedwait(&sigs, nullptr, &poll)) < 0) {
+    }
+    if (sig < 0) return;  // listening ended without a signal
+    std::fprintf(stderr, "[server] signal %d: draining (up to %d ms)\n", sig, options.drain_ms);
+    scheduler.drain(Clock::now() + std::chrono::milliseconds(options.drain_ms));
+    svr.stop();
+  });
+  std::printf("minfer server listening on http://%s:%d (slots %u, n_ctx %u per request)\n",
+              options.host.c_str(), port, options.scheduler.n_slots, options.scheduler.n_ctx);
+  std::fflush(stdout);
+  svr.listen_after_bind();  // returns after stop(), once every handler is done
+  listening_done.store(true);
+  signals.join();
+  scheduler.drain(Clock::now() + std::chrono::milliseconds(options.drain_ms));
+  scheduler.join();
+  std::fprintf(stderr, "[server] stopped: %llu requests completed, %llu cancelled\n",
+               static_cast<unsigned long long>(metrics.requests_completed.load()),
+               static_cast<unsigned long long>(metrics.requests_cancelled.load()));
+  return Ok{};
+}
+
+}  // namespace minfer::server

@@ -1,0 +1,34 @@
+// Stage 17 (HTTP): `minfer serve` — OpenAI-compatible routes on cpp-httplib in front
+// of the request scheduler (ARCHITECTURE §2b "Server").
+// Invariants: HTTP threads parse, validate, render and tokenize; a request takes a
+// slot only once it is valid (bad input is a 4xx, never a 5xx); only the scheduler's
+// thread touches the engine; SIGINT/SIGTERM stop the listener, let in-flight requests
+// finish up to the drain deadline, and return normally (exit code 0).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/result.h"
+#include "engine/engine.h"
+#include "server/scheduler.h"
+
+namespace minfer::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;       // 0: any free port (the chosen one is printed)
+  std::string api_key;   // non-empty: every route but /health needs "Authorization: Bearer KEY"
+  std::string model_id;  // /v1/models id and the default "model" of responses
+  SchedulerOptions scheduler;
+  size_t max_body_bytes = size_t{8} << 20;  // larger bodies → 413
+  int drain_ms = 30000;                     // in-flight requests get this long after a signal
+  int http_threads = 0;                     // 0: enough for slots + queue
+};
+
+// Binds, prints "minfer server listening on http://HOST:PORT", serves until SIGINT or
+// SIGTERM, drains, returns. Errors: the chat template cannot render, the arena cannot
+// be sized, the address cannot be bound.
+Status serve(engine::Engine& engine, const ServerOptions& options);
+
+}  // namespace minfer::server
