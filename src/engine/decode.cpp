@@ -33,7 +33,7 @@ std::span<const float> BatchLogits::row(size_t row) const {
           static_cast<size_t>(n_vocab_)};
 }
 
-Result<BatchLogits> Engine::decode(const Batch& batch) {
+Result<BatchLogits> Context::decode(const Batch& batch) {
   const std::span<const BatchRow> rows = batch.rows();
   const size_t n = rows.size();
   if (n == 0) return make_error("decode: empty batch");

@@ -29,10 +29,49 @@ double ms_since(Clock::time_point t0) {
 
 }  // namespace
 
+Result<std::shared_ptr<const LoadedModel>> LoadedModel::open(const std::string& path) {
+  MINFER_TRY(gguf::Model file, gguf::Model::open(path));
+  return create(std::move(file));
+}
+
+Result<std::shared_ptr<const LoadedModel>> LoadedModel::create(gguf::Model file) {
+  auto m = std::shared_ptr<LoadedModel>(new LoadedModel());
+  m->file_ = std::move(file);
+  MINFER_TRY(m->model_, model::Model::load(m->file_));
+  if (m->file_.has("tokenizer.ggml.model")) {
+    MINFER_TRY(m->tokenizer_, tokenizer::Tokenizer::from_gguf(m->file_));
+    if (m->tokenizer_->n_vocab() != static_cast<int32_t>(m->model_->hparams().n_vocab)) {
+      return make_error(fmt::format("tokenizer has {} tokens but the model's vocabulary is {}",
+                                    m->tokenizer_->n_vocab(), m->model_->hparams().n_vocab));
+    }
+  }
+  return std::shared_ptr<const LoadedModel>(std::move(m));
+}
+
+const tokenizer::Tokenizer& LoadedModel::tokenizer() const {
+  MINFER_CHECK(tokenizer_ != nullptr, "Engine::tokenizer: the model has no tokenizer metadata");
+  return *tokenizer_;
+}
+
 Result<std::unique_ptr<Engine>> Engine::open(const std::string& path,
                                              const EngineOptions& options) {
   MINFER_TRY(gguf::Model file, gguf::Model::open(path));
   return create(std::move(file), options);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(gguf::Model file, const EngineOptions& options) {
+  MINFER_TRY(std::shared_ptr<const LoadedModel> model, LoadedModel::create(std::move(file)));
+  auto e = std::unique_ptr<Engine>(new Engine(std::move(model)));
+  MINFER_TRY_STATUS(e->init(options));
+  return e;
+}
+
+Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const LoadedModel> model,
+                                                 const EngineOptions& options) {
+  if (model == nullptr) return make_error("Context::create: no model");
+  auto c = std::unique_ptr<Context>(new Context(std::move(model)));
+  MINFER_TRY_STATUS(c->init(options));
+  return c;
 }
 
 Result<Numerics> parse_numerics(std::string_view text) {
@@ -41,18 +80,10 @@ Result<Numerics> parse_numerics(std::string_view text) {
   return make_error(fmt::format("unknown numerics '{}' (expected default or llamacpp)", text));
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(gguf::Model file, const EngineOptions& options) {
-  auto e = std::unique_ptr<Engine>(new Engine());
-  e->file_ = std::move(file);
+Status Context::init(const EngineOptions& options) {
+  Context* e = this;
+  model_ = &loaded_->model();
   e->options_ = options;
-  MINFER_TRY(e->model_, model::Model::load(e->file_));
-  if (e->file_.has("tokenizer.ggml.model")) {
-    MINFER_TRY(e->tokenizer_, tokenizer::Tokenizer::from_gguf(e->file_));
-    if (e->tokenizer_->n_vocab() != static_cast<int32_t>(e->model_->hparams().n_vocab)) {
-      return make_error(fmt::format("tokenizer has {} tokens but the model's vocabulary is {}",
-                                    e->tokenizer_->n_vocab(), e->model_->hparams().n_vocab));
-    }
-  }
   e->n_threads_ = options.n_threads > 0
                       ? options.n_threads
                       : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -91,7 +122,7 @@ Result<std::unique_ptr<Engine>> Engine::create(gguf::Model file, const EngineOpt
                             .llamacpp_numerics = options.numerics == Numerics::kLlamaCpp}));
   e->sched_.add_backend(std::move(cpu));
   if (options.graph_trace) {
-    Engine* self = e.get();
+    Context* self = this;
     e->sched_.set_trace_hook([self](const sched::ExecTrace& t) {
       const graph::ComputeGraph& g = self->cache_->current();
       std::string text = sched::format_trace(t, g, [self](graph::BackendId id) {
@@ -103,26 +134,21 @@ Result<std::unique_ptr<Engine>> Engine::create(gguf::Model file, const EngineOpt
                    t.planned_now ? " (planned)" : "", text.c_str());
     });
   }
-  return e;
+  return Ok{};
 }
 
-Engine::~Engine() = default;
+Context::~Context() = default;
 
-const tokenizer::Tokenizer& Engine::tokenizer() const {
-  MINFER_CHECK(tokenizer_ != nullptr, "Engine::tokenizer: the model has no tokenizer metadata");
-  return *tokenizer_;
-}
-
-uint32_t Engine::context_for(uint32_t requested, uint32_t n_prompt) const {
+uint32_t Context::context_for(uint32_t requested, uint32_t n_prompt) const {
   return std::min(std::max(requested, n_prompt), model_->hparams().n_ctx_train);
 }
 
-Status Engine::set_n_ctx(uint32_t n_ctx) {
+Status Context::set_n_ctx(uint32_t n_ctx) {
   if (n_ctx == 0) return make_error("n_ctx must be > 0");
   return set_context({.n_cells = n_ctx, .n_seq_max = 1, .n_ctx_seq = n_ctx, .n_runs = 1});
 }
 
-Status Engine::set_context(const ContextOptions& options) {
+Status Context::set_context(const ContextOptions& options) {
   ContextOptions o = options;
   if (o.n_cells == 0) return make_error("n_ctx must be > 0");
   if (o.n_ctx_seq == 0) o.n_ctx_seq = o.n_cells;
@@ -161,20 +187,20 @@ Status Engine::set_context(const ContextOptions& options) {
   return Ok{};
 }
 
-void Engine::clear_kv() {
+void Context::clear_kv() {
   if (kv_) kv_->clear();
 }
 
-const graph::CacheStats& Engine::cache_stats() const {
+const graph::CacheStats& Context::cache_stats() const {
   static const graph::CacheStats kEmpty{};
   return cache_ ? cache_->stats() : kEmpty;
 }
 
-alloc::Allocator* Engine::allocator() {
+alloc::Allocator* Context::allocator() {
   return cache_ ? &cache_->memory_as<alloc::Allocator>() : nullptr;
 }
 
-graph::GraphParams Engine::params_for(uint32_t n_tokens, uint32_t n_out, int32_t n_runs) const {
+graph::GraphParams Context::params_for(uint32_t n_tokens, uint32_t n_out, int32_t n_runs) const {
   graph::GraphParams p;
   p.n_tokens = n_tokens;
   p.n_out = n_out;
@@ -188,7 +214,7 @@ graph::GraphParams Engine::params_for(uint32_t n_tokens, uint32_t n_out, int32_t
   return p;
 }
 
-graph::ComputeGraph Engine::build_runtime(const graph::GraphParams& params) const {
+graph::ComputeGraph Context::build_runtime(const graph::GraphParams& params) const {
   graph::ComputeGraph g = model_->build_graph(params);
   auto assigned = sched_.assign_backends(g);
   MINFER_CHECK(assigned.ok(), "%s", assigned.ok() ? "" : assigned.error().message.c_str());
@@ -196,7 +222,7 @@ graph::ComputeGraph Engine::build_runtime(const graph::GraphParams& params) cons
   return g;
 }
 
-Result<graph::ComputeGraph> Engine::runtime_graph(uint32_t n_tokens, uint32_t n_out) const {
+Result<graph::ComputeGraph> Context::runtime_graph(uint32_t n_tokens, uint32_t n_out) const {
   if (n_ctx_ == 0) return make_error("runtime_graph: no context set (set_n_ctx first)");
   const graph::GraphParams p = params_for(n_tokens, n_out);
   MINFER_TRY_STATUS(model_->check_params(p));
@@ -206,7 +232,7 @@ Result<graph::ComputeGraph> Engine::runtime_graph(uint32_t n_tokens, uint32_t n_
   return g;
 }
 
-Status Engine::rebuild(const graph::GraphParams& params) {
+Status Context::rebuild(const graph::GraphParams& params) {
   MINFER_TRY_STATUS(model_->check_params(params));
   const auto t0 = Clock::now();
   graph::ComputeGraph g = model_->build_graph(params);
@@ -231,7 +257,7 @@ Status Engine::rebuild(const graph::GraphParams& params) {
   return Ok{};
 }
 
-Result<const graph::ComputeGraph*> Engine::prepare(const graph::GraphParams& params) {
+Result<const graph::ComputeGraph*> Context::prepare(const graph::GraphParams& params) {
   MINFER_TRY(bool hit, cache_->try_reuse(params));
   if (hit) {
     stats_.reuses++;
@@ -241,7 +267,7 @@ Result<const graph::ComputeGraph*> Engine::prepare(const graph::GraphParams& par
   return &cache_->current();
 }
 
-Result<std::span<const float>> Engine::forward(std::span<const TokenId> tokens,
+Result<std::span<const float>> Context::forward(std::span<const TokenId> tokens,
                                                std::span<const int32_t> positions, uint32_t n_out) {
   // Every check first: nothing is placed, built or run for a bad request.
   const size_t nt = tokens.size();
@@ -311,7 +337,7 @@ namespace minfer::engine {
 // Session KV records: per position, layer 0 K, layer 0 V, layer 1 K, ... The regions
 // are addressed by cell (ARCHITECTURE §2.3), so export looks each position's cell up
 // and import places positions first, then writes the cells it was given.
-uint64_t Engine::kv_token_bytes() const {
+uint64_t Context::kv_token_bytes() const {
   if (cache_ == nullptr) return 0;
   const auto& memory = cache_->memory_as<alloc::Allocator>();
   uint64_t bytes = 0;
@@ -325,7 +351,7 @@ uint64_t Engine::kv_token_bytes() const {
   return bytes;
 }
 
-Result<std::vector<std::byte>> Engine::kv_export(uint32_t n_tokens) const {
+Result<std::vector<std::byte>> Context::kv_export(uint32_t n_tokens) const {
   if (cache_ == nullptr) return make_error("kv_export: no context set");
   if (n_tokens > n_ctx_) {
     return make_error(fmt::format("kv_export: {} positions, n_ctx {}", n_tokens, n_ctx_));
@@ -350,7 +376,7 @@ Result<std::vector<std::byte>> Engine::kv_export(uint32_t n_tokens) const {
   return out;
 }
 
-Status Engine::kv_import(uint32_t n_tokens, std::span<const std::byte> data) {
+Status Context::kv_import(uint32_t n_tokens, std::span<const std::byte> data) {
   if (cache_ == nullptr) return make_error("kv_import: no context set");
   if (n_tokens > n_ctx_) {
     return make_error(fmt::format("kv_import: {} positions, n_ctx {}", n_tokens, n_ctx_));

@@ -1,6 +1,7 @@
-// Stage 15 (the loop): Engine — one loaded model with its graph cache (allocator + KV
-// regions), KV cell store and scheduler, behind the forward(tokens, positions, n_out)
-// facade the decode loop, tests and tools call.
+// Stage 15 (the loop): LoadedModel (weights + tokenizer, immutable, shared) and Context
+// (one KV arena: cells and regions, the runtime cache, the scheduler) behind the
+// forward / decode facade the loops, the server, tests and tools call; Engine is a
+// Context that owns its model.
 // Invariants: topology depends on GraphParams only; token ids, positions, KV cells and
 // windows are filled after the reuse check / allocation (ARCHITECTURE §2.1, §2.7); a
 // position >= n_ctx is an Error before anything is placed or run (§2.4); the KV regions
@@ -67,25 +68,53 @@ struct EngineStats {
   uint64_t graph_uid = 0;  // uid of the graph the last forward ran
 };
 
-class Engine {
+// The model side, immutable after load and shared by every context (and thread): the
+// mapped file, weights and hparams, the tokenizer. Contexts hold it by shared_ptr, so
+// it outlives the last of them.
+class LoadedModel {
  public:
-  // Opens a GGUF (path or first split part), loads the model and the tokenizer,
-  // creates the CPU backend. The context is sized later (set_n_ctx).
-  static Result<std::unique_ptr<Engine>> open(const std::string& path,
-                                              const EngineOptions& options = {});
+  // Opens a GGUF (path or first split part), loads the model and the tokenizer.
+  static Result<std::shared_ptr<const LoadedModel>> open(const std::string& path);
   // Same from an open file; a model without tokenizer metadata gets no tokenizer
   // (tests of the forward alone).
-  static Result<std::unique_ptr<Engine>> create(gguf::Model file,
-                                                const EngineOptions& options = {});
-  ~Engine();
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
+  static Result<std::shared_ptr<const LoadedModel>> create(gguf::Model file);
+  LoadedModel(const LoadedModel&) = delete;
+  LoadedModel& operator=(const LoadedModel&) = delete;
 
   const model::Model& model() const { return *model_; }
   const model::HParams& hparams() const { return model_->hparams(); }
   const gguf::Model& file() const { return file_; }
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
   const tokenizer::Tokenizer& tokenizer() const;  // MINFER_CHECK has_tokenizer()
+
+ private:
+  LoadedModel() = default;
+  gguf::Model file_;  // first: the model's views point into its mapping
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+};
+
+// One independent KV arena over a shared model: KV cells and regions, the runtime
+// cache (graphs with their allocation and split plans), the scheduler with its CPU
+// backend and thread pool. Not thread-safe: one thread drives a context; several
+// contexts may run side by side over one LoadedModel.
+class Context {
+ public:
+  // Creates the CPU backend for `model`; checks the numerics / cache type pair. The
+  // KV is sized later (set_n_ctx / set_context).
+  static Result<std::unique_ptr<Context>> create(std::shared_ptr<const LoadedModel> model,
+                                                 const EngineOptions& options = {});
+  virtual ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const LoadedModel& loaded() const { return *loaded_; }
+  const std::shared_ptr<const LoadedModel>& shared_model() const { return loaded_; }
+  const model::Model& model() const { return loaded_->model(); }
+  const model::HParams& hparams() const { return loaded_->hparams(); }
+  const gguf::Model& file() const { return loaded_->file(); }
+  bool has_tokenizer() const { return loaded_->has_tokenizer(); }
+  const tokenizer::Tokenizer& tokenizer() const { return loaded_->tokenizer(); }
   int32_t n_threads() const { return n_threads_; }
 
   // The context of a run: max(requested, n_prompt) capped at the model's
@@ -103,7 +132,7 @@ class Engine {
   Status set_context(const ContextOptions& options);
   uint32_t n_ctx() const { return n_ctx_; }  // cells of the arena
   uint32_t n_ctx_seq() const { return context_.n_ctx_seq; }
-  const ContextOptions& context() const { return context_; }
+  const ContextOptions& context_options() const { return context_; }
   // Frees every KV cell (regions keep stale bytes: the cells are the truth).
   void clear_kv();
 
@@ -161,14 +190,16 @@ class Engine {
   alloc::Allocator* allocator();
   const kv::KvCells* kv() const { return kv_ ? &*kv_ : nullptr; }
 
+ protected:
+  explicit Context(std::shared_ptr<const LoadedModel> model) : loaded_(std::move(model)) {}
+  Status init(const EngineOptions& options);
+
  private:
-  Engine() = default;
   Status rebuild(const graph::GraphParams& params);
   graph::ComputeGraph build_runtime(const graph::GraphParams& params) const;
 
-  gguf::Model file_;
-  std::unique_ptr<model::Model> model_;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::shared_ptr<const LoadedModel> loaded_;
+  const model::Model* model_ = nullptr;  // = &loaded_->model()
   EngineOptions options_;
   int32_t n_threads_ = 0;
   sched::Scheduler sched_;
@@ -189,6 +220,19 @@ class Engine {
   std::vector<TokenId> tokens_;      // decode(): padded token ids
   std::vector<int32_t> positions_;   // decode(): padded positions
   std::vector<int32_t> slot_of_row_; // decode(): per batch row, its logits slot or -1
+};
+
+// A context that loaded its own model: the single-user CLI, the chat and tests. Every
+// method is the Context's; shared_model() hands the model to further contexts.
+class Engine final : public Context {
+ public:
+  static Result<std::unique_ptr<Engine>> open(const std::string& path,
+                                              const EngineOptions& options = {});
+  static Result<std::unique_ptr<Engine>> create(gguf::Model file,
+                                                const EngineOptions& options = {});
+
+ private:
+  using Context::Context;
 };
 
 }  // namespace minfer::engine

@@ -57,7 +57,7 @@ std::vector<float> copy(std::span<const float> s) {
 
 // The reference: one sequence alone, prefill of `prompt` in one forward, then each
 // `cont` token decoded alone. Returns the logits after the prompt and after each token.
-std::vector<std::vector<float>> alone(Engine& e, const std::vector<int32_t>& prompt,
+std::vector<std::vector<float>> alone(Context& e, const std::vector<int32_t>& prompt,
                                       const std::vector<int32_t>& cont) {
   std::vector<std::vector<float>> out;
   const auto n = static_cast<int32_t>(prompt.size());
@@ -194,7 +194,7 @@ TEST(Decode, DecodeStepsOfOneBucketReuseOneGraphWhateverTheSequenceCount) {
   const EngineStats again = step(3);
   EXPECT_EQ(again.graph_uid, s3.graph_uid);
   EXPECT_EQ(again.rebuilds, s8.rebuilds);
-  EXPECT_EQ(e.context().n_runs, 1);
+  EXPECT_EQ(e.context_options().n_runs, 1);
   EXPECT_EQ(bucket_rows(1), 1u);
   EXPECT_EQ(bucket_rows(3), 4u);
   EXPECT_EQ(bucket_rows(5), 8u);
@@ -270,7 +270,7 @@ TEST(Decode, FragmentedCellsRaiseTheWindowRunsAndStayBitIdentical) {
     ASSERT_TRUE(o.ok()) << o.error().message;
     EXPECT_TRUE(same_bits(copy(o->row(0)), ref[i + 1])) << "decode " << i;
   }
-  EXPECT_GT(e.context().n_runs, 1);
+  EXPECT_GT(e.context_options().n_runs, 1);
 }
 
 TEST(Decode, BadBatchesAreRefusedAndPlaceNothing) {
@@ -345,6 +345,42 @@ TEST(Decode, EvictedGraphsTakeTheirSchedulerPlansWithThem) {
   // A new context drops every plan of the old cache.
   ASSERT_TRUE(e.set_context({.n_cells = 256, .n_seq_max = 2}).ok());
   EXPECT_EQ(e.scheduler_plans(), 0u);
+}
+
+TEST(Context, TwoContextsOverOneLoadedModelShareWeightsAndKeepTheirOwnKv) {
+  // One LoadedModel, two contexts: the weights are mapped once (same bytes), each
+  // context has its own cells, and a context's logits equal an Engine's bit for bit.
+  const TinySpec spec{.arch = "qwen2", .qkv_bias = true};
+  auto eng = make_engine(spec, 2, 128, "ctx-ref", {});
+  ASSERT_TRUE(eng.engine);
+  std::shared_ptr<const LoadedModel> model = eng->shared_model();
+  auto a = Context::create(model, {.n_threads = 1});
+  auto b = Context::create(model, {.n_threads = 2});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(&(*a)->model(), &eng->model());
+  ASSERT_TRUE((*a)->set_n_ctx(128).ok());
+  ASSERT_TRUE((*b)->set_context({.n_cells = 256, .n_seq_max = 2, .n_ctx_seq = 128}).ok());
+  const std::vector<int32_t> prompt = tokens_for(7, 20);
+  const auto ref = alone(*eng, prompt, {});
+  const auto in_a = alone(**a, prompt, {});
+  EXPECT_TRUE(same_bits(in_a[0], ref[0]));
+  Batch batch;
+  for (int32_t i = 0; i < 20; ++i) batch.add(prompt[static_cast<size_t>(i)], 1, i, i == 19);
+  auto out = (*b)->decode(batch);
+  ASSERT_TRUE(out.ok()) << out.error().message;
+  EXPECT_TRUE(same_bits(copy(out->row(19)), ref[0]));
+  EXPECT_EQ((*a)->kv()->n_used(), 20u);
+  EXPECT_EQ((*b)->kv()->n_used(), 20u);
+  (*a)->clear_kv();
+  EXPECT_EQ((*b)->kv()->n_used(), 20u) << "clearing one context leaves the other's cells";
+  // The model outlives the engine that loaded it while a context holds it.
+  eng.engine.reset();
+  auto again = (*b)->decode([&] {
+    Batch d;
+    d.add(5, 1, 20, true);
+    return d;
+  }());
+  EXPECT_TRUE(again.ok());
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ inline std::vector<int32_t> iota_positions(size_t n, int32_t first = 0) {
 }
 
 // Copies the logits (the span dies at the next forward).
-inline std::vector<float> run(Engine& e, const std::vector<int32_t>& tokens,
+inline std::vector<float> run(Context& e, const std::vector<int32_t>& tokens,
                               const std::vector<int32_t>& positions, uint32_t n_out) {
   auto r = e.forward(tokens, positions, n_out);
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
