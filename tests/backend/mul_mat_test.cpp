@@ -131,10 +131,14 @@ TEST(MulMat, ScalarIsaAlsoMatchesReference) {
 }
 
 TEST(MulMat, ThreadCountAndBatchingAreBitwiseInvariant_bitwise) {
-  const int64_t k = 512, n = 37, m = 9;  // m 9: 4 × 4 tiles, a remainder row, chunks
+  // m 9: 4 × 4 tiles, a remainder row, chunks; m 2 and 3: the per-row GEMV path of
+  // small decode batches. n 137: more than one 64-row weight block per thread.
+  const int64_t k = 512;
+  for (auto [n, m] : {std::pair<int64_t, int64_t>{37, 9}, {137, 2}, {137, 3}})
   for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
                   DType::kQ6_K, DType::kQ5_K, DType::kF16, DType::kF32}) {
-    SCOPED_TRACE(std::string(dtype_name(t)));
+    SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + " m " +
+                 std::to_string(m));
     MatMulCase one = run_mul_mat(t, k, n, m, 1);
     for (int32_t threads : {2, 3}) {
       MatMulCase many = run_mul_mat(t, k, n, m, threads);
