@@ -15,11 +15,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 
 #include "chat/session_file.h"
 #include "sample/sampler.h"
-#include "sample/stop.h"
 
 namespace minfer::chat {
 namespace {
@@ -71,7 +71,15 @@ Conversation::Conversation(engine::Engine& engine, const ChatRenderer& renderer,
     : engine_(engine),
       renderer_(renderer),
       options_(std::move(options)),
-      token_bytes_(engine.tokenizer()) {
+      token_bytes_(engine.tokenizer()),
+      stop_(options_.stop, token_bytes_.max_len()) {
+  if (options_.ignore_eos) {
+    const tokenizer::Tokenizer& tok = engine.tokenizer();
+    for (TokenId id = 0; id < tok.n_vocab(); ++id) {
+      if (tok.is_eog(id)) eog_ids_.push_back(id);
+    }
+    masked_.resize(engine.hparams().n_vocab);
+  }
   if (!options_.system.empty()) messages_.push_back({.role = "system", .content = options_.system});
   stream_.reserve(engine_.n_ctx());
 }
@@ -97,7 +105,12 @@ Status Conversation::prefill_from(const std::vector<TokenId>& tokens, size_t fro
   const std::span<const TokenId> delta(tokens.data() + from, tokens.size() - from);
   std::vector<int32_t> positions(delta.size());
   std::iota(positions.begin(), positions.end(), static_cast<int32_t>(from));
-  MINFER_TRY(logits_, engine_.forward(delta, positions, 1));
+  const size_t chunk = options_.n_batch > 0 ? static_cast<size_t>(options_.n_batch) : delta.size();
+  for (size_t at = 0; at < delta.size(); at += chunk) {
+    const size_t n = std::min(chunk, delta.size() - at);
+    MINFER_TRY(logits_, engine_.forward(delta.subspan(at, n),
+                                        std::span<const int32_t>(positions).subspan(at, n), 1));
+  }
   stream_.insert(stream_.end(), delta.begin(), delta.end());
   return Ok{};
 }
@@ -165,6 +178,7 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
   engine::Utf8Emitter out(sink);
   std::string& reply = stats.reply;
   reply.clear();
+  stop_.reset();
   const auto t0 = Clock::now();
   for (;;) {
     // Gates at the loop head: -n, Ctrl-C, and a full context (no position is left
@@ -182,7 +196,16 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
       break;
     }
     if (options_.on_logits) options_.on_logits(logits_);
-    MINFER_TRY(const TokenId id, sampler.sample(logits_));
+    std::span<const float> logits = logits_;
+    if (options_.ignore_eos) {
+      std::copy(logits_.begin(), logits_.end(), masked_.begin());
+      for (TokenId e : eog_ids_) {
+        if (static_cast<size_t>(e) < masked_.size())
+          masked_[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
+      }
+      logits = masked_;
+    }
+    MINFER_TRY(const TokenId id, sampler.sample(logits));
     if (tok.is_eog(id)) {
       // Unlike single-shot, the end-of-generation token joins the KV: the next turn's
       // canonical render contains it (seed design §3.3, "two stop policies").
@@ -191,23 +214,23 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
       break;
     }
     sampler.accept(id);
-    const std::string_view bytes = token_bytes_[id];
-    reply.append(bytes);
-    if (auto m = sample::find_stop(reply, bytes.size(), options_.stop)) {
-      // The stop string is not part of the reply; its token is not decoded. The KV
-      // then differs from the canonical render and the next turn rewinds to match.
-      const size_t token_start = reply.size() - bytes.size();
-      if (m->start > token_start)
-        out.feed(std::string_view(reply).substr(token_start, m->start - token_start));
-      reply.resize(m->start);
-      stats.n_generated++;
+    // Stop strings: the matcher holds back a possible start of one, so neither the
+    // screen nor the stored reply ever holds a byte of it. A stopping token is not
+    // decoded; the KV then differs from the canonical render and the next turn
+    // rewinds to match.
+    const engine::StopMatcher::Feed f = stop_.feed(token_bytes_[id]);
+    reply.append(f.text);
+    out.feed(f.text);
+    stats.n_generated++;
+    if (f.stopped) {
       stats.end = ReplyEnd::kStopString;
       break;
     }
-    out.feed(bytes);
-    stats.n_generated++;
     MINFER_TRY_STATUS(decode_one(id));
   }
+  const std::string_view held = stop_.flush();  // a held prefix that never completed
+  reply.append(held);
+  out.feed(held);
   out.flush();
   stats.decode_s = seconds(Clock::now() - t0);
   need_seam_ = stats.end != ReplyEnd::kEog;

@@ -34,6 +34,8 @@ struct ConversationOptions {
   std::vector<std::string> stop;  // stop strings, matched on each reply's bytes
   sample::SamplerConfig sampler;  // seed: see reply_seed()
   std::string system;             // first message when non-empty (--system)
+  bool ignore_eos = false;        // --ignore-eos: EOG logits at -inf (replies end at -n)
+  int32_t n_batch = 0;            // -b: prefill chunk in tokens; 0: a turn's delta at once
   // Called with the raw logits (F32 [n_vocab]) each time a reply samples, before the
   // sampler — step 0 is the last token of the turn's delta. Tests and tracing.
   std::function<void(std::span<const float>)> on_logits;
@@ -144,6 +146,9 @@ class Conversation {
   const ChatRenderer& renderer_;
   ConversationOptions options_;
   engine::TokenBytes token_bytes_;
+  engine::StopMatcher stop_;
+  std::vector<float> masked_;          // --ignore-eos: the logits with EOG ids at -inf
+  std::vector<TokenId> eog_ids_;
 
   std::vector<Message> messages_;  // canonical history (system first if any)
   std::vector<TokenId> stream_;    // host mirror of KV positions [0, cursor)

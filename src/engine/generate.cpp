@@ -4,9 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
-
-#include "sample/stop.h"
 
 namespace minfer::engine {
 namespace {
@@ -50,15 +49,21 @@ Generator::Generator(Engine& engine, const GenerateOptions& options, sample::Sam
       options_(options),
       sampler_(std::move(sampler)),
       token_bytes_(engine.tokenizer()),
+      stop_(options_.stop, token_bytes_.max_len()),
       out_(std::move(sink)) {
-  for (const std::string& s : options_.stop) max_stop_ = std::max(max_stop_, s.size());
+  if (options_.ignore_eos) {
+    const tokenizer::Tokenizer& tok = engine.tokenizer();
+    for (TokenId id = 0; id < tok.n_vocab(); ++id) {
+      if (tok.is_eog(id)) eog_ids_.push_back(id);
+    }
+    masked_.resize(engine.hparams().n_vocab);
+  }
   // Everything the loop appends to is sized here, so steps do not allocate.
   const uint32_t n_ctx = engine_.n_ctx();
   const size_t cap = options_.n_predict >= 0
                          ? std::min<size_t>(static_cast<size_t>(options_.n_predict), n_ctx)
                          : n_ctx;
   generated_.reserve(cap);
-  tail_.reserve(max_stop_ + token_bytes_.max_len() + 1);
 }
 
 Status Generator::prefill(std::span<const TokenId> prompt) {
@@ -71,7 +76,12 @@ Status Generator::prefill(std::span<const TokenId> prompt) {
   std::iota(positions.begin(), positions.end(), 0);
   const EngineStats before = engine_.stats();
   const auto t0 = Clock::now();
-  MINFER_TRY(logits_, engine_.forward(prompt, positions, 1));
+  const size_t chunk = options_.n_batch > 0 ? static_cast<size_t>(options_.n_batch) : prompt.size();
+  for (size_t at = 0; at < prompt.size(); at += chunk) {
+    const size_t n = std::min(chunk, prompt.size() - at);
+    MINFER_TRY(logits_, engine_.forward(prompt.subspan(at, n),
+                                        std::span<const int32_t>(positions).subspan(at, n), 1));
+  }
   stats_.prefill_s = seconds(Clock::now() - t0);
   after_prefill_ = engine_.stats();
   stats_.prefill_builds = after_prefill_.rebuilds - before.rebuilds;
@@ -98,8 +108,17 @@ Result<bool> Generator::step() {
 
   // Sample from the logits that exist (prefill's, or the previous step's forward).
   if (options_.on_logits) options_.on_logits(logits_);
+  std::span<const float> logits = logits_;
+  if (options_.ignore_eos) {
+    std::copy(logits_.begin(), logits_.end(), masked_.begin());
+    for (TokenId e : eog_ids_) {
+      if (static_cast<size_t>(e) < masked_.size())
+        masked_[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
+    }
+    logits = masked_;
+  }
   const auto ts = options_.timing ? Clock::now() : Clock::time_point{};
-  MINFER_TRY(const TokenId id, sampler_.sample(logits_));
+  MINFER_TRY(const TokenId id, sampler_.sample(logits));
   if (options_.timing) stats_.sample_s += seconds(Clock::now() - ts);
   stats_.n_samples++;
 
@@ -114,22 +133,16 @@ Result<bool> Generator::step() {
   generated_.push_back(id);
   stats_.n_generated++;
 
-  // Gate: stop strings, over the bytes of the whole generated stream. Only the tail
-  // that can still hold a match is kept; the token's bytes are printed up to where a
-  // match starts, and bytes printed by earlier tokens stay printed.
-  const std::string_view bytes = token_bytes_[id];
-  if (max_stop_ > 0) {
-    tail_.append(bytes);
-    if (auto m = sample::find_stop(tail_, bytes.size(), options_.stop)) {
-      const size_t token_start = tail_.size() - bytes.size();
-      if (m->start > token_start) out_.feed(bytes.substr(0, m->start - token_start));
-      stats_.stop = StopReason::kStopString;
-      done_ = true;
-      return false;
-    }
-    if (tail_.size() > max_stop_) tail_.erase(0, tail_.size() - max_stop_);
+  // Gate: stop strings, over the bytes of the whole generated stream. The matcher
+  // returns what is safe to print: a possible start of a stop string is held back
+  // until the next bytes decide, and a completed stop string is never printed.
+  const StopMatcher::Feed f = stop_.feed(token_bytes_[id]);
+  out_.feed(f.text);
+  if (f.stopped) {
+    stats_.stop = StopReason::kStopString;
+    done_ = true;
+    return false;
   }
-  out_.feed(bytes);
 
   // A full KV cannot take the next position: stop before the forward would refuse it.
   if (static_cast<uint32_t>(pos_) >= engine_.n_ctx()) {
@@ -150,6 +163,7 @@ Result<bool> Generator::step() {
 }
 
 void Generator::finish() {
+  out_.feed(stop_.flush());
   out_.flush();
   if (decode_started_) stats_.decode_s = seconds(Clock::now() - decode_t0_);
   const EngineStats now = engine_.stats();

@@ -2,8 +2,9 @@
 // loop of the seed design (docs: the decode loop and graph reuse §3.2).
 // Invariants (ARCHITECTURE §2.5): each iteration samples from logits that already
 // exist, then runs the gates — the -n cap at the loop head, end-of-generation (dropped:
-// not printed, not accepted, no forward), stop strings (byte suffix of the whole
-// generated stream; bytes already printed stay printed) — and runs the forward last.
+// not printed, not accepted, no forward), stop strings (over the bytes of the whole
+// generated stream; bytes that may begin one are held back, so no byte of a stop
+// string is ever printed — StopMatcher) — and runs the forward last.
 // The penalty window (64 tokens) starts with the prompt tail. A steady-state step
 // allocates nothing (tests/engine proves it with a counting operator new).
 #pragma once
@@ -32,6 +33,12 @@ struct GenerateOptions {
   int32_t n_predict = 512;        // -n: generated tokens at most (< 0: until the context is full)
   std::vector<std::string> stop;  // --stop, byte strings
   sample::SamplerConfig sampler;  // seed, temperature, penalties, ...
+  // --ignore-eos: end-of-generation tokens get a -inf logit before sampling (as
+  // llama.cpp does), so the run ends only at -n, a stop string or a full context.
+  bool ignore_eos = false;
+  // -b/-ub: prompt tokens per prefill forward; 0: the whole prompt in one. The
+  // output bytes do not depend on it (ARCHITECTURE §2 invariant 8).
+  int32_t n_batch = 0;
   bool timing = false;            // MINFER_TIMING: split sampling vs forward time
   // Called with the raw logits (F32 [n_vocab]) each time the loop samples, before the
   // sampler sees them — step 0 is the last prompt position; the step that samples an
@@ -63,12 +70,13 @@ class Generator {
   static Result<std::unique_ptr<Generator>> create(Engine& engine, const GenerateOptions& options,
                                                    TextSink sink);
 
-  // Prefill: the whole prompt in one forward at positions 0..n-1, keeping the last
-  // row's logits; resets the sampler with the prompt (penalty window).
+  // Prefill: the prompt at positions 0..n-1 (one forward, or n_batch-token chunks),
+  // keeping the last row's logits; resets the sampler with the prompt (penalty window).
   Status prefill(std::span<const TokenId> prompt);
   // One loop iteration: sample → gates → forward. false once a gate stopped the run.
   Result<bool> step();
-  // Flushes held bytes and closes the decode clock.
+  // Flushes held bytes (a held possible stop-string start that never completed is
+  // text) and closes the decode clock.
   void finish();
 
   const GenerateStats& stats() const { return stats_; }
@@ -81,16 +89,15 @@ class Generator {
   GenerateOptions options_;
   sample::Sampler sampler_;
   TokenBytes token_bytes_;
+  StopMatcher stop_;
   Utf8Emitter out_;
   GenerateStats stats_;
 
   std::span<const float> logits_;   // the last forward's last row
+  std::vector<float> masked_;       // --ignore-eos: logits_ with EOG ids at -inf
+  std::vector<TokenId> eog_ids_;    // --ignore-eos: every end-of-generation id
   int32_t pos_ = 0;                 // KV cursor: position of the next token
   std::vector<TokenId> generated_;  // reserved for n_predict up front
-  // Stop-string matching: the last bytes of the generated stream (enough to hold the
-  // longest stop string plus one token), and how many stream bytes exist in total.
-  std::string tail_;
-  size_t max_stop_ = 0;
   EngineStats after_prefill_;
   std::chrono::steady_clock::time_point decode_t0_;
   bool decode_started_ = false;

@@ -1,11 +1,56 @@
-// Stage 15 (the loop): byte table and UTF-8-safe emitter.
+// Stage 15 (the loop): byte table, stop matcher and UTF-8-safe emitter (text.h).
 #include "engine/text.h"
 
 #include <algorithm>
 
-#include "tokenizer/unicode.h"
+#include "sample/stop.h"
 
 namespace minfer::engine {
+namespace {
+
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+enum class Utf8 : uint8_t { kValid, kTruncated, kInvalid };
+
+// Classifies the sequence starting at p[0] (n >= 1 bytes available). kValid / kInvalid
+// set `len` to the sequence length / the maximal invalid subpart (>= 1); kTruncated:
+// every byte present is a valid start of a longer sequence (Unicode Table 3-7).
+Utf8 classify(const unsigned char* p, size_t n, size_t& len) {
+  const unsigned char c = p[0];
+  if (c < 0x80) {
+    len = 1;
+    return Utf8::kValid;
+  }
+  size_t need = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    need = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    need = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    need = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    len = 1;  // 80..C1 (continuation or overlong lead), F5..FF
+    return Utf8::kInvalid;
+  }
+  for (size_t i = 1; i < need; ++i) {
+    if (i >= n) return Utf8::kTruncated;
+    const unsigned char b = p[i];
+    const bool ok = i == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
+    if (!ok) {
+      len = i;
+      return Utf8::kInvalid;
+    }
+  }
+  len = need;
+  return Utf8::kValid;
+}
+
+}  // namespace
 
 TokenBytes::TokenBytes(const tokenizer::Tokenizer& tok) {
   bytes_.resize(static_cast<size_t>(tok.n_vocab()));
@@ -15,28 +60,105 @@ TokenBytes::TokenBytes(const tokenizer::Tokenizer& tok) {
   }
 }
 
+StopMatcher::StopMatcher(std::vector<std::string> stops, size_t max_feed)
+    : stops_(std::move(stops)) {
+  size_t max_stop = 0;
+  for (const std::string& s : stops_) max_stop = std::max(max_stop, s.size());
+  // held_ keeps fewer than max_stop bytes between feeds; a feed adds max_feed.
+  held_.reserve(max_stop + max_feed + 1);
+  out_.reserve(max_stop + max_feed + 1);
+}
+
+StopMatcher::Feed StopMatcher::feed(std::string_view bytes) {
+  if (stopped_) return {.text = {}, .stopped = true};
+  if (stops_.empty()) return {.text = bytes, .stopped = false};
+  held_.append(bytes);
+  // A stop string that starts before held_ would have left its start held (a started
+  // match is a suffix that is a proper prefix of it), so searching held_ is enough.
+  size_t best = std::string::npos;
+  for (const std::string& s : stops_) {
+    if (s.empty()) continue;
+    best = std::min(best, held_.find(s));
+  }
+  if (best != std::string::npos) {
+    out_.assign(held_, 0, best);
+    held_.clear();
+    stopped_ = true;
+    return {.text = out_, .stopped = true};
+  }
+  const size_t keep = sample::partial_stop_length(held_, stops_);
+  out_.assign(held_, 0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return {.text = out_, .stopped = false};
+}
+
+std::string_view StopMatcher::flush() {
+  if (stopped_) return {};
+  out_.assign(held_);
+  held_.clear();
+  return out_;
+}
+
+void StopMatcher::reset() {
+  held_.clear();
+  out_.clear();
+  stopped_ = false;
+}
+
 Utf8Emitter::Utf8Emitter(TextSink sink) : sink_(std::move(sink)) {
   pending_.reserve(64);
+  joined_.reserve(256);
+  scratch_.reserve(256);
+}
+
+void Utf8Emitter::emit_checked(std::string_view bytes, bool final) {
+  // Valid runs are copied as they are; invalid subparts become U+FFFD; an unfinished
+  // tail stays in pending_ (or becomes U+FFFD when `final`). `bytes` never aliases
+  // pending_ (feed and flush pass joined_).
+  scratch_.clear();
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  size_t i = 0, run = 0, tail = bytes.size();
+  while (i < bytes.size()) {
+    size_t len = 0;
+    const Utf8 k = classify(p + i, bytes.size() - i, len);
+    if (k == Utf8::kValid) {
+      i += len;
+      continue;
+    }
+    scratch_.append(bytes.substr(run, i - run));
+    if (k == Utf8::kTruncated) {
+      if (final) {
+        scratch_.append(kReplacement);
+      } else {
+        tail = i;
+      }
+      run = i = bytes.size();
+      break;
+    }
+    scratch_.append(kReplacement);
+    i += len;
+    run = i;
+  }
+  scratch_.append(bytes.substr(run, i - run));
+  pending_.assign(bytes.substr(tail));
+  if (!scratch_.empty()) sink_(scratch_);
 }
 
 void Utf8Emitter::feed(std::string_view bytes) {
   if (bytes.empty()) return;
   if (pending_.empty()) {
-    // Common case: emit straight from the caller's bytes, keep only an unfinished tail.
-    const size_t keep = tokenizer::unicode::incomplete_utf8_tail(bytes);
-    if (keep < bytes.size()) sink_(bytes.substr(0, bytes.size() - keep));
-    pending_.assign(bytes.substr(bytes.size() - keep));
+    emit_checked(bytes, false);
     return;
   }
-  pending_.append(bytes);
-  const size_t keep = tokenizer::unicode::incomplete_utf8_tail(pending_);
-  if (keep < pending_.size()) sink_(std::string_view(pending_).substr(0, pending_.size() - keep));
-  pending_.erase(0, pending_.size() - keep);
+  joined_.assign(pending_);
+  joined_.append(bytes);
+  emit_checked(joined_, false);
 }
 
 void Utf8Emitter::flush() {
-  if (!pending_.empty()) sink_(pending_);
-  pending_.clear();
+  if (pending_.empty()) return;
+  joined_.assign(pending_);
+  emit_checked(joined_, true);
 }
 
 }  // namespace minfer::engine

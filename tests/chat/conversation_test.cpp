@@ -312,7 +312,7 @@ TEST(Conversation, StopStringEndsTheReplyAndTheNextTurnRewindsToTheCanonicalRend
   const TurnStats s1 = turn(*c, "q", &shown);
   EXPECT_EQ(s1.end, ReplyEnd::kStopString);
   EXPECT_EQ(s1.reply, " ");
-  EXPECT_EQ(shown, " a");  // bytes printed before the match stay printed
+  EXPECT_EQ(shown, " ");  // the start of the stop string was held back, never shown
   const TurnStats s2 = turn(*c, "r");
   // The KV holds " a" (decoded before the stop matched) where the render has " ":
   // the next turn rewinds past it and re-prefills from the common prefix.
