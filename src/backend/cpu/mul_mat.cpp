@@ -22,11 +22,6 @@ constexpr int64_t kTileRowsBatch = 64;
 constexpr int64_t kBatchRows = 6;
 // Decode: prefetch the weights this many tiles ahead of the one computing.
 constexpr int64_t kPrefetchTiles = 1;  // 2 measured no better
-// Up to this many activation rows run as one GEMV per row (A/B under load, SmolLM2 Q4_1,
-// 2 rows: ~20 ms vs ~30 ms per step; from 4 rows the GEMM wins), over weight-row blocks
-// of this size.
-constexpr int64_t kGemvBatchRows = 3;
-constexpr int64_t kGemvBlockRows = 64;
 // Activation rows quantized per chunk (each costs about a microsecond).
 constexpr int64_t kQuantRowsPerChunk = 8;
 
@@ -69,33 +64,11 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
   const int64_t tile_rows = m_rows >= kBatchRows ? kTileRowsBatch : kTileRows;
   const int64_t n_tiles = (n_out + tile_rows - 1) / tile_rows;
   parallel_range(pool, n_tiles, 1, [&](int64_t t_lo, int64_t t_hi, int32_t) {
-    if (m_rows >= 2 && m_rows <= kGemvBatchRows && dk.gemm != nullptr &&
-        dk.vec_dot_batch == nullptr) {
-      // A decode step of two or three sequences: the GEMV once per activation row over
-      // blocks of weight rows small enough to stay in L1/L2 for the next row (the GEMM's
-      // per-call weight re-layout costs more than it saves at this size). Bitwise the
-      // GEMM: every output element is the same dot either way.
-      const int64_t c0 = t_lo * tile_rows;
-      const int64_t c1 = std::min(n_out, t_hi * tile_rows);
-      for (int64_t r0 = c0; r0 < c1; r0 += kGemvBlockRows) {
-        const int64_t nw = std::min(c1, r0 + kGemvBlockRows) - r0;
-        for (int64_t m = 0; m < m_rows; ++m) {
-          dk.gemm(GemmArgs{.k = k_dim,
-                           .w = w + r0 * w_row,
-                           .w_stride = w_row,
-                           .n_w = nw,
-                           .x = xq + m * x_row,
-                           .x_stride = x_row,
-                           .n_x = 1,
-                           .y = y + m * n_out + r0,
-                           .y_stride = n_out});
-        }
-      }
-      return;
-    }
-    if (m_rows == 1 && dk.gemm != nullptr) {
-      // Decode: the register-blocked GEMV walks the chunk's rows itself (and prefetches
-      // them), its activation preparation done once per chunk.
+    if (dk.gemm != nullptr &&
+        (m_rows == 1 || (m_rows <= dk.gemv_rows_max && dk.vec_dot_batch == nullptr))) {
+      // Decode (one row, or a small batch the kernel takes in one pass over the
+      // weights): the register-blocked GEMV walks the chunk's rows itself (and
+      // prefetches them), its activation preparation done once per chunk.
       const int64_t r0 = t_lo * tile_rows;
       dk.gemm(GemmArgs{.k = k_dim,
                        .w = w + r0 * w_row,
@@ -103,7 +76,7 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
                        .n_w = std::min(n_out, t_hi * tile_rows) - r0,
                        .x = xq,
                        .x_stride = x_row,
-                       .n_x = 1,
+                       .n_x = m_rows,
                        .y = y + r0,
                        .y_stride = n_out});
       return;

@@ -54,6 +54,10 @@ struct DotKernel {
   // row's result depend on its batch (the one place that mode gives up invariant 8's
   // chunking clause, because llama.cpp itself does).
   VecDotFn vec_dot_batch = nullptr;
+  // Activation rows `gemm` takes in one pass over the weights, each row's result
+  // bitwise its GEMV (a small decode batch reads the weights once): mul_mat hands such
+  // a batch the whole chunk of weight rows, as it does a single decode row.
+  int64_t gemv_rows_max = 1;
 };
 
 // Activation converters, shared by every ISA so SIMD and scalar dots read identical

@@ -212,11 +212,21 @@ struct XBlockSum {
   float d, s;
 };
 
-template <class F>
+// NX activation rows (1..kMaxGemvRows) against the same weights: each block's codes
+// are unpacked once and dotted with every row, so a small decode batch reads and
+// decodes the weights once. Per (weight row, activation row) the integer sums and the
+// float steps are exactly the single-row ones: bitwise the GEMV of each row alone.
+constexpr int kMaxGemvRows = 8;
+
+template <class F, int NX>
 void gemv(const GemmArgs& a) {
   using XB = typename F::XB;
   const int64_t nb = a.k / kQK;
-  const auto* xb = static_cast<const XB*>(a.x);
+  std::array<const XB*, NX> xb;
+  for (int j = 0; j < NX; ++j) {
+    xb[static_cast<size_t>(j)] =
+        reinterpret_cast<const XB*>(static_cast<const uint8_t*>(a.x) + j * a.x_stride);
+  }
   const auto* w = static_cast<const uint8_t*>(a.w);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -236,17 +246,20 @@ void gemv(const GemmArgs& a) {
   const int64_t group_bytes = kG * static_cast<int64_t>(a.w_stride);
   // the next group's bytes, a slice per block (whole cache lines, rounded up)
   const int64_t pf_slice = ((group_bytes + nb - 1) / nb + 63) / 64 * 64;
-  // The activation's per-block sums, a segment of blocks at a time on the stack (the
+  // The activations' per-block sums, a segment of blocks at a time on the stack (the
   // decode step allocates nothing); a row's accumulator crosses segments through y
   // (an exact f32 store and load), so the float operations are the same.
   constexpr int64_t kSeg = 512;
-  std::array<XBlockSum, kSeg> xs;
+  std::array<std::array<XBlockSum, kSeg>, NX> xs;
   for (int64_t s0 = 0; s0 < nb; s0 += kSeg) {
     const int64_t s1 = std::min(nb, s0 + kSeg);
-    for (int64_t b = s0; b < s1; ++b) {
-      xs[static_cast<size_t>(b - s0)] = {
-          F::kGemvOffset == 0 ? 0 : -F::kGemvOffset * sum_q8(xb[b].qs), h2f(xb[b].d),
-          x_sum_scale(xb[b])};
+    for (int j = 0; j < NX; ++j) {
+      const XB* x = xb[static_cast<size_t>(j)];
+      for (int64_t b = s0; b < s1; ++b) {
+        xs[static_cast<size_t>(j)][static_cast<size_t>(b - s0)] = {
+            F::kGemvOffset == 0 ? 0 : -F::kGemvOffset * sum_q8(x[b].qs), h2f(x[b].d),
+            x_sum_scale(x[b])};
+      }
     }
     for (int64_t r0 = 0; r0 < a.n_w; r0 += kG) {
       const int64_t nr = std::min(kG, a.n_w - r0);
@@ -255,18 +268,21 @@ void gemv(const GemmArgs& a) {
       _mm512_store_si512(ov.data(), offs);
       const uint8_t* g = w + r0 * static_cast<int64_t>(a.w_stride);
       const uint8_t* next = g + group_bytes;
-      __m512 acc = s0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(row_mask(nr), a.y + r0);
+      __m512 acc[NX];
+      for (int j = 0; j < NX; ++j) {
+        acc[j] =
+            s0 == 0 ? _mm512_setzero_ps()
+                    : _mm512_maskz_loadu_ps(row_mask(nr), a.y + j * a.y_stride + r0);
+      }
       for (int64_t b = s0; b < s1; ++b) {
         for (int64_t p = b * pf_slice; p < (b + 1) * pf_slice && p < group_bytes; p += 64) {
           __builtin_prefetch(next + p, 0, 3);
         }
         const uint8_t* blk = g + b * kBlockBytes<F>;
-        const __m512i xlo = _mm512_broadcast_i32x4(load128(xb[b].qs));
-        const __m512i xhi = _mm512_broadcast_i32x4(load128(xb[b].qs + 16));
-        // s[q]: 128-bit lane L holds row 4L + q's four partial sums
+        // lo[q] / hi[q]: 128-bit lane L holds row 4L + q's 16 + 16 codes
         [[maybe_unused]] __m512i qh = _mm512_setzero_si512();
         if constexpr (F::kHighBit) qh = _mm512_i32gather_epi32(offs, blk + F::kHighBits, 1);
-        __m512i s[4];
+        __m512i lo[4], hi[4];
         for (int q = 0; q < 4; ++q) {
           const uint8_t* c0 = blk + F::kCodes + ov[static_cast<size_t>(q)];
           const uint8_t* c1 = blk + F::kCodes + ov[static_cast<size_t>(4 + q)];
@@ -278,41 +294,71 @@ void gemv(const GemmArgs& a) {
             z = _mm512_inserti32x4(z, load128(c2 + o), 2);
             return _mm512_inserti32x4(z, load128(c3 + o), 3);
           };
-          __m512i lo, hi;
           if constexpr (F::kNibbles) {
             const __m512i z = four(0);
-            lo = _mm512_and_si512(z, m4);
-            hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
+            lo[q] = _mm512_and_si512(z, m4);
+            hi[q] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
             if constexpr (F::kHighBit) {
               // lane group L: row 4L + q's qh; byte j tests bit j (lo) or 16 + j (hi)
               const __m512i h = _mm512_permutexvar_epi32(quad_idx[q], qh);
               const __m512i sixteen = _mm512_set1_epi8(16);
-              lo = _mm512_mask_add_epi8(
-                  lo, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, sel_lo), bit), lo, sixteen);
-              hi = _mm512_mask_add_epi8(
-                  hi, _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, sel_hi), bit), hi, sixteen);
+              lo[q] = _mm512_mask_add_epi8(
+                  lo[q], _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, sel_lo), bit), lo[q],
+                  sixteen);
+              hi[q] = _mm512_mask_add_epi8(
+                  hi[q], _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, sel_hi), bit), hi[q],
+                  sixteen);
             }
           } else {
-            lo = _mm512_xor_si512(four(0), flip);
-            hi = _mm512_xor_si512(four(16), flip);
+            lo[q] = _mm512_xor_si512(four(0), flip);
+            hi[q] = _mm512_xor_si512(four(16), flip);
           }
-          s[q] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
         }
-        // 4×4 transpose-add within each 128-bit lane: lane 4L + q = Σ of s[q]'s lane group L
-        const __m512i t01 =
-            _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]), _mm512_unpackhi_epi32(s[0], s[1]));
-        const __m512i t23 =
-            _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]), _mm512_unpackhi_epi32(s[2], s[3]));
-        __m512i isum =
-            _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
-        const XBlockSum& xv = xs[static_cast<size_t>(b - s0)];
-        if constexpr (F::kGemvOffset != 0)
-          isum = _mm512_add_epi32(isum, _mm512_set1_epi32(xv.corr));
         const RowScales sc = gather_scales<F>(blk, offs);
-        acc = F::step(acc, isum, sc.d, sc.m, xv.d, xv.s);
+        for (int j = 0; j < NX; ++j) {
+          const XB& xj = xb[static_cast<size_t>(j)][b];
+          const __m512i xlo = _mm512_broadcast_i32x4(load128(xj.qs));
+          const __m512i xhi = _mm512_broadcast_i32x4(load128(xj.qs + 16));
+          // s[q]: 128-bit lane L holds row 4L + q's four partial sums
+          __m512i s[4];
+          for (int q = 0; q < 4; ++q) {
+            s[q] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[q], xlo),
+                                       hi[q], xhi);
+          }
+          // 4×4 transpose-add within each 128-bit lane: lane 4L + q = Σ of s[q]'s group L
+          const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
+                                               _mm512_unpackhi_epi32(s[0], s[1]));
+          const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]),
+                                               _mm512_unpackhi_epi32(s[2], s[3]));
+          __m512i isum =
+              _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+          const XBlockSum& xv = xs[static_cast<size_t>(j)][static_cast<size_t>(b - s0)];
+          if constexpr (F::kGemvOffset != 0)
+            isum = _mm512_add_epi32(isum, _mm512_set1_epi32(xv.corr));
+          acc[j] =
+              F::step(acc[j], isum, sc.d, sc.m, xv.d, xv.s);
+        }
       }
-      _mm512_mask_storeu_ps(a.y + r0, row_mask(nr), acc);
+      for (int j = 0; j < NX; ++j) {
+        _mm512_mask_storeu_ps(a.y + j * a.y_stride + r0, row_mask(nr),
+                              acc[j]);
+      }
     }
+  }
+}
+
+// Up to kMaxGemvRows activation rows in one pass over the weights.
+template <class F>
+void gemv_rows(const GemmArgs& a) {
+  switch (a.n_x) {
+    case 1: return gemv<F, 1>(a);
+    case 2: return gemv<F, 2>(a);
+    case 3: return gemv<F, 3>(a);
+    case 4: return gemv<F, 4>(a);
+    case 5: return gemv<F, 5>(a);
+    case 6: return gemv<F, 6>(a);
+    case 7: return gemv<F, 7>(a);
+    default: return gemv<F, 8>(a);
   }
 }
 
@@ -434,8 +480,8 @@ void gemm_batch(const GemmArgs& a) {
 
 template <class F>
 void gemm(const GemmArgs& a) {
-  if (a.n_x == 1) {
-    gemv<F>(a);
+  if (a.n_x <= kMaxGemvRows) {
+    gemv_rows<F>(a);
   } else {
     gemm_batch<F>(a);
   }
@@ -444,7 +490,7 @@ void gemm(const GemmArgs& a) {
 template <class F>
 float vec_dot(int64_t n, const void* w, const void* x) {
   float y = 0.0f;
-  gemv<F>(GemmArgs{.k = n,
+  gemv<F, 1>(GemmArgs{.k = n,
                    .w = w,
                    .w_stride = 0,
                    .n_w = 1,
@@ -461,15 +507,20 @@ float vec_dot(int64_t n, const void* w, const void* x) {
 DotKernel avx512_rows_dot_kernel(DType t) {
   switch (t) {
     case DType::kQ4_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q4_0Rows>, gemm<Q4_0Rows>};
+      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q4_0Rows>, gemm<Q4_0Rows>,
+              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
     case DType::kQ4_1:
-      return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q4_1Rows>, gemm<Q4_1Rows>};
+      return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q4_1Rows>, gemm<Q4_1Rows>,
+              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
     case DType::kQ5_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q5_0Rows>, gemm<Q5_0Rows>};
+      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q5_0Rows>, gemm<Q5_0Rows>,
+              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
     case DType::kQ5_1:
-      return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q5_1Rows>, gemm<Q5_1Rows>};
+      return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q5_1Rows>, gemm<Q5_1Rows>,
+              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
     case DType::kQ8_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q8_0Rows>, gemm<Q8_0Rows>};
+      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q8_0Rows>, gemm<Q8_0Rows>,
+              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
     default:
       return {};
   }
