@@ -61,6 +61,8 @@ int run_serve(const std::vector<std::string>& args) {
   if (o.port < 0 || o.port > 65535) return fail("serve: --port must be in [0, 65535]");
   if (o.drain_ms < 0) return fail("serve: --drain-ms must be >= 0");
 
+  // Before the engine starts its worker threads: they must not take SIGINT/SIGTERM.
+  server::block_shutdown_signals();
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
   auto options = engine_options(n_threads, kv);

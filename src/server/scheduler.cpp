@@ -103,8 +103,8 @@ void Scheduler::loop() {
       if (draining_ && Clock::now() >= deadline_) {
         // The drain deadline: whatever is still queued or running is abandoned.
         for (Job& j : queue_) {
-          j.stream->push({.final = true, .error = "the server is shutting down"});
           metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
+          j.stream->push({.final = true, .error = "the server is shutting down"});
         }
         queue_.clear();
         stop = true;
@@ -124,8 +124,8 @@ void Scheduler::loop() {
     if (stop) {
       for (Slot& s : slots_) {
         if (busy(s)) {
-          finish(s, {.final = true, .error = "the server is shutting down"}, false);
-          metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
+          finish(s, {.final = true, .error = "the server is shutting down"}, false,
+                 Outcome::kCancelled);
         }
       }
       publish_kv();
@@ -228,8 +228,7 @@ void Scheduler::admit(Job job) {
 void Scheduler::cancel_gone() {
   for (Slot& s : slots_) {
     if (busy(s) && s.job.stream->cancelled()) {
-      finish(s, {.final = true, .error = "cancelled"}, /*keep_cells=*/false);
-      metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
+      finish(s, {.final = true, .error = "cancelled"}, /*keep_cells=*/false, Outcome::kCancelled);
     }
   }
 }
@@ -257,25 +256,33 @@ Status Scheduler::step() {
   std::sort(order.begin(), order.end(),
             [](const Slot* a, const Slot* b) { return a->admitted_at < b->admitted_at; });
   uint32_t n_prefill = 0;
+  bool completes = false;  // some chunk ends its prompt (that row asks for logits)
   for (Slot* s : order) {
     if (budget == 0) break;
     const size_t left = s->tokens.size() - s->n_past;
-    const auto n = static_cast<uint32_t>(std::min<size_t>(left, budget));
-    for (uint32_t k = 0; k < n; ++k) {
+    s->step_rows = static_cast<uint32_t>(std::min<size_t>(left, budget));
+    completes = completes || s->step_rows == left;
+    budget -= s->step_rows;
+    n_prefill += s->step_rows;
+  }
+  // decode() needs one logits row; a step of mid-prompt chunks only asks for the last
+  // row's and drops it.
+  const bool dummy_logits = n_decode == 0 && !completes;
+  const size_t n_rows_step = n_decode + n_prefill;
+  for (Slot* s : order) {
+    for (uint32_t k = 0; k < s->step_rows; ++k) {
       const size_t pos = s->n_past + k;
       const bool last = pos + 1 == s->tokens.size();
-      batch_.add(s->tokens[pos], s->seq, static_cast<int32_t>(pos), last);
+      const bool want = last || (dummy_logits && batch_.size() + 1 == n_rows_step);
+      batch_.add(s->tokens[pos], s->seq, static_cast<int32_t>(pos), want);
       row_slot_.push_back(last ? s : nullptr);
     }
-    s->step_rows = n;
-    budget -= n;
-    n_prefill += n;
   }
 
   const auto t0 = Clock::now();
   MINFER_TRY(const engine::BatchLogits logits, engine_.decode(batch_));
   const uint64_t dt = ns_since(t0);
-  const uint64_t n_rows = n_decode + n_prefill;
+  const uint64_t n_rows = n_rows_step;
   metrics_.prefill_ns.fetch_add(dt * n_prefill / n_rows, std::memory_order_relaxed);
   metrics_.decode_ns.fetch_add(dt * n_decode / n_rows, std::memory_order_relaxed);
   metrics_.prefill_tokens.fetch_add(n_prefill, std::memory_order_relaxed);
@@ -296,8 +303,7 @@ Status Scheduler::step() {
     if (!s) continue;
     auto ev_or = s->job.state->next(logits.row(r));
     if (!ev_or.ok()) {
-      finish(*s, {.final = true, .error = ev_or.error().message}, false);
-      metrics_.requests_failed.fetch_add(1, std::memory_order_relaxed);
+      finish(*s, {.final = true, .error = ev_or.error().message}, false, Outcome::kFailed);
       continue;
     }
     const engine::SeqEvent& ev = *ev_or;
@@ -320,20 +326,19 @@ Status Scheduler::step() {
     } else {
       je.final = true;
       je.stop = ev.stop;
-      finish(*s, std::move(je), /*keep_cells=*/true);
-      metrics_.requests_completed.fetch_add(1, std::memory_order_relaxed);
+      finish(*s, std::move(je), /*keep_cells=*/true, Outcome::kCompleted);
     }
   }
   return Ok{};
 }
 
-void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells) {
+void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells, Outcome outcome) {
   if (s.job.state) {
     ev.n_prompt = s.job.state->n_prompt();
     ev.n_generated = s.job.state->n_generated();
   }
   ev.n_reused = s.n_reused;
-  if (s.job.stream) s.job.stream->push(std::move(ev));
+  std::shared_ptr<JobStream> stream = std::move(s.job.stream);
   s.job = Job{};
   s.step_rows = 0;
   if (keep_cells) {
@@ -346,16 +351,29 @@ void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells) {
     s.tokens.clear();
     s.n_past = 0;
     s.state = SlotState::kEmpty;
+    metrics_.kv_cells_used.store(engine_.kv_cells()->n_used(), std::memory_order_relaxed);
   }
+  // Counters first, then the event: a client that has its answer sees them updated.
   metrics_.running.fetch_sub(1, std::memory_order_relaxed);
+  switch (outcome) {
+    case Outcome::kCompleted:
+      metrics_.requests_completed.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Outcome::kCancelled:
+      metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case Outcome::kFailed:
+      metrics_.requests_failed.fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
+  if (stream) stream->push(std::move(ev));
 }
 
 void Scheduler::fail_batch(const std::string& message) {
   std::fprintf(stderr, "[server] forward failed: %s\n", message.c_str());
   for (Slot& s : slots_) {
     if (!busy(s)) continue;
-    finish(s, {.final = true, .error = "the forward failed: " + message}, false);
-    metrics_.requests_failed.fetch_add(1, std::memory_order_relaxed);
+    finish(s, {.final = true, .error = "the forward failed: " + message}, false, Outcome::kFailed);
   }
 }
 

@@ -112,7 +112,8 @@ class Scheduler {
   void admit(Job job);
   void cancel_gone();
   Status step();
-  void finish(Slot& slot, JobEvent ev, bool keep_cells);
+  enum class Outcome : uint8_t { kCompleted, kCancelled, kFailed };
+  void finish(Slot& slot, JobEvent ev, bool keep_cells, Outcome outcome);
   void fail_batch(const std::string& message);
   void publish_kv();
   bool busy(const Slot& s) const {

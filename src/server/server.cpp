@@ -100,7 +100,20 @@ const char* error_type(int status) {
   }
 }
 
+sigset_t shutdown_signals() {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  return sigs;
+}
+
 }  // namespace
+
+void block_shutdown_signals() {
+  const sigset_t sigs = shutdown_signals();
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+}
 
 RequestLog& request_log() {
   thread_local RequestLog log;
@@ -127,16 +140,9 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     std::fprintf(stderr, "[server] the model has no chat template; chat uses ChatML\n");
   }
 
-  // Signals are taken by one thread (sigwait): every thread started from here on
-  // inherits the blocked mask, so no handler runs inside the engine or httplib.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  // The mask is left blocked on return: the process exits after serve(), and a second
-  // signal during the drain must stay pending rather than kill it with a signal status.
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  block_shutdown_signals();
   std::signal(SIGPIPE, SIG_IGN);  // a closed client socket is a write error, not a kill
+  const sigset_t sigs = shutdown_signals();
 
   Metrics metrics;
   Scheduler scheduler(engine, options.scheduler, metrics);

@@ -26,6 +26,12 @@ struct ServerOptions {
   int http_threads = 0;                     // 0: enough for slots + queue
 };
 
+// Blocks SIGINT and SIGTERM in the calling thread, so every thread it starts later
+// inherits the mask and the signals reach only serve()'s signal thread. Call it before
+// any other thread exists (before Engine::open starts the worker pool); serve() calls
+// it too. Left blocked: the process ends after serve().
+void block_shutdown_signals();
+
 // Binds, prints "minfer server listening on http://HOST:PORT", serves until SIGINT or
 // SIGTERM, drains, returns. Errors: the chat template cannot render, the arena cannot
 // be sized, the address cannot be bound.
