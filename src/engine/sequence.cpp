@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sample/stop.h"
 
 namespace minfer::engine {
 
@@ -38,11 +37,11 @@ SequenceState::SequenceState(const tokenizer::Tokenizer& tok, const TokenBytes& 
       bytes_(&bytes),
       options_(options),
       sampler_(std::move(sampler)),
+      stops_(options.stop, bytes.max_len()),
       emitter_([this](std::string_view s) { out_.append(s); }) {
   size_t max_stop = 0;
   for (const std::string& s : options_.stop) max_stop = std::max(max_stop, s.size());
-  held_.reserve(max_stop + bytes.max_len() + 1);
-  out_.reserve(max_stop + bytes.max_len() + 8);
+  out_.reserve(3 * (max_stop + bytes.max_len()) + 8);  // U+FFFD is 3 bytes per bad byte
   const size_t cap = options_.n_predict >= 0
                          ? std::min<size_t>(static_cast<size_t>(options_.n_predict), options_.n_ctx)
                          : options_.n_ctx;
@@ -53,7 +52,7 @@ SequenceState::SequenceState(const tokenizer::Tokenizer& tok, const TokenBytes& 
 void SequenceState::reset(std::span<const TokenId> prompt) {
   sampler_.reset(prompt);
   emitter_ = Utf8Emitter([this](std::string_view s) { out_.append(s); });
-  held_.clear();
+  stops_.reset();
   out_.clear();
   generated_.clear();
   n_prompt_ = static_cast<int32_t>(prompt.size());
@@ -63,30 +62,18 @@ void SequenceState::reset(std::span<const TokenId> prompt) {
 }
 
 bool SequenceState::push_bytes(std::string_view bytes) {
-  const std::span<const std::string> stops = options_.stop;
-  if (stops.empty()) {
-    emitter_.feed(bytes);
-    return false;
-  }
-  // Every byte that could begin a stop string is held, so a match always starts inside
-  // held_ (an emitted byte was, when emitted, no prefix of any stop string).
-  held_.append(bytes);
-  if (auto m = sample::find_stop(held_, bytes.size(), stops)) {
-    emitter_.feed(std::string_view(held_).substr(0, m->start));
-    held_.clear();
-    return true;
-  }
-  const size_t keep = sample::partial_stop_length(held_, stops);
-  emitter_.feed(std::string_view(held_).substr(0, held_.size() - keep));
-  held_.erase(0, held_.size() - keep);
-  return false;
+  // bytes → StopMatcher (holds a possible stop-string start) → Utf8Emitter.
+  const StopMatcher::Feed f = stops_.feed(bytes);
+  emitter_.feed(f.text);
+  if (f.stopped) emitter_.flush();
+  return f.stopped;
 }
 
 void SequenceState::finish_text() {
-  // The run is over: a held stop prefix did not become a stop string, so it is text.
-  // An unfinished UTF-8 sequence left in the emitter is dropped, never emitted.
-  emitter_.feed(held_);
-  held_.clear();
+  // The run is over: a held stop prefix did not become a stop string, so it is text;
+  // an unfinished UTF-8 sequence at the very end becomes U+FFFD (Utf8Emitter::flush).
+  emitter_.feed(stops_.flush());
+  emitter_.flush();
 }
 
 void SequenceState::fill_logprobs(std::span<const float> logits, TokenId chosen, SeqEvent& ev) {
