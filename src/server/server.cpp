@@ -162,7 +162,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   const int n_http = options.http_threads > 0
                          ? options.http_threads
                          : static_cast<int>(std::max<uint32_t>(
-                               32, 2 * (options.scheduler.n_slots + options.scheduler.max_queue)));
+                               32, options.scheduler.n_slots + options.scheduler.max_queue + 16));
   svr.new_task_queue = [n_http] { return new httplib::ThreadPool(static_cast<size_t>(n_http)); };
   svr.set_payload_max_length(options.max_body_bytes);
   svr.set_keep_alive_timeout(5);

@@ -48,27 +48,53 @@ def run_all(server, jobs):
 
 
 @needs_model
-@pytest.mark.parametrize("threads", [1, 2])
-def test_batch_invariance_alone_vs_with_seven_others(make_server, threads):
-    s = make_server("--slots", 8, "--n-ctx", 512, "-t", threads)
-    st, alone = s.post(CHAT, TARGET)
-    assert st == 200
-    text = alone["choices"][0]["message"]["content"]
-    assert alone["usage"]["completion_tokens"] > 5
-    # The same request joins a running batch of 7 different requests (some prefilling,
-    # some decoding), twice: as the last arrival and among the first.
-    for target_delay, other_delay in ((0.3, 0.0), (0.0, 0.05)):
-        jobs = [(COMP, o, other_delay) for o in OTHERS] + [(CHAT, TARGET, target_delay)]
-        res = run_all(s, jobs)
-        assert all(r[0] == 200 for r in res), [r[0] for r in res]
-        got = json.loads(res[-1][1])
-        assert got["choices"][0]["message"]["content"] == text
-        assert got["usage"]["completion_tokens"] == alone["usage"]["completion_tokens"]
-    test_batch_invariance_alone_vs_with_seven_others.texts = getattr(
-        test_batch_invariance_alone_vs_with_seven_others, "texts", []) + [text]
-    # 1 and 2 threads give the same bytes (the second parametrization compares).
-    texts = test_batch_invariance_alone_vs_with_seven_others.texts
-    assert len(set(texts)) == 1, texts
+def test_batch_invariance_alone_vs_with_seven_others(make_server):
+    texts = []
+    for threads in (1, 2):
+        s = make_server("--slots", 8, "--n-ctx", 512, "-t", threads)
+        st, alone = s.post(CHAT, TARGET)
+        assert st == 200
+        text = alone["choices"][0]["message"]["content"]
+        assert alone["usage"]["completion_tokens"] > 5
+        texts.append(text)
+        # The same request joins a running batch of 7 different requests (some
+        # prefilling, some decoding), twice: as the last arrival and among the first.
+        for target_delay, other_delay in ((0.3, 0.0), (0.0, 0.05)):
+            jobs = [(COMP, o, other_delay) for o in OTHERS] + [(CHAT, TARGET, target_delay)]
+            res = run_all(s, jobs)
+            assert all(r[0] == 200 for r in res), [r[0] for r in res]
+            got = json.loads(res[-1][1])
+            assert got["choices"][0]["message"]["content"] == text
+            assert got["usage"]["completion_tokens"] == alone["usage"]["completion_tokens"]
+        assert s.metrics()["minfer_steps_total"] > 0
+        s.kill()
+    assert texts[0] == texts[1]  # 1 and 2 threads give the same bytes
+
+
+@needs_model
+def test_full_queue_is_429_and_queued_requests_are_served(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 256, "-t", 2, "--max-queue", 2)
+    long = {"prompt": "Count:", "max_tokens": 60, "seed": 1, "logit_bias": {"2": -100, "0": -100}}
+    res = [None] * 3
+
+    def one(i):
+        res[i] = s.request("POST", COMP, long)
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    ts[0].start()
+    s.wait_metric("minfer_requests_running", lambda v: v == 1)
+    for t in ts[1:]:
+        t.start()
+    s.wait_metric("minfer_queue_depth", lambda v: v == 2)
+    st, body = s.post(COMP, long)  # one running, two queued: no room
+    assert st == 429 and body["error"]["type"] == "rate_limit_error"
+    for t in ts:
+        t.join(120)
+    assert [r[0] for r in res] == [200, 200, 200]
+    texts = {json.loads(r[1])["choices"][0]["text"] for r in res}
+    assert len(texts) == 1  # same seeded request: same bytes, whichever waited
+    m = s.metrics()
+    assert m["minfer_requests_queue_full_total"] == 1 and m["minfer_queue_depth"] == 0
 
 
 def long_prefix():
