@@ -53,6 +53,9 @@ CASES = [
      {"Content-Type": "text/plain"}, 415),
     ("huge_body", CHAT, b'{"messages": "' + b"x" * (9 << 20) + b'"}', None, 413),
     ("unknown_route", "/v1/nothing", {"a": 1}, None, 404),
+    ("deeply_nested_json", CHAT, b"[" * 100000 + b"]" * 100000, None, 400),
+    ("invalid_utf8", CHAT, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', None, 400),
+    ("prompt_ids_not_ints", COMP, {"prompt": [[1, "a"]]}, None, 400),
     ("tokenize_no_content", "/tokenize", {"text": "hi"}, None, 400),
     ("detokenize_bad_id", "/detokenize", {"tokens": [10 ** 9]}, None, 400),
 ]
