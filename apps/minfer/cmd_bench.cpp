@@ -7,16 +7,21 @@
 // (clear_kv: cells freed, regions untouched — attention reads only positions ≤ pos).
 #include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <optional>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "commands.h"
+#include "run_flags.h"
 #include "engine/engine.h"
 #include "engine_flags.h"
 #include "model_path.h"
@@ -25,18 +30,30 @@ namespace minfer::cli {
 namespace {
 
 struct BenchResult {
-  std::string test;             // "pp512", "tg128"
-  std::vector<double> samples;  // tok/s per rep
+  std::string test;  // "pp512", "tg128"
+  int32_t n_prompt = 0, n_gen = 0;
+  int32_t threads = 0;
+  std::vector<double> samples;       // tok/s per rep
+  std::vector<uint64_t> samples_ns;  // wall time per rep
   double mean = 0.0, stddev = 0.0;
+  double mean_ns = 0.0, stddev_ns = 0.0;
   double gbps = 0.0;  // tg: weight bytes per token × mean tok/s
 };
 
-void summarize(BenchResult& r) {
-  const double n = static_cast<double>(r.samples.size());
-  r.mean = std::accumulate(r.samples.begin(), r.samples.end(), 0.0) / n;
+template <typename T>
+std::pair<double, double> mean_stddev(const std::vector<T>& v) {
+  const double n = static_cast<double>(v.size());
+  double sum = 0.0;
+  for (T x : v) sum += static_cast<double>(x);
+  const double mean = sum / n;
   double ss = 0.0;
-  for (double s : r.samples) ss += (s - r.mean) * (s - r.mean);
-  r.stddev = r.samples.size() > 1 ? std::sqrt(ss / (n - 1.0)) : 0.0;  // llama-bench: n−1
+  for (T x : v) ss += (static_cast<double>(x) - mean) * (static_cast<double>(x) - mean);
+  return {mean, v.size() > 1 ? std::sqrt(ss / (n - 1.0)) : 0.0};  // llama-bench: n−1
+}
+
+void summarize(BenchResult& r) {
+  std::tie(r.mean, r.stddev) = mean_stddev(r.samples);
+  std::tie(r.mean_ns, r.stddev_ns) = mean_stddev(r.samples_ns);
 }
 
 using Clock = std::chrono::steady_clock;
@@ -56,94 +73,164 @@ uint64_t weight_bytes_per_token(const gguf::Model& file) {
 
 }  // namespace
 
-int run_bench(const std::vector<std::string>& args) {
-  CLI::App app{"minfer bench: prefill (pp) and decode (tg) throughput, llama-bench style",
-               "minfer bench"};
-  std::string model_arg;
-  int n_prompt = 512, n_gen = 128, reps = 3, n_threads = 0;
-  uint32_t n_ctx = 0;
-  std::string format = "md";
-  app.add_option("model", model_arg, "GGUF path or a file name in the model cache");
-  app.add_option("-p,--n-prompt", n_prompt, "prompt tokens of the pp test (0: skip)")
-      ->capture_default_str();
-  app.add_option("-n,--n-gen", n_gen, "generated tokens of the tg test (0: skip)")
-      ->capture_default_str();
-  app.add_option("-r,--repetitions", reps, "measured reps per test (>= 1)")->capture_default_str();
-  app.add_option("-t,--threads", n_threads, "CPU threads (0: all cores)")->capture_default_str();
-  app.add_option("-o,--output", format, "md | csv | json")->capture_default_str();
-  app.add_option("--n-ctx", n_ctx, "context size (default: pp + tg + 16)");
-  KvFlags kv;
-  add_kv_flags(app, kv);
-  try {
-    std::vector<std::string> rev(args.rbegin(), args.rend());
-    app.parse(rev);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+// A llama-bench list: "512", "128,256" (each >= lo).
+Result<std::vector<int32_t>> parse_list(const std::string& v, const char* what, int64_t lo) {
+  std::vector<int32_t> out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t comma = v.find(',', start);
+    if (comma == std::string::npos) comma = v.size();
+    MINFER_TRY(const int64_t n, parse_int(std::string_view(v).substr(start, comma - start), what,
+                                          lo, INT32_MAX));
+    out.push_back(static_cast<int32_t>(n));
+    start = comma + 1;
   }
-  if (reps < 1) return fail("bench: -r must be >= 1");
-  if (n_prompt < 0 || n_gen < 0) return fail("bench: -p and -n must be >= 0");
-  if (format != "md" && format != "csv" && format != "json")
-    return fail("bench: -o must be md, csv or json");
+  return out;
+}
+
+int run_bench(const std::vector<std::string>& args) {
+  ArgParser p("minfer bench MODEL [flags]");
+  std::string model_arg;
+  std::vector<int32_t> prompts{512}, gens{128}, threads{0};
+  int32_t reps = 3;
+  std::optional<uint32_t> n_ctx_opt;
+  std::string format = "md";
+  std::vector<std::string> notices;
+  auto list = [](std::vector<int32_t>& target, const char* what, int64_t lo) {
+    return [&target, what, lo](const std::string& v) -> Status {
+      MINFER_TRY(target, parse_list(v, what, lo));
+      return Ok{};
+    };
+  };
+  p.string_opt("-m,--model", "PATH", "GGUF path or a file name in the model cache", model_arg);
+  p.option("-p,--n-prompt", "N[,N...]", "prompt tokens of the pp tests; 0 skips (512)",
+           list(prompts, "-p", 0));
+  p.option("-n,--n-gen", "N[,N...]", "generated tokens of the tg tests; 0 skips (128)",
+           list(gens, "-n", 0));
+  p.option("-t,--threads", "N[,N...]", "CPU threads; 0: every core (0)", list(threads, "-t", 0));
+  p.int_opt("-r,--repetitions", "N", "measured reps per test (3)", reps, 1, INT32_MAX);
+  p.option("-o,--output", "md|csv|json", "output format (md)", [&](const std::string& v) -> Status {
+    if (v != "md" && v != "csv" && v != "json") {
+      return make_error("bench: -o must be md, csv or json, not '" + v + "'");
+    }
+    format = v;
+    return Ok{};
+  });
+  p.option("-c,--n-ctx", "N", "context size (default: max pp + max tg + 16)",
+           [&](const std::string& v) -> Status {
+             MINFER_TRY(const int64_t n, parse_int(v, "--n-ctx", 1, UINT32_MAX));
+             n_ctx_opt = static_cast<uint32_t>(n);
+             return Ok{};
+           });
+  KvFlags kv;
+  add_kv_flags(p, kv);
+  p.option("-ngl,--gpu-layers,--n-gpu-layers", "N", "no GPU backend in this build: ignored",
+           [&](const std::string& v) -> Status {
+             notices.push_back("-ngl " + v + ": this build has no GPU backend; the CPU runs");
+             return Ok{};
+           });
+  p.optional_value("-fa,--flash-attn", {"0", "1", "on", "off", "auto"},
+                   "ignored: the CPU attention is always fused", [&](const std::string&) -> Status {
+                     notices.push_back("-fa: ignored; the CPU attention always runs fused");
+                     return Ok{};
+                   });
+  auto parsed = p.parse(args);
+  if (!parsed) return fail(parsed.error().message);
+  if (parsed->help) {
+    std::fputs(p.help().c_str(), stdout);
+    return 0;
+  }
+  if (parsed->positionals.size() > 1 || (!parsed->positionals.empty() && !model_arg.empty())) {
+    return fail("bench: one MODEL (positional or -m)");
+  }
+  if (!parsed->positionals.empty()) model_arg = parsed->positionals[0];
+  for (const std::string& n : notices) fmt::print(stderr, "notice: {}\n", n);
 
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
-  auto options = engine_options(n_threads, kv);
-  if (!options) return fail(options.error().message);
-  auto eng = engine::Engine::open(*path, *options);
-  if (!eng) return fail(eng.error().message);
-  engine::Engine& e = **eng;
-  const uint32_t want_ctx = n_ctx ? n_ctx : static_cast<uint32_t>(n_prompt + n_gen + 16);
-  const uint32_t ctx = e.context_for(want_ctx, static_cast<uint32_t>(std::max(n_prompt, n_gen)));
-  if (auto st = e.set_n_ctx(ctx); !st.ok()) return fail(st.error().message);
-  const uint32_t n_vocab = e.hparams().n_vocab;
-  auto synth = [&](int64_t i) {
-    return static_cast<engine::TokenId>((i * 7919 + 13) % static_cast<int64_t>(n_vocab));
-  };
-
+  const int32_t max_p = *std::max_element(prompts.begin(), prompts.end());
+  const int32_t max_n = *std::max_element(gens.begin(), gens.end());
   std::vector<BenchResult> results;
-  std::vector<engine::TokenId> toks;
-  std::vector<int32_t> pos;
-  if (n_prompt > 0) {
-    toks.resize(static_cast<size_t>(n_prompt));
-    pos.resize(toks.size());
-    for (int i = 0; i < n_prompt; ++i) {
-      toks[static_cast<size_t>(i)] = synth(i);
-      pos[static_cast<size_t>(i)] = i;
+  std::unique_ptr<engine::Engine> last_engine;
+  for (const int32_t t : threads) {
+    auto options = engine_options(t > 0 ? resolve_threads(t) : 0, kv);
+    if (!options) return fail(options.error().message);
+    auto eng = open_engine(*path, *options);
+    if (!eng) return fail(eng.error().message);
+    engine::Engine& e = **eng;
+    // Every test must fit the context: a pp or tg longer than it is a usage error, not
+    // a silently shorter test.
+    const uint32_t model_ctx = e.hparams().n_ctx_train;
+    const uint64_t want = n_ctx_opt ? *n_ctx_opt : static_cast<uint64_t>(max_p) + max_n + 16;
+    const uint32_t ctx = static_cast<uint32_t>(std::min<uint64_t>(want, model_ctx));
+    if (n_ctx_opt && *n_ctx_opt > model_ctx) {
+      return fail(fmt::format("bench: --n-ctx {} is beyond the model's context {}", *n_ctx_opt,
+                              model_ctx));
     }
-    BenchResult r{.test = fmt::format("pp{}", n_prompt)};
-    for (int rep = -1; rep < reps; ++rep) {  // rep −1: warm-up
-      e.clear_kv();
-      const auto t0 = Clock::now();
-      auto out = e.forward(toks, pos, 1);
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (!out) return fail(out.error().message);
-      if (rep >= 0) r.samples.push_back(n_prompt / s);
+    if (static_cast<uint32_t>(std::max(max_p, max_n)) > ctx) {
+      return fail(fmt::format("bench: -p {} / -n {} do not fit the context ({}{})", max_p, max_n,
+                              ctx, n_ctx_opt ? "" : ", the model's context length"));
     }
-    summarize(r);
-    results.push_back(std::move(r));
-  }
-  if (n_gen > 0) {
-    BenchResult r{.test = fmt::format("tg{}", n_gen)};
-    for (int rep = -1; rep < reps; ++rep) {
-      e.clear_kv();
-      engine::TokenId tok = synth(0);
-      const auto t0 = Clock::now();
-      for (int i = 0; i < n_gen; ++i) {
-        const int32_t p = i;
-        auto out = e.forward(std::span<const engine::TokenId>(&tok, 1),
-                             std::span<const int32_t>(&p, 1), 1);
-        if (!out) return fail(out.error().message);
-        // Greedy argmax: the tg rate includes sampling, as a generation would.
-        const std::span<const float> lg = *out;
-        tok = static_cast<engine::TokenId>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+    if (auto st = e.set_n_ctx(ctx); !st.ok()) return fail(st.error().message);
+    const uint32_t n_vocab = e.hparams().n_vocab;
+    auto synth = [&](int64_t i) {
+      return static_cast<engine::TokenId>((i * 7919 + 13) % static_cast<int64_t>(n_vocab));
+    };
+    std::vector<engine::TokenId> toks;
+    std::vector<int32_t> pos;
+    for (const int32_t n_prompt : prompts) {
+      if (n_prompt == 0) continue;
+      toks.resize(static_cast<size_t>(n_prompt));
+      pos.resize(toks.size());
+      for (int i = 0; i < n_prompt; ++i) {
+        toks[static_cast<size_t>(i)] = synth(i);
+        pos[static_cast<size_t>(i)] = i;
       }
-      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (rep >= 0) r.samples.push_back(n_gen / s);
+      BenchResult r{.test = fmt::format("pp{}", n_prompt), .n_prompt = n_prompt,
+                    .threads = e.n_threads()};
+      for (int rep = -1; rep < reps; ++rep) {  // rep −1: warm-up
+        e.clear_kv();
+        const auto t0 = Clock::now();
+        auto out = e.forward(toks, pos, 1);
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (!out) return fail(out.error().message);
+        if (rep >= 0) {
+          r.samples.push_back(n_prompt / sec);
+          r.samples_ns.push_back(static_cast<uint64_t>(sec * 1e9));
+        }
+      }
+      summarize(r);
+      results.push_back(std::move(r));
     }
-    summarize(r);
-    r.gbps = static_cast<double>(weight_bytes_per_token(e.file())) * r.mean / 1e9;
-    results.push_back(std::move(r));
+    for (const int32_t n_gen : gens) {
+      if (n_gen == 0) continue;
+      BenchResult r{.test = fmt::format("tg{}", n_gen), .n_gen = n_gen, .threads = e.n_threads()};
+      for (int rep = -1; rep < reps; ++rep) {
+        e.clear_kv();
+        engine::TokenId tok = synth(0);
+        const auto t0 = Clock::now();
+        for (int i = 0; i < n_gen; ++i) {
+          const int32_t pi = i;
+          auto out = e.forward(std::span<const engine::TokenId>(&tok, 1),
+                               std::span<const int32_t>(&pi, 1), 1);
+          if (!out) return fail(out.error().message);
+          // Greedy argmax: the tg rate includes sampling, as a generation would.
+          const std::span<const float> lg = *out;
+          tok = static_cast<engine::TokenId>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+        }
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (rep >= 0) {
+          r.samples.push_back(n_gen / sec);
+          r.samples_ns.push_back(static_cast<uint64_t>(sec * 1e9));
+        }
+      }
+      summarize(r);
+      r.gbps = static_cast<double>(weight_bytes_per_token(e.file())) * r.mean / 1e9;
+      results.push_back(std::move(r));
+    }
+    last_engine = std::move(*eng);
   }
+  engine::Engine& e = *last_engine;
 
   uint64_t size = 0, params = 0;
   for (const auto& t : e.file().tensors()) {
@@ -154,15 +241,39 @@ int run_bench(const std::vector<std::string>& args) {
   if (auto slash = name.find_last_of('/'); slash != std::string::npos)
     name = name.substr(slash + 1);
   const std::string backend = "CPU";
-  const int threads = e.n_threads();
   std::string out;
   if (format == "json") {
-    auto arr = nlohmann::json::array();
+    // minfer's fields, then llama-bench's (its JSON output's names and units), so
+    // scripts written for either read it.
+    const std::string type_k = kv.cache_type.empty() ? "f32" : kv.cache_type;
+    char when[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    auto arr = nlohmann::ordered_json::array();
     for (const auto& r : results) {
-      nlohmann::json j{{"model", name},      {"size", size},          {"params", params},
-                       {"backend", backend}, {"threads", threads},    {"test", r.test},
-                       {"ts_mean", r.mean},  {"ts_stddev", r.stddev}, {"samples_ts", r.samples}};
+      nlohmann::ordered_json j{{"model", name},      {"size", size},          {"params", params},
+                               {"backend", backend}, {"threads", r.threads},  {"test", r.test},
+                               {"ts_mean", r.mean},  {"ts_stddev", r.stddev}, {"samples_ts", r.samples}};
       if (r.gbps > 0) j["weight_gbps"] = r.gbps;
+      j["build_commit"] = MINFER_GIT_COMMIT;
+      j["model_filename"] = *path;
+      j["model_type"] = model::describe(e.hparams());
+      j["model_size"] = size;
+      j["model_n_params"] = params;
+      j["backends"] = backend;
+      j["n_threads"] = r.threads;
+      j["type_k"] = type_k;
+      j["type_v"] = type_k;
+      j["n_gpu_layers"] = 0;
+      j["n_prompt"] = r.n_prompt;
+      j["n_gen"] = r.n_gen;
+      j["n_depth"] = 0;
+      j["test_time"] = when;
+      j["avg_ns"] = static_cast<uint64_t>(r.mean_ns);
+      j["stddev_ns"] = static_cast<uint64_t>(r.stddev_ns);
+      j["avg_ts"] = r.mean;
+      j["stddev_ts"] = r.stddev;
+      j["samples_ns"] = r.samples_ns;
       arr.push_back(std::move(j));
     }
     out = arr.dump(2) + "\n";
@@ -173,7 +284,7 @@ int run_bench(const std::vector<std::string>& args) {
     for (const auto& r : results) {
       out += fmt::format(
           "\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{}\",\"{:.6f}\",\"{:.6f}\",\"{:.3f}\"\n", name,
-          size, params, backend, threads, r.test, r.mean, r.stddev, r.gbps);
+          size, params, backend, r.threads, r.test, r.mean, r.stddev, r.gbps);
     }
   } else {
     out =
@@ -182,7 +293,7 @@ int run_bench(const std::vector<std::string>& args) {
     for (const auto& r : results) {
       out += fmt::format("| {} | {:.2f} GiB | {:.2f} B | {} | {} | {} | {:.2f} ± {:.2f} | {} |\n",
                          name, static_cast<double>(size) / (1024.0 * 1024.0 * 1024.0),
-                         static_cast<double>(params) / 1e9, backend, threads, r.test, r.mean,
+                         static_cast<double>(params) / 1e9, backend, r.threads, r.test, r.mean,
                          r.stddev, r.gbps > 0 ? fmt::format("{:.1f}", r.gbps) : "");
     }
   }

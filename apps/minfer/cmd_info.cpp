@@ -3,10 +3,12 @@
 // compare with the Python `gguf` package.
 #include <fmt/core.h>
 
-#include <CLI/CLI.hpp>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "args.h"
 #include "commands.h"
+#include "files.h"
 #include "gguf/gguf.h"
 #include "gguf/json.h"
 #include "model_path.h"
@@ -30,21 +32,26 @@ std::string shape_str(const std::vector<uint64_t>& dims) {
 }  // namespace
 
 int run_info(const std::vector<std::string>& args) {
-  CLI::App app{"minfer info: print a GGUF model's metadata and tensors", "minfer info"};
+  ArgParser p("minfer info [MODEL] [--json]");
   std::string model_arg;
   bool as_json = false;
-  app.add_option("model", model_arg,
-                 "GGUF file (or a name in the model cache); default model if absent");
-  app.add_option("-m,--model", model_arg, "GGUF file");
-  app.add_flag("--json", as_json, "machine-readable output (full metadata arrays)");
-  try {
-    std::vector<std::string> rev(args.rbegin(), args.rend());
-    app.parse(rev);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  p.string_opt("-m,--model", "PATH", "GGUF file (default: the default model)", model_arg);
+  p.flag("--json", "machine-readable output (full metadata arrays)", [&] { as_json = true; });
+  auto parsed = p.parse(args);
+  if (!parsed) return fail(parsed.error().message);
+  if (parsed->help) {
+    std::fputs(p.help().c_str(), stdout);
+    return 0;
   }
+  if (parsed->positionals.size() > 1 || (!parsed->positionals.empty() && !model_arg.empty())) {
+    return fail("info: one MODEL at most");
+  }
+  if (!parsed->positionals.empty()) model_arg = parsed->positionals[0];
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
+  if (!model_arg.empty()) {
+    if (auto st = check_model_file(*path); !st.ok()) return fail(st.error().message);
+  }
   auto model = gguf::Model::open(*path);
   if (!model) return fail(model.error().message);
 

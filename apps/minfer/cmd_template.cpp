@@ -4,7 +4,6 @@
 // diffed against transformers' apply_chat_template byte for byte.
 #include <fmt/core.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -13,18 +12,14 @@
 
 #include "chat/renderer.h"
 #include "chat/template/template.h"
+#include "args.h"
 #include "commands.h"
+#include "files.h"
 #include "gguf/gguf.h"
 #include "model_path.h"
 
 namespace minfer::cli {
 namespace {
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return make_error("cannot open '" + path + "'");
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
 
 // A special token's text from the GGUF vocabulary, by the id stored under `key`.
 std::optional<std::string> token_text(const gguf::Model& m, const char* key) {
@@ -38,38 +33,44 @@ std::optional<std::string> token_text(const gguf::Model& m, const char* key) {
 }  // namespace
 
 int run_template(const std::vector<std::string>& args) {
-  CLI::App app{"print the exact render of a chat template",
-               "minfer template (MODEL | --template FILE) --messages FILE.json"};
-  std::vector<std::string> positionals;
+  ArgParser p("minfer template (MODEL | --template FILE) --messages FILE.json [flags]");
   std::string template_file, messages_file;
   std::optional<std::string> bos, eos;
   bool add_generation_prompt = false;
-  app.add_option("model", positionals, "GGUF whose tokenizer.chat_template is rendered")
-      ->expected(0, 1);
-  app.add_option("--template", template_file, "Jinja template file (instead of a model)");
-  app.add_option("--messages", messages_file, "JSON array of {role, content}")->required();
-  app.add_flag("--add-generation-prompt", add_generation_prompt,
-               "end with the assistant turn's opening");
-  app.add_option("--bos", bos, "bos_token text (default: the model's)");
-  app.add_option("--eos", eos, "eos_token text (default: the model's)");
-  try {
-    std::vector<std::string> rev(args.rbegin(), args.rend());
-    app.parse(rev);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  p.string_opt("--template", "FILE", "Jinja template file (instead of a model)", template_file);
+  p.string_opt("--messages", "FILE", "JSON array of {role, content} (required)", messages_file);
+  p.flag("--add-generation-prompt", "end with the assistant turn's opening",
+         [&] { add_generation_prompt = true; });
+  p.option("--bos", "TEXT", "bos_token text (default: the model's)", [&](const std::string& v) {
+    bos = v;
+    return Status(Ok{});
+  });
+  p.option("--eos", "TEXT", "eos_token text (default: the model's)", [&](const std::string& v) {
+    eos = v;
+    return Status(Ok{});
+  });
+  auto parsed = p.parse(args);
+  if (!parsed) return fail(parsed.error().message);
+  if (parsed->help) {
+    std::fputs(p.help().c_str(), stdout);
+    return 0;
   }
+  const std::vector<std::string>& positionals = parsed->positionals;
+  if (positionals.size() > 1) return fail("template: one MODEL at most");
+  if (messages_file.empty()) return fail("template: --messages FILE.json is required");
   if (positionals.empty() == template_file.empty()) {
     return fail("give either a MODEL or --template FILE");
   }
 
   chat::TemplateSpec spec;
   if (!template_file.empty()) {
-    auto src = read_file(template_file);
+    auto src = read_input_file(template_file);
     if (!src) return fail(src.error().message);
     spec.source = std::move(*src);
   } else {
     auto path = resolve_model_path(positionals[0]);
     if (!path) return fail(path.error().message);
+    if (auto st = check_model_file(*path); !st.ok()) return fail(st.error().message);
     auto m = gguf::Model::open(*path);
     if (!m) return fail(m.error().message);
     if (!m->has("tokenizer.chat_template")) {
@@ -84,7 +85,7 @@ int run_template(const std::vector<std::string>& args) {
   if (bos) spec.bos_token = *bos;
   if (eos) spec.eos_token = *eos;
 
-  auto text = read_file(messages_file);
+  auto text = read_input_file(messages_file);
   if (!text) return fail(text.error().message);
   nlohmann::ordered_json j;
   try {

@@ -3,12 +3,13 @@
 // given; `--ids` prints the ids on one line separated by single spaces.
 #include <fmt/core.h>
 
-#include <CLI/CLI.hpp>
+#include <cstdio>
 #include <iostream>
 #include <iterator>
 
+#include "args.h"
 #include "commands.h"
-#include "core/mapped_file.h"
+#include "files.h"
 #include "gguf/gguf.h"
 #include "model_path.h"
 #include "tokenizer/tokenizer.h"
@@ -39,24 +40,22 @@ std::string escape_piece(const std::string& s) {
 }  // namespace
 
 int run_tokenize(const std::vector<std::string>& args) {
-  CLI::App app{"minfer tokenize: print the token ids of a text", "minfer tokenize"};
-  std::vector<std::string> positionals;
+  ArgParser p("minfer tokenize MODEL [TEXT] [flags]");
   std::string model_opt, file;
   bool ids_only = false, no_special = false, parse_special = false;
-  app.add_option("args", positionals, "MODEL [TEXT] (TEXT may be omitted with --file or stdin)")
-      ->expected(0, 2);
-  app.add_option("-m,--model", model_opt, "GGUF file (then the only positional is TEXT)");
-  app.add_option("-f,--file", file, "read the text from this file (bytes used exactly)");
-  app.add_flag("--ids", ids_only, "print only the ids, on one line, separated by spaces");
-  app.add_flag("--no-special", no_special, "add no BOS/EOS tokens");
-  app.add_flag("--parse-special", parse_special,
-               "parse special-token text (e.g. <|im_start|>) as those tokens");
-  try {
-    std::vector<std::string> rev(args.rbegin(), args.rend());
-    app.parse(rev);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  p.string_opt("-m,--model", "PATH", "GGUF file (then the only positional is TEXT)", model_opt);
+  p.string_opt("-f,--file", "PATH", "read the text from this file (bytes used exactly)", file);
+  p.flag("--ids", "print only the ids, on one line, separated by spaces", [&] { ids_only = true; });
+  p.flag("--no-special", "add no BOS/EOS tokens", [&] { no_special = true; });
+  p.flag("--parse-special", "parse special-token text (e.g. <|im_start|>) as those tokens",
+         [&] { parse_special = true; });
+  auto parsed = p.parse(args);
+  if (!parsed) return fail(parsed.error().message);
+  if (parsed->help) {
+    std::fputs(p.help().c_str(), stdout);
+    return 0;
   }
+  const std::vector<std::string>& positionals = parsed->positionals;
 
   std::string model_arg = model_opt;
   std::optional<std::string> text;
@@ -69,7 +68,7 @@ int run_tokenize(const std::vector<std::string>& args) {
   if (next < positionals.size()) return fail("tokenize: too many arguments");
   if (text && !file.empty()) return fail("tokenize: give TEXT or --file, not both");
   if (!file.empty()) {
-    auto content = read_file(file);
+    auto content = read_input_file(file);
     if (!content) return fail(content.error().message);
     text = std::move(*content);
   }
@@ -79,6 +78,7 @@ int run_tokenize(const std::vector<std::string>& args) {
 
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
+  if (auto st = check_model_file(*path); !st.ok()) return fail(st.error().message);
   auto model = gguf::Model::open(*path);
   if (!model) return fail(model.error().message);
   auto tok = tokenizer::Tokenizer::from_gguf(*model);

@@ -17,8 +17,6 @@ int run_info(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
 // `minfer template (MODEL | --template FILE) --messages FILE.json`: the exact render.
 int run_template(const std::vector<std::string>& args);
-// `minfer MODEL --cnv [flags]`: interactive conversation (run_generate dispatches here).
-int run_chat(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);  // `minfer bench MODEL [flags]`
 int run_serve(const std::vector<std::string>& args);  // `minfer serve MODEL [flags]`
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "commands.h"
+#include "core/config.h"
 
 namespace {
 
@@ -14,20 +16,40 @@ constexpr const char* kUsage =
     "minfer — run LLMs from GGUF files\n"
     "\n"
     "usage:\n"
-    "  minfer MODEL [PROMPT] [flags]                     generate (minfer MODEL --help for flags)\n"
-    "  minfer info [MODEL] [--json]                      metadata, tensors, totals\n"
-    "  minfer tokenize MODEL [TEXT] [--file PATH] [--ids] [--no-special] [--parse-special]\n"
-    "  minfer bench MODEL [-p N] [-n N] [-r N] [-t N] [-o md|csv|json] [--n-ctx N]\n"
-    "  minfer MODEL --cnv [--system TEXT] [--session FILE] [-n N] [sampling flags]   chat\n"
-    "  minfer template (MODEL | --template FILE) --messages FILE.json [--add-generation-prompt]\n"
-    "                  [--bos TEXT] [--eos TEXT]        print a chat template's exact render\n"
-    "  minfer serve MODEL [--host H] [--port N] [--slots N] [--n-ctx N] [--api-key K] [-t N]\n"
-    "                                                    OpenAI-compatible HTTP server\n"
-    "  minfer --help | --version\n"
+    "  minfer MODEL [PROMPT] [flags]          generate (flags below)\n"
+    "  minfer MODEL -cnv [MESSAGE] [flags]    interactive conversation\n"
+    "  minfer info [MODEL] [--json]           metadata, tensors, totals\n"
+    "  minfer tokenize MODEL [TEXT] [flags]   token ids of a text\n"
+    "  minfer template (MODEL | --template FILE) --messages FILE.json [flags]\n"
+    "                                         print a chat template's exact render\n"
+    "  minfer bench MODEL [flags]             llama-bench style throughput\n"
+    "  minfer serve MODEL [flags]             OpenAI-compatible HTTP server\n"
+    "  minfer COMMAND --help                  the flags of a command\n"
+    "\n"
+    "  -h, --help                             this text and the generation flags\n"
+    "  -V, --version                          version, commit, build type, CPU kernels\n"
     "\n"
     "MODEL is a path, or a file name in the model cache ($MINFER_MODEL_DIR,\n"
     "default ~/.cache/minfer/models); `info` without MODEL uses the default model\n"
     "(SmolLM2-135M-Instruct Q4_1, fetched by scripts/setup.sh).\n";
+
+// "minfer v0.1.0", the commit and build type it was configured from, and the CPU
+// kernel set this machine gets (MINFER_CPU_ISA pins it).
+int print_version() {
+  namespace cpu = minfer::backend::cpu;
+  const std::string& pinned = minfer::Config::get().cpu_isa;
+  std::string isa;
+  if (pinned.empty()) {
+    isa = std::string(cpu::isa_name(cpu::detect_isa())) + " (detected)";
+  } else if (auto chosen = cpu::isa_from_name(pinned)) {
+    isa = std::string(cpu::isa_name(*chosen)) + " (MINFER_CPU_ISA)";
+  } else {
+    isa = "invalid MINFER_CPU_ISA '" + pinned + "'";
+  }
+  fmt::print("minfer v{}\ncommit: {}\nbuild: {}\ncpu kernels: {}\n", MINFER_VERSION,
+             MINFER_GIT_COMMIT, MINFER_BUILD_TYPE, isa);
+  return 0;
+}
 
 }  // namespace
 
@@ -46,10 +68,7 @@ int dispatch(const std::vector<std::string>& args) {
     std::fputs(generate_help().c_str(), out);
     return args.empty() ? 1 : 0;
   }
-  if (args[0] == "-V" || args[0] == "--version") {
-    fmt::print("minfer v{}\n", MINFER_VERSION);
-    return 0;
-  }
+  if (args[0] == "-V" || args[0] == "--version") return print_version();
   const std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "info") return run_info(rest);

@@ -1,17 +1,31 @@
 // Stage 18 (CLI): --cache-type / --numerics, shared by generate, --cnv and bench.
 #include "engine_flags.h"
 
+#include <fmt/format.h>
+
+#include <system_error>
+
 #include "core/config.h"
+#include "files.h"
 #include "graph/params.h"
 
 namespace minfer::cli {
+
+void add_kv_flags(ArgParser& p, KvFlags& flags) {
+  p.string_opt("--cache-type", "TYPE",
+               "KV cache element type: f32 (default) or f16 (env MINFER_CACHE_TYPE)",
+               flags.cache_type);
+  p.string_opt("--numerics", "MODE",
+               "default, or llamacpp: reproduce llama.cpp's CPU arithmetic bit for bit\n"
+               "(f16 KV cache, AVX2-order kernels; slower) (env MINFER_NUMERICS)",
+               flags.numerics);
+}
 
 void add_kv_flags(CLI::App& app, KvFlags& flags) {
   app.add_option("--cache-type", flags.cache_type,
                  "KV cache element type: f32 (default) or f16 (env MINFER_CACHE_TYPE)");
   app.add_option("--numerics", flags.numerics,
                  "default, or llamacpp: reproduce llama.cpp's CPU arithmetic bit for bit "
-                 "(f16 KV cache, its flash-attention rounding, AVX2-order kernels; slower) "
                  "(env MINFER_NUMERICS)");
 }
 
@@ -37,6 +51,17 @@ Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& f
     options.kv_format = graph::KvFormat::kF16;
   }
   return options;
+}
+
+Result<std::unique_ptr<engine::Engine>> open_engine(const std::string& path,
+                                                    const engine::EngineOptions& options) {
+  MINFER_TRY_STATUS(check_model_file(path));
+  try {
+    return engine::Engine::open(path, options);
+  } catch (const std::system_error& e) {
+    return make_error(
+        fmt::format("cannot start {} worker thread(s): {}", options.n_threads, e.what()));
+  }
 }
 
 }  // namespace minfer::cli

@@ -1,9 +1,12 @@
-// Stage 18 (CLI): the engine flags every model-running subcommand shares.
+// Stage 18 (CLI): the engine flags every model-running subcommand shares, and the one
+// place a command opens its engine.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
+#include "args.h"
 #include "core/result.h"
 #include "engine/engine.h"
 
@@ -14,7 +17,9 @@ struct KvFlags {
   std::string numerics;    // --numerics (empty: MINFER_NUMERICS, else default)
 };
 
-// Registers --cache-type and --numerics on `app`.
+// Registers --cache-type and --numerics.
+void add_kv_flags(ArgParser& p, KvFlags& flags);
+// The same on a CLI11 parser, for a command not yet on ArgParser.
 void add_kv_flags(CLI::App& app, KvFlags& flags);
 
 // The engine options of a model-running command: its thread count, the traces from
@@ -22,5 +27,11 @@ void add_kv_flags(CLI::App& app, KvFlags& flags);
 // `--numerics llamacpp` implies the f16 cache unless a cache type is given. An unknown
 // value is an Error naming it and where it came from.
 Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& flags);
+
+// Engine::open for a command: the model path must be a regular file (a FIFO would
+// block in open), and a failure to start the worker threads (std::system_error from
+// the pool) is an Error naming the thread count, not an abort.
+Result<std::unique_ptr<engine::Engine>> open_engine(const std::string& path,
+                                                    const engine::EngineOptions& options);
 
 }  // namespace minfer::cli

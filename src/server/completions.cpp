@@ -109,7 +109,10 @@ std::string frames_for(StreamState& s, const JobEvent& ev) {
   std::string out;
   const bool chat = s.endpoint == Endpoint::kChat;
   if (!ev.error.empty()) {
-    return sse(error_body(ApiError{.status = 500, .type = "server_error", .message = ev.error}));
+    return sse(error_body(ApiError{
+        .status = ev.error_status,
+        .type = ev.error_status == 503 ? "unavailable_error" : "server_error",
+        .message = ev.error}));
   }
   if (!ev.text.empty() || !ev.logprobs.empty()) {
     json c = chunk_base(s);
@@ -314,7 +317,10 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   }
   note_counts(ev);
   if (!ev.error.empty()) {
-    return reply_error(res, ApiError{.status = 500, .type = "server_error", .message = ev.error});
+    return reply_error(res, ApiError{.status = ev.error_status,
+                                     .type = ev.error_status == 503 ? "unavailable_error"
+                                                                    : "server_error",
+                                     .message = ev.error});
   }
   json choice{{"index", 0}};
   if (endpoint == Endpoint::kChat) {

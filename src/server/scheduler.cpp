@@ -76,10 +76,8 @@ SubmitResult Scheduler::submit(Job job) {
 void Scheduler::drain(Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!draining_) {
-      draining_ = true;
-      deadline_ = deadline;
-    }
+    if (!draining_ || deadline < deadline_) deadline_ = deadline;  // a second call may hasten it
+    draining_ = true;
   }
   metrics_.draining.store(1, std::memory_order_relaxed);
   cv_.notify_all();
@@ -104,7 +102,7 @@ void Scheduler::loop() {
         // The drain deadline: whatever is still queued or running is abandoned.
         for (Job& j : queue_) {
           metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
-          j.stream->push({.final = true, .error = "the server is shutting down"});
+          j.stream->push({.final = true, .error = "the server is shutting down", .error_status = 503});
         }
         queue_.clear();
         stop = true;
@@ -124,7 +122,7 @@ void Scheduler::loop() {
     if (stop) {
       for (Slot& s : slots_) {
         if (busy(s)) {
-          finish(s, {.final = true, .error = "the server is shutting down"}, false,
+          finish(s, {.final = true, .error = "the server is shutting down", .error_status = 503}, false,
                  Outcome::kCancelled);
         }
       }

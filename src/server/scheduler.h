@@ -39,6 +39,7 @@ struct JobEvent {
   bool final = false;
   engine::SeqStop stop = engine::SeqStop::kNone;
   std::string error;  // final with an error: the request failed (message for the client)
+  int error_status = 500;  // its HTTP status: 503 when the server is shutting down
   int32_t n_prompt = 0;
   int32_t n_generated = 0;
   int32_t n_reused = 0;  // prompt tokens taken from cached cells
@@ -86,7 +87,8 @@ class Scheduler {
   Status start();
   SubmitResult submit(Job job);
   // Stops accepting; the loop finishes what runs and what is queued, cancelling what is
-  // left at `deadline`, then exits. join() waits for it.
+  // left at `deadline`, then exits. A later call may only bring the deadline closer.
+  // join() waits for it.
   void drain(std::chrono::steady_clock::time_point deadline);
   void join();
   const SchedulerOptions& options() const { return options_; }

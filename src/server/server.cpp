@@ -254,17 +254,26 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     return make_error(fmt::format("serve: cannot bind {}:{}", options.host, port));
   }
 
-  // The signal thread: the first SIGINT/SIGTERM starts the drain and closes the listener.
+  // The signal thread: the first SIGINT/SIGTERM starts the drain and closes the
+  // listener; a second one ends the drain now (what still runs is cancelled).
   std::atomic<bool> listening_done{false};
   std::thread signals([&] {
-    int sig = -1;
     const timespec poll{.tv_sec = 0, .tv_nsec = 100'000'000};
-    while (!listening_done.load() && (sig = sigtimedwait(&sigs, nullptr, &poll)) < 0) {
+    int n_signals = 0;
+    while (!listening_done.load()) {
+      const int sig = sigtimedwait(&sigs, nullptr, &poll);
+      if (sig < 0) continue;
+      if (++n_signals == 1) {
+        std::fprintf(stderr, "[server] signal %d: draining (up to %d ms; again to stop now)\n",
+                     sig, options.drain_ms);
+        scheduler.drain(Clock::now() + std::chrono::milliseconds(options.drain_ms));
+        svr.stop();
+      } else {
+        std::fprintf(stderr, "[server] signal %d: stopping now\n", sig);
+        scheduler.drain(Clock::now());
+        break;
+      }
     }
-    if (sig < 0) return;  // listening ended without a signal
-    std::fprintf(stderr, "[server] signal %d: draining (up to %d ms)\n", sig, options.drain_ms);
-    scheduler.drain(Clock::now() + std::chrono::milliseconds(options.drain_ms));
-    svr.stop();
   });
   std::printf("minfer server listening on http://%s:%d (slots %u, n_ctx %u per request)\n",
               options.host.c_str(), port, options.scheduler.n_slots, options.scheduler.n_ctx);

@@ -119,12 +119,14 @@ def test_four_turns_with_regen_and_clear_in_a_real_terminal(tmp_path):
         assert t.screen().count(second_reply) == 2
         before = t.prompts()
         t.send("/clear")
-        t.wait(lambda: "[history cleared]" in t.screen() and t.prompts() > before, what="/clear")
+        t.wait(lambda: "[history cleared]" in t.stderr() and t.prompts() > before, what="/clear")
         t.turn("What is the capital of France?", 4)
         assert t.screen().count(first_reply) == 2
         before = t.prompts()
         t.send("/help")
-        t.wait(lambda: "/regen [N]" in t.screen() and t.prompts() > before, what="/help")
+        t.wait(lambda: "/regen [N]" in t.stderr() and t.prompts() > before, what="/help")
+        # Command answers go to stderr: the screen (stdout) holds only replies and input.
+        assert "[history cleared]" not in t.screen() and "/regen [N]" not in t.screen()
         t.send("/exit")
         t.wait(lambda: not t.alive(), what="exit")
     finally:
@@ -152,7 +154,8 @@ def test_four_turns_with_regen_and_clear_in_a_real_terminal(tmp_path):
     assert regen == second
     assert after_clear == first
     assert "[session] saved 2 message(s)" in err
-    assert "conversation ended after 1 turn(s)" in err
+    # The exit line counts every turn of the run, across /clear, and the regens.
+    assert "conversation ended after 3 turn(s) and 1 regen(s)" in err
 
 
 @needs_model
@@ -255,3 +258,114 @@ def test_model_without_template_falls_back_to_chatml_with_a_notice():
     assert r.returncode == 0, r.stderr.decode()
     assert ("Notice: this GGUF has no tokenizer.chat_template; using the generic ChatML renderer"
             in r.stderr.decode())
+
+
+def chat(*args, lines=(), timeout=300):
+    return minfer(MODEL, "--cnv", "--temp", "0", "-t", "2", *args, stdin="\n".join(lines).encode())
+
+
+@needs_model
+def test_no_byte_of_a_stop_string_is_shown_in_a_reply():
+    full = chat("-n", "24", lines=["What is the capital of France?"]).stdout.decode()
+    assert "Paris" in full, full
+    # "Paris" and the character after it: " Paris" is one token, so the stop string
+    # spans two tokens and " Paris" must be held back, not shown.
+    at = full.index("Paris")
+    stop = full[at: at + 6]
+    r = chat("-n", "24", "--stop", stop, lines=["What is the capital of France?"])
+    assert r.returncode == 0, r.stderr.decode()
+    out = r.stdout.decode()
+    assert "Pari" not in out
+    assert out == full[:at] + "\n"
+    assert "stop string" in r.stderr.decode()
+
+
+@needs_model
+def test_help_and_history_cleared_go_to_stderr():
+    r = chat(lines=["/help", "/clear"])
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == b""
+    err = r.stderr.decode()
+    assert "/regen [N]" in err and "[history cleared]" in err
+
+
+@needs_model
+def test_a_refused_message_in_piped_mode_makes_the_exit_status_1():
+    long_message = " ".join(["word"] * 200)
+    r = chat("-c", "64", lines=[long_message])
+    assert r.returncode == 1, r.stderr.decode()
+    assert "context full: need" in r.stderr.decode()
+
+
+@needs_model
+def test_regen_with_a_negative_draw_is_an_error():
+    r = chat("-n", "4", lines=["Hi", "/regen -1", "/regen x"])
+    assert r.returncode == 1
+    err = r.stderr.decode()
+    assert "/regen -1: N must be an integer >= 0" in err and "/regen x: N must be" in err
+    assert len(reports(err)) == 1  # no reply was regenerated
+
+
+@needs_model
+def test_exit_line_counts_every_turn_across_clear():
+    r = chat("-n", "4", lines=["Hi", "/clear", "Hello", "/regen"])
+    assert r.returncode == 0, r.stderr.decode()
+    assert "conversation ended after 2 turn(s) and 1 regen(s)" in r.stderr.decode()
+
+
+@needs_model
+def test_a_turn_notice_comes_before_its_stats_line():
+    msg = "Tell me about " + " and ".join(["cats", "dogs", "birds", "fish", "horses", "cows"] * 3) + "."
+    r = chat("-c", "200", "-n", "24", lines=[msg, msg, msg])
+    assert r.returncode == 0, r.stderr.decode()
+    err = r.stderr.decode()
+    m = re.search(r"\[turn (\d+)\] context full: dropped the oldest", err)
+    assert m, err
+    stats = err.index(f"[turn {m.group(1)}] prefill")
+    assert m.start() < stats, err
+
+
+@needs_model
+def test_single_turn_and_continued_lines():
+    r = minfer(MODEL, "-st", "--temp", "0", "-t", "2", "-n", "4", stdin=b"Hi\nHello\n")
+    assert r.returncode == 0, r.stderr.decode()
+    assert len(reports(r.stderr.decode())) == 1
+    # A trailing backslash continues the message; with -mli a trailing '/' ends it.
+    r = chat("-n", "2", lines=["Hi\\", "there", "Bye"])
+    assert len(reports(r.stderr.decode())) == 2
+    r = chat("-n", "2", "-mli", lines=["Hi", "there/", "Bye/"])
+    assert len(reports(r.stderr.decode())) == 2
+
+
+@needs_model
+def test_an_empty_session_file_starts_a_new_session(tmp_path):
+    session = tmp_path / "s.session"
+    session.write_bytes(b"")
+    r = chat("-n", "4", "--session", session, lines=["Hi"])
+    assert r.returncode == 0, r.stderr.decode()
+    assert "is empty: a new session" in r.stderr.decode()
+    assert session.stat().st_size > 0
+
+
+@needs_model
+def test_session_is_saved_after_every_turn_and_on_sigterm(tmp_path):
+    session = tmp_path / "s.session"
+    err = tmp_path / "err.txt"
+    with open(err, "wb") as ef:
+        p = subprocess.Popen([BIN, str(MODEL), "--cnv", "--temp", "0", "-t", "2", "-n", "8",
+                              "--session", str(session)], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=ef)
+        p.stdin.write(b"What is the capital of France?\n")
+        p.stdin.flush()
+        end = time.time() + 120
+        while "[turn 1]" not in err.read_text() and time.time() < end:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        # Saved after the turn, while the conversation is still open.
+        assert session.exists() and session.stat().st_size > 0, err.read_text()
+        p.send_signal(15)  # SIGTERM
+        rc = p.wait(timeout=60)
+    assert rc == 128 + 15, err.read_text()
+    assert "[session] saved 2 message(s)" in err.read_text()
+    r = chat("-n", "4", "--session", session, lines=[])
+    assert re.search(r"\[session\] resumed 2 message\(s\)", r.stderr.decode()), r.stderr.decode()

@@ -211,3 +211,21 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(make_server):
         assert body["usage"]["completion_tokens"] == 40
         assert body["choices"][0]["finish_reason"] == "length"
     assert "draining" in s.stderr()
+
+
+@needs_model
+def test_second_signal_ends_the_drain_now(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 1024, "-t", 2)
+    body = {"prompt": "Count:", "max_tokens": 900, "logit_bias": {"2": -100, "0": -100}}
+    res = []
+    t = threading.Thread(target=lambda: res.append(s.request("POST", COMP, body)))
+    t.start()
+    s.wait_metric("minfer_decode_tokens_total", lambda v: v >= 2)
+    s.terminate()
+    time.sleep(0.3)
+    s.terminate()
+    assert s.proc.wait(60) == 0
+    t.join(60)
+    st, raw = res[0]
+    assert st == 503 and json.loads(raw)["error"]["message"] == "the server is shutting down"
+    assert "stopping now" in s.stderr()

@@ -1,0 +1,356 @@
+// Stage 18 (CLI): the run flag table (run_flags.h). Ranges are checked here, at parse
+// time, with the flag's name in the error; the sampler's own validate() then checks
+// the combinations.
+#include "run_flags.h"
+
+#include <fmt/core.h>
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "files.h"
+#include "model_path.h"
+
+namespace minfer::cli {
+namespace {
+
+constexpr int64_t kI32Max = INT32_MAX;
+
+Status set_int(const std::string& v, const char* what, int64_t lo, int64_t hi, int32_t& target) {
+  MINFER_TRY(const int64_t n, parse_int(v, what, lo, hi));
+  target = static_cast<int32_t>(n);
+  return Ok{};
+}
+
+// llama.cpp's --logit-bias form: TOKEN_ID followed by + or - and the bias
+// ("15043+1", "15043-0.5", "2-inf"). An infinite bias becomes ±kMaxLogitBias (the
+// sampler's range), which bans or forces the token just as well; said on stderr.
+Status add_logit_bias(const std::string& v, RunArgs& a) {
+  const size_t sign = v.find_first_of("+-", 1);
+  if (sign == std::string::npos) {
+    return make_error(fmt::format("--logit-bias: '{}' is not TOKEN_ID+BIAS or TOKEN_ID-BIAS", v));
+  }
+  MINFER_TRY(const int64_t id, parse_int(v.substr(0, sign), "--logit-bias token id", 0, kI32Max));
+  std::string num = v.substr(sign);
+  float bias = 0.0f;
+  if (num == "-inf" || num == "+inf") {
+    bias = num[0] == '-' ? -sample::kMaxLogitBias : sample::kMaxLogitBias;
+    a.notices.push_back(fmt::format("--logit-bias {}: an infinite bias is applied as {}", v, bias));
+  } else {
+    MINFER_TRY(bias, parse_float(num, "--logit-bias bias", -sample::kMaxLogitBias,
+                                 sample::kMaxLogitBias));
+  }
+  a.sampler.logit_bias.push_back({.id = static_cast<sample::TokenId>(id), .bias = bias});
+  return Ok{};
+}
+
+}  // namespace
+
+int32_t resolve_threads(int32_t requested) {
+  const auto cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  if (requested <= 0) return cores;
+  if (requested > cores) {
+    fmt::print(stderr, "notice: -t {} capped at {} (the CPU cores)\n", requested, cores);
+    return cores;
+  }
+  return requested;
+}
+
+void add_run_flags(ArgParser& p, RunArgs& a) {
+  sample::SamplerConfig& sc = a.sampler;
+
+  p.section("model and prompt");
+  p.string_opt("-m,--model", "PATH", "GGUF file (then the only positional is the prompt)",
+               a.model_opt);
+  p.option("-p,--prompt", "TEXT", "the prompt (default: the second positional, else stdin)",
+           [&a](const std::string& v) -> Status {
+             a.prompt = v;
+             return Ok{};
+           });
+  p.string_opt("-f,--file", "PATH", "read the prompt from this file (one trailing newline dropped)",
+               a.prompt_file);
+  p.string_opt("-sys,--system-prompt,--system", "TEXT", "system message of the rendered prompt",
+               a.system);
+  p.flag("--no-template", "use the prompt as raw text, not rendered with the chat template",
+         [&a] { a.no_template = true; });
+  p.string_opt("--chat-template", "NAME|JINJA",
+               "chat template: the name chatml, or a Jinja template text (default: the model's)",
+               a.chat_template);
+  p.string_opt("--chat-template-file", "PATH", "Jinja chat template file instead of the model's",
+               a.template_file);
+  p.flag("--jinja", "accepted for llama.cpp compatibility: templates are always Jinja", [] {});
+
+  p.section("conversation");
+  p.flag("-cnv,--conversation,--cnv", "interactive conversation mode",
+         [&a] { a.mode = RunMode::kConversation; });
+  p.flag("-no-cnv,--no-conversation", "single-shot generation (the default)",
+         [&a] { a.mode = RunMode::kSingleShot; });
+  p.flag("-st,--single-turn", "conversation mode for one turn, then exit", [&a] {
+    a.mode = RunMode::kConversation;
+    a.single_turn = true;
+  });
+  p.flag("-mli,--multiline-input",
+         "conversation input: lines join until one ends with '/' (default: a line ending\n"
+         "with '\\' continues on the next)",
+         [&a] { a.multiline = true; });
+  p.string_opt("--session", "PATH",
+               "conversation: resume from / save to this file after every turn", a.session);
+
+  p.section("generation");
+  p.option("-n,--n-predict,--predict", "N", "tokens to generate at most; -1: until the context is full (512)",
+           [&a](const std::string& v) { return set_int(v, "-n", -1, kI32Max, a.n_predict); });
+  p.option("-c,--ctx-size,--n-ctx", "N",
+           "context size (KV cells); 0: the model's context (default 4096, grown to fit\n"
+           "the prompt)",
+           [&a](const std::string& v) -> Status {
+             MINFER_TRY(const int64_t n, parse_int(v, "-c", 0, UINT32_MAX));
+             a.n_ctx = static_cast<uint32_t>(n);
+             return Ok{};
+           });
+  p.option("-b,--batch-size", "N", "prompt tokens per prefill forward (default: the whole prompt)",
+           [&a](const std::string& v) { return set_int(v, "-b", 1, kI32Max, a.n_batch); });
+  p.option("-ub,--ubatch-size", "N", "same as -b (the smaller of the two is used)",
+           [&a](const std::string& v) { return set_int(v, "-ub", 1, kI32Max, a.n_ubatch); });
+  p.option("-t,--threads", "N", "CPU threads; 0 or -1: every core (the default)",
+           [&a](const std::string& v) { return set_int(v, "-t", -1, kI32Max, a.n_threads); });
+  p.option("--stop,-r,--reverse-prompt", "TEXT", "stop string; generation ends before it",
+           [&a](const std::string& v) -> Status {
+             a.stop.push_back(v);
+             return Ok{};
+           },
+           /*repeatable=*/true);
+  p.flag("--ignore-eos", "keep generating past end-of-generation tokens",
+         [&a] { a.ignore_eos = true; });
+  add_kv_flags(p, a.kv);
+
+  p.section("sampling");
+  p.option("-s,--seed", "N", "sampling seed; -1: a random one, printed on stderr (42)",
+           [&a](const std::string& v) -> Status {
+             if (v == "-1") {
+               a.seed_random = true;
+               return Ok{};
+             }
+             MINFER_TRY(a.sampler.seed, parse_u64(v, "-s"));
+             a.seed_random = false;
+             return Ok{};
+           });
+  p.float_opt("--temp", "T", "temperature; 0: greedy (0.8)", sc.temp, 0.0f, FLT_MAX);
+  p.flag("--greedy", "greedy decoding (same as --temp 0)", [&a] { a.greedy = true; });
+  p.int_opt("--top-k", "K", "top-k; 0 disables (40)", sc.top_k, 0, kI32Max);
+  p.float_opt("--top-p", "P", "top-p; 1 disables (0.95)", sc.top_p, 0.0f, 1.0f);
+  p.float_opt("--min-p", "P", "min-p; 0 disables (0)", sc.min_p, 0.0f, 1.0f);
+  p.float_opt("--typical", "P", "locally typical sampling; 1 disables (1)", sc.typical_p, 0.0f,
+              1.0f);
+  p.float_opt("--repeat-penalty", "R", "repeat penalty; 1 disables (1.1)", sc.repeat_penalty, 0.0f,
+              FLT_MAX);
+  p.option("--repeat-last-n", "N", "penalty window in tokens; 0 disables, -1: the context (64)",
+           [&a](const std::string& v) { return set_int(v, "--repeat-last-n", -1, kI32Max,
+                                                       a.repeat_last_n); });
+  p.float_opt("--frequency-penalty", "F", "frequency penalty (0)", sc.frequency_penalty, -FLT_MAX,
+              FLT_MAX);
+  p.float_opt("--presence-penalty", "P", "presence penalty (0)", sc.presence_penalty, -FLT_MAX,
+              FLT_MAX);
+  p.option("--mirostat", "N", "mirostat: 0 off, 1 v1, 2 v2 (0)",
+           [&a](const std::string& v) -> Status {
+             MINFER_TRY(const int64_t n, parse_int(v, "--mirostat", 0, 2));
+             a.sampler.mirostat = static_cast<sample::Mirostat>(n);
+             return Ok{};
+           });
+  p.float_opt("--mirostat-lr", "ETA", "mirostat learning rate (0.1)", sc.mirostat_eta, 0.0f, 1.0f);
+  p.float_opt("--mirostat-ent", "TAU", "mirostat target entropy (5)", sc.mirostat_tau, 0.0f,
+              FLT_MAX);
+  p.float_opt("--dry-multiplier", "M", "DRY repetition penalty; 0 disables (0)", sc.dry_multiplier,
+              0.0f, FLT_MAX);
+  p.float_opt("--dry-base", "B", "DRY base (1.75)", sc.dry_base, 1.0f, FLT_MAX);
+  p.int_opt("--dry-allowed-length", "N", "DRY: repeats this long are free (2)",
+            sc.dry_allowed_length, 0, kI32Max);
+  p.option("--dry-penalty-last-n", "N", "DRY window; 0 disables DRY, -1: the context (64)",
+           [&a](const std::string& v) {
+             return set_int(v, "--dry-penalty-last-n", -1, kI32Max, a.dry_penalty_last_n);
+           });
+  p.option("--dry-sequence-breaker", "TEXT",
+           "text that resets DRY matching; 'none' clears the list (default: none)",
+           [&a](const std::string& v) -> Status {
+             a.dry_breakers_given = true;
+             if (v == "none") {
+               a.dry_breakers.clear();
+             } else {
+               a.dry_breakers.push_back(v);
+             }
+             return Ok{};
+           },
+           /*repeatable=*/true);
+  p.float_opt("--xtc-probability", "P", "XTC: chance to cut the top tokens; 0 disables (0)",
+              sc.xtc_probability, 0.0f, 1.0f);
+  p.float_opt("--xtc-threshold", "P", "XTC: probability a cut token must reach (0.5)",
+              sc.xtc_threshold, 0.0f, 0.5f);
+  p.option("--logit-bias", "ID(+|-)BIAS", "add BIAS to token ID's logit, e.g. 15043+1, 2-inf",
+           [&a](const std::string& v) { return add_logit_bias(v, a); }, /*repeatable=*/true);
+
+  p.section("output and debugging");
+  p.flag("-v,--verbose", "print the rendered prompt and the sampler settings on stderr",
+         [&a] { a.verbose = true; });
+  p.flag("--color", "colour the generated text when standard output is a terminal",
+         [&a] { a.color = true; });
+  p.string_opt("--dump-graph", "FILE", "write the runtime graph as Graphviz DOT, then exit",
+               a.dump_dot);
+  p.string_opt("--dump-graph-json", "FILE", "write the runtime graph as JSON, then exit",
+               a.dump_graph_json);
+  p.string_opt("--dump-logits", "FILE",
+               "write the raw f32 logits of every sampling step to this file", a.dump_logits);
+  p.string_opt("--dump-json", "FILE",
+               "write {prompt_ids, generated_ids, stopped_at_eog, stop} of the run", a.dump_json);
+
+  p.section("accepted for llama.cpp compatibility");
+  p.option("-ngl,--gpu-layers,--n-gpu-layers", "N", "no GPU backend in this build: ignored",
+           [&a](const std::string& v) -> Status {
+             int32_t n = 0;
+             MINFER_TRY_STATUS(set_int(v, "-ngl", -1, kI32Max, n));
+             a.notices.push_back(fmt::format(
+                 "-ngl {}: this build has no GPU backend; every layer runs on the CPU", v));
+             return Ok{};
+           });
+  p.optional_value("-fa,--flash-attn", {"on", "off", "auto"},
+                   "ignored: the CPU attention is always the fused online-softmax one",
+                   [&a](const std::string&) -> Status {
+                     a.notices.push_back(
+                         "-fa: ignored; the CPU attention always runs fused (flash-style)");
+                     return Ok{};
+                   });
+  p.flag("--no-mmap", "ignored: weights are always memory-mapped", [&a] {
+    a.notices.push_back("--no-mmap: ignored; this build always memory-maps the weights");
+  });
+  p.flag("--mlock", "lock the model's memory in RAM (mlockall; a warning if refused)",
+         [&a] { a.mlock = true; });
+  p.flag("--no-display-prompt", "accepted: the prompt is never echoed", [] {});
+  p.flag("--simple-io", "accepted: output is always plain", [] {});
+}
+
+std::string run_help() {
+  ArgParser p("minfer MODEL [PROMPT] [flags]");
+  RunArgs a;
+  add_run_flags(p, a);
+  return p.help();
+}
+
+}  // namespace minfer::cli
+
+namespace minfer::cli {
+
+Status prepare_run(RunArgs& a) {
+  if (a.greedy) a.sampler.temp = 0.0f;
+  if (a.seed_random) {
+    std::random_device rd;
+    a.sampler.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    fmt::print(stderr, "seed: {} (random; -s {} repeats this run)\n", a.sampler.seed,
+               a.sampler.seed);
+  }
+  a.n_threads = resolve_threads(a.n_threads);
+  if (a.n_batch > 0 && a.n_ubatch > 0) a.n_batch = std::min(a.n_batch, a.n_ubatch);
+  if (a.n_batch == 0) a.n_batch = a.n_ubatch;
+  if (a.dry_penalty_last_n == 0) a.sampler.dry_multiplier = 0.0f;  // llama.cpp: 0 disables DRY
+  if (a.repeat_last_n >= 0) a.sampler.repeat_last_n = a.repeat_last_n;
+  if (a.dry_penalty_last_n > 0) a.sampler.dry_penalty_last_n = a.dry_penalty_last_n;
+  if (auto st = a.sampler.validate(); !st.ok()) return st;
+  const std::pair<const std::string*, const char*> outputs[] = {
+      {&a.session, "--session"},        {&a.dump_json, "--dump-json"},
+      {&a.dump_logits, "--dump-logits"}, {&a.dump_dot, "--dump-graph"},
+      {&a.dump_graph_json, "--dump-graph-json"}};
+  for (const auto& [path, flag] : outputs) {
+    if (!path->empty()) MINFER_TRY_STATUS(check_writable(*path, flag));
+  }
+  for (const std::string& n : a.notices) fmt::print(stderr, "notice: {}\n", n);
+  return Ok{};
+}
+
+Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a,
+                                                    const std::string& model_arg) {
+  MINFER_TRY(const std::string path, resolve_model_path(model_arg));
+  fmt::print(stderr, "Loading model: {}\n", path);
+  MINFER_TRY(const engine::EngineOptions options, engine_options(a.n_threads, a.kv));
+  MINFER_TRY(std::unique_ptr<engine::Engine> e, open_engine(path, options));
+  if (!e->has_tokenizer()) {
+    return make_error("the model has no tokenizer metadata (tokenizer.ggml.*)");
+  }
+  if (a.mlock && ::mlockall(MCL_CURRENT) != 0) {
+    fmt::print(stderr, "warning: --mlock: mlockall failed: {} (the model stays pageable)\n",
+               std::strerror(errno));
+  }
+  return e;
+}
+
+Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::Tokenizer& tok) {
+  if (!a.chat_template.empty() && !a.template_file.empty()) {
+    return make_error("give --chat-template or --chat-template-file, not both");
+  }
+  std::string source;
+  if (!a.template_file.empty()) {
+    MINFER_TRY(source, read_input_file(a.template_file));
+    if (source.empty()) return make_error("--chat-template-file '" + a.template_file + "' is empty");
+  } else if (a.chat_template == "chatml") {
+    return chat::RendererChoice{.renderer = std::make_unique<chat::ChatMlRenderer>(),
+                                .fallback = false};
+  } else if (!a.chat_template.empty()) {
+    if (a.chat_template.find("{%") == std::string::npos &&
+        a.chat_template.find("{{") == std::string::npos) {
+      return make_error("--chat-template: unknown template name '" + a.chat_template +
+                        "' (known: chatml; or give the Jinja text itself, or "
+                        "--chat-template-file)");
+    }
+    source = a.chat_template;
+  }
+  chat::RendererChoice choice = chat::renderer_for(tok, source);
+  if (choice.fallback) {
+    fmt::print(stderr,
+               "Notice: this GGUF has no tokenizer.chat_template; using the generic ChatML "
+               "renderer\n");
+  }
+  MINFER_TRY_STATUS(chat::validate_renderer(*choice.renderer));
+  return choice;
+}
+
+Result<uint32_t> run_context(const RunArgs& a, const engine::Engine& e, uint32_t n_prompt) {
+  const uint32_t model_ctx = e.hparams().n_ctx_train;
+  uint32_t ctx = 0;
+  if (a.n_ctx) {
+    ctx = *a.n_ctx == 0 ? model_ctx : *a.n_ctx;
+    if (ctx > model_ctx) {
+      fmt::print(stderr, "notice: -c {} capped at {} (the model's context length)\n", ctx,
+                 model_ctx);
+      ctx = model_ctx;
+    }
+  } else {
+    const uint64_t want = static_cast<uint64_t>(n_prompt) +
+                          static_cast<uint64_t>(std::max<int32_t>(a.n_predict, 0));
+    ctx = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(4096, want), model_ctx));
+  }
+  if (n_prompt >= ctx) {
+    return make_error(fmt::format(
+        "the prompt has {} tokens but the context holds {}{}: no room to generate (a larger "
+        "-c, up to the model's {})",
+        n_prompt, ctx, a.n_ctx ? fmt::format(" (-c {})", *a.n_ctx) : "", model_ctx));
+  }
+  return ctx;
+}
+
+Status finish_sampler(RunArgs& a, const engine::Engine& e, uint32_t n_ctx) {
+  sample::SamplerConfig& sc = a.sampler;
+  if (a.repeat_last_n < 0) sc.repeat_last_n = static_cast<int32_t>(n_ctx);
+  if (a.dry_penalty_last_n == -1) sc.dry_penalty_last_n = static_cast<int32_t>(n_ctx);
+  sc.dry_sequence_breakers.clear();
+  for (const std::string& b : a.dry_breakers) {
+    MINFER_TRY(std::vector<tokenizer::TokenId> ids,
+               e.tokenizer().encode(b, {.add_special = false, .parse_special = false}));
+    if (!ids.empty()) sc.dry_sequence_breakers.push_back(std::move(ids));
+  }
+  MINFER_TRY_STATUS(sc.validate());
+  return sc.validate_for_vocab(e.tokenizer().n_vocab());
+}
+
+}  // namespace minfer::cli

@@ -1,0 +1,86 @@
+// Stage 18 (CLI): the flags of a model run — single-shot generation and the
+// conversation mode take the same table (llama.cpp's spellings next to minfer's), so a
+// command line means the same in both modes. docs/USAGE.md lists every flag.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "chat/renderer.h"
+#include "core/result.h"
+#include "engine/engine.h"
+#include "engine_flags.h"
+#include "sample/sampler_config.h"
+
+namespace minfer::cli {
+
+enum class RunMode : uint8_t { kAuto, kSingleShot, kConversation };
+
+struct RunArgs {
+  KvFlags kv;
+  std::vector<std::string> positionals;
+  std::string model_opt;                // -m
+  std::optional<std::string> prompt;    // -p (or the second positional)
+  std::string prompt_file;              // -f
+  std::string system;                   // -sys
+  std::string session;                  // --session
+  std::string template_file;            // --chat-template-file
+  std::string chat_template;            // --chat-template NAME|JINJA
+  std::vector<std::string> stop;        // --stop, -r
+  std::vector<std::string> dry_breakers;  // --dry-sequence-breaker (tokenized after load)
+  bool dry_breakers_given = false;
+  sample::SamplerConfig sampler;
+  bool seed_random = false;             // -s -1
+  int32_t repeat_last_n = 64;           // -1: the context size
+  int32_t dry_penalty_last_n = -2;      // -2: unset; -1: the context size
+  int32_t n_predict = 512;
+  std::optional<uint32_t> n_ctx;        // -c; 0: the model's context
+  int32_t n_threads = 0;                // <= 0: every core
+  int32_t n_batch = 0, n_ubatch = 0;    // 0: the whole prompt in one forward
+  bool greedy = false, no_template = false, ignore_eos = false, verbose = false,
+       color = false, mlock = false;
+  RunMode mode = RunMode::kAuto;
+  bool single_turn = false, multiline = false;
+  std::vector<std::string> notices;  // accepted flags this build cannot honour
+  std::string dump_dot, dump_graph_json, dump_logits, dump_json;
+};
+
+void add_run_flags(ArgParser& p, RunArgs& a);
+
+// `minfer MODEL -cnv [flags]`: the conversation mode (cmd_chat.cpp); run_generate
+// hands over the parsed flags.
+int run_chat(RunArgs& a);
+
+// The help text of `minfer MODEL [PROMPT] [flags]` (also printed by `minfer --help`).
+std::string run_help();
+
+// The thread count to use: <= 0 → every core; above the cores → capped, with a
+// notice on stderr.
+int32_t resolve_threads(int32_t requested);
+
+// Both modes, before the model is loaded: --greedy, -s -1 (the seed drawn and printed),
+// -t, the sampler's own checks, output paths writable (--session, --dump-*), and the
+// notices of accepted-but-ignored flags — all on stderr, each once.
+Status prepare_run(RunArgs& a);
+
+// "Loading model: ..." and Engine::open (via open_engine), then --mlock.
+Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a, const std::string& model_arg);
+
+// --chat-template NAME|JINJA, --chat-template-file, else the model's template (ChatML
+// with a notice when the GGUF has none).
+Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::Tokenizer& tok);
+
+// The KV size of a run. -c N: N (0: the model's context; above it: capped, with a
+// notice); no -c: 4096, grown to the prompt plus -n, capped by the model. A prompt
+// that leaves no position to generate into is an Error naming both numbers.
+Result<uint32_t> run_context(const RunArgs& a, const engine::Engine& e, uint32_t n_prompt);
+
+// What needs the model or the context: -1 windows (--repeat-last-n,
+// --dry-penalty-last-n) become n_ctx, DRY breakers are tokenized, and the config is
+// checked against the vocabulary.
+Status finish_sampler(RunArgs& a, const engine::Engine& e, uint32_t n_ctx);
+
+}  // namespace minfer::cli
