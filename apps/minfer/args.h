@@ -56,7 +56,7 @@ class ArgParser {
 
   struct Parsed {
     std::vector<std::string> positionals;
-    bool help = false;  // -h / --help was given
+    bool help = false;              // -h / --help was given
     std::vector<std::string> seen;  // the canonical (first) name of every flag given, in order
   };
   // Everything after `--` is positional. "-" alone is positional (stdin).

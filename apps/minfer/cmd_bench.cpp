@@ -12,19 +12,19 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <optional>
-#include <tuple>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "args.h"
 #include "commands.h"
-#include "run_flags.h"
 #include "engine/engine.h"
 #include "engine_flags.h"
 #include "model_path.h"
+#include "run_flags.h"
 
 namespace minfer::cli {
 namespace {
@@ -80,8 +80,8 @@ Result<std::vector<int32_t>> parse_list(const std::string& v, const char* what, 
   while (start <= v.size()) {
     size_t comma = v.find(',', start);
     if (comma == std::string::npos) comma = v.size();
-    MINFER_TRY(const int64_t n, parse_int(std::string_view(v).substr(start, comma - start), what,
-                                          lo, INT32_MAX));
+    MINFER_TRY(const int64_t n,
+               parse_int(std::string_view(v).substr(start, comma - start), what, lo, INT32_MAX));
     out.push_back(static_cast<int32_t>(n));
     start = comma + 1;
   }
@@ -164,8 +164,8 @@ int run_bench(const std::vector<std::string>& args) {
     const uint64_t want = n_ctx_opt ? *n_ctx_opt : static_cast<uint64_t>(max_p) + max_n + 16;
     const uint32_t ctx = static_cast<uint32_t>(std::min<uint64_t>(want, model_ctx));
     if (n_ctx_opt && *n_ctx_opt > model_ctx) {
-      return fail(fmt::format("bench: --n-ctx {} is beyond the model's context {}", *n_ctx_opt,
-                              model_ctx));
+      return fail(
+          fmt::format("bench: --n-ctx {} is beyond the model's context {}", *n_ctx_opt, model_ctx));
     }
     if (static_cast<uint32_t>(std::max(max_p, max_n)) > ctx) {
       return fail(fmt::format("bench: -p {} / -n {} do not fit the context ({}{})", max_p, max_n,
@@ -186,8 +186,8 @@ int run_bench(const std::vector<std::string>& args) {
         toks[static_cast<size_t>(i)] = synth(i);
         pos[static_cast<size_t>(i)] = i;
       }
-      BenchResult r{.test = fmt::format("pp{}", n_prompt), .n_prompt = n_prompt,
-                    .threads = e.n_threads()};
+      BenchResult r{
+          .test = fmt::format("pp{}", n_prompt), .n_prompt = n_prompt, .threads = e.n_threads()};
       for (int rep = -1; rep < reps; ++rep) {  // rep −1: warm-up
         e.clear_kv();
         const auto t0 = Clock::now();
@@ -251,9 +251,10 @@ int run_bench(const std::vector<std::string>& args) {
     std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     auto arr = nlohmann::ordered_json::array();
     for (const auto& r : results) {
-      nlohmann::ordered_json j{{"model", name},      {"size", size},          {"params", params},
-                               {"backend", backend}, {"threads", r.threads},  {"test", r.test},
-                               {"ts_mean", r.mean},  {"ts_stddev", r.stddev}, {"samples_ts", r.samples}};
+      nlohmann::ordered_json j{
+          {"model", name},      {"size", size},          {"params", params},
+          {"backend", backend}, {"threads", r.threads},  {"test", r.test},
+          {"ts_mean", r.mean},  {"ts_stddev", r.stddev}, {"samples_ts", r.samples}};
       if (r.gbps > 0) j["weight_gbps"] = r.gbps;
       j["build_commit"] = MINFER_GIT_COMMIT;
       j["model_filename"] = *path;

@@ -64,7 +64,8 @@ int run_generate(const std::vector<std::string>& args) {
   a.positionals = std::move(parsed->positionals);
   if (a.mode == RunMode::kConversation) return run_chat(a);
   if (!a.session.empty()) return fail("--session needs the conversation mode (-cnv)");
-  if (a.multiline) fmt::print(stderr, "notice: -mli only applies to the conversation mode (-cnv)\n");
+  if (a.multiline)
+    fmt::print(stderr, "notice: -mli only applies to the conversation mode (-cnv)\n");
   engine::GenerateOptions gen;
   const bool& no_template = a.no_template;
   const std::string& dump_dot = a.dump_dot;
@@ -86,7 +87,8 @@ int run_generate(const std::vector<std::string>& args) {
     return fail(fmt::format("unexpected argument '{}' (a prompt with spaces needs quotes)",
                             a.positionals[next]));
   }
-  if (!a.prompt_file.empty() && prompt_opt) return fail("give the prompt as text or with -f, not both");
+  if (!a.prompt_file.empty() && prompt_opt)
+    return fail("give the prompt as text or with -f, not both");
   if (no_template && !a.system.empty())
     return fail("--system needs the chat template (drop --no-template)");
   if (auto st = prepare_run(a); !st.ok()) return fail(st.error().message);
@@ -136,7 +138,8 @@ int run_generate(const std::vector<std::string>& args) {
   } else if (!a.chat_template.empty() || !a.template_file.empty()) {
     return fail("--chat-template needs the chat template (drop --no-template)");
   }
-  if (a.verbose) fmt::print(stderr, "[verbose] prompt text:\n{}\n[verbose] end of prompt\n", prompt);
+  if (a.verbose)
+    fmt::print(stderr, "[verbose] prompt text:\n{}\n[verbose] end of prompt\n", prompt);
   // parse_special: control-token text in a raw prompt (e.g. <|im_start|>) becomes those
   // tokens, as llama.cpp's completion tool does; a rendered prompt gets BOS unless the
   // template wrote it.
@@ -169,9 +172,9 @@ int run_generate(const std::vector<std::string>& args) {
                "dry {} (base {} allowed {} last {}) xtc {} (threshold {}) logit_bias {}\n",
                sc.seed, sc.temp, sc.top_k, sc.top_p, sc.min_p, sc.typical_p, sc.repeat_penalty,
                sc.repeat_last_n, sc.frequency_penalty, sc.presence_penalty,
-               static_cast<int>(sc.mirostat), sc.mirostat_tau, sc.mirostat_eta,
-               sc.dry_multiplier, sc.dry_base, sc.dry_allowed_length, sc.dry_penalty_last_n,
-               sc.xtc_probability, sc.xtc_threshold, sc.logit_bias.size());
+               static_cast<int>(sc.mirostat), sc.mirostat_tau, sc.mirostat_eta, sc.dry_multiplier,
+               sc.dry_base, sc.dry_allowed_length, sc.dry_penalty_last_n, sc.xtc_probability,
+               sc.xtc_threshold, sc.logit_bias.size());
   }
   fmt::print(stderr, "Prompt: {} tokens, n_ctx {}, threads {}\n", ids->size(), ctx, e.n_threads());
 

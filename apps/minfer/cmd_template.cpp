@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "args.h"
 #include "chat/renderer.h"
 #include "chat/template/template.h"
-#include "args.h"
 #include "commands.h"
 #include "files.h"
 #include "gguf/gguf.h"

@@ -75,8 +75,8 @@ Status check_writable(const std::string& path, const std::string& flag) {
     return make_error(flag + ": folder '" + dir.string() + "' of '" + path + "' does not exist");
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-    return make_error(flag + ": folder '" + dir.string() + "' is not writable: " +
-                      std::strerror(errno));
+    return make_error(flag + ": folder '" + dir.string() +
+                      "' is not writable: " + std::strerror(errno));
   }
   return Ok{};
 }

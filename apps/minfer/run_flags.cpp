@@ -4,7 +4,6 @@
 #include "run_flags.h"
 
 #include <fmt/core.h>
-
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -43,8 +42,8 @@ Status add_logit_bias(const std::string& v, RunArgs& a) {
     bias = num[0] == '-' ? -sample::kMaxLogitBias : sample::kMaxLogitBias;
     a.notices.push_back(fmt::format("--logit-bias {}: an infinite bias is applied as {}", v, bias));
   } else {
-    MINFER_TRY(bias, parse_float(num, "--logit-bias bias", -sample::kMaxLogitBias,
-                                 sample::kMaxLogitBias));
+    MINFER_TRY(
+        bias, parse_float(num, "--logit-bias bias", -sample::kMaxLogitBias, sample::kMaxLogitBias));
   }
   a.sampler.logit_bias.push_back({.id = static_cast<sample::TokenId>(id), .bias = bias});
   return Ok{};
@@ -103,7 +102,8 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
                "conversation: resume from / save to this file after every turn", a.session);
 
   p.section("generation");
-  p.option("-n,--n-predict,--predict", "N", "tokens to generate at most; -1: until the context is full (512)",
+  p.option("-n,--n-predict,--predict", "N",
+           "tokens to generate at most; -1: until the context is full (512)",
            [&a](const std::string& v) { return set_int(v, "-n", -1, kI32Max, a.n_predict); });
   p.option("-c,--ctx-size,--n-ctx", "N",
            "context size (KV cells); 0: the model's context (default 4096, grown to fit\n"
@@ -119,12 +119,13 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
            [&a](const std::string& v) { return set_int(v, "-ub", 1, kI32Max, a.n_ubatch); });
   p.option("-t,--threads", "N", "CPU threads; 0 or -1: every core (the default)",
            [&a](const std::string& v) { return set_int(v, "-t", -1, kI32Max, a.n_threads); });
-  p.option("--stop,-r,--reverse-prompt", "TEXT", "stop string; generation ends before it",
-           [&a](const std::string& v) -> Status {
-             a.stop.push_back(v);
-             return Ok{};
-           },
-           /*repeatable=*/true);
+  p.option(
+      "--stop,-r,--reverse-prompt", "TEXT", "stop string; generation ends before it",
+      [&a](const std::string& v) -> Status {
+        a.stop.push_back(v);
+        return Ok{};
+      },
+      /*repeatable=*/true);
   p.flag("--ignore-eos", "keep generating past end-of-generation tokens",
          [&a] { a.ignore_eos = true; });
   add_kv_flags(p, a.kv);
@@ -150,8 +151,9 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
   p.float_opt("--repeat-penalty", "R", "repeat penalty; 1 disables (1.1)", sc.repeat_penalty, 0.0f,
               FLT_MAX);
   p.option("--repeat-last-n", "N", "penalty window in tokens; 0 disables, -1: the context (64)",
-           [&a](const std::string& v) { return set_int(v, "--repeat-last-n", -1, kI32Max,
-                                                       a.repeat_last_n); });
+           [&a](const std::string& v) {
+             return set_int(v, "--repeat-last-n", -1, kI32Max, a.repeat_last_n);
+           });
   p.float_opt("--frequency-penalty", "F", "frequency penalty (0)", sc.frequency_penalty, -FLT_MAX,
               FLT_MAX);
   p.float_opt("--presence-penalty", "P", "presence penalty (0)", sc.presence_penalty, -FLT_MAX,
@@ -174,24 +176,26 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
            [&a](const std::string& v) {
              return set_int(v, "--dry-penalty-last-n", -1, kI32Max, a.dry_penalty_last_n);
            });
-  p.option("--dry-sequence-breaker", "TEXT",
-           "text that resets DRY matching; 'none' clears the list (default: none)",
-           [&a](const std::string& v) -> Status {
-             a.dry_breakers_given = true;
-             if (v == "none") {
-               a.dry_breakers.clear();
-             } else {
-               a.dry_breakers.push_back(v);
-             }
-             return Ok{};
-           },
-           /*repeatable=*/true);
+  p.option(
+      "--dry-sequence-breaker", "TEXT",
+      "text that resets DRY matching; 'none' clears the list (default: none)",
+      [&a](const std::string& v) -> Status {
+        a.dry_breakers_given = true;
+        if (v == "none") {
+          a.dry_breakers.clear();
+        } else {
+          a.dry_breakers.push_back(v);
+        }
+        return Ok{};
+      },
+      /*repeatable=*/true);
   p.float_opt("--xtc-probability", "P", "XTC: chance to cut the top tokens; 0 disables (0)",
               sc.xtc_probability, 0.0f, 1.0f);
   p.float_opt("--xtc-threshold", "P", "XTC: probability a cut token must reach (0.5)",
               sc.xtc_threshold, 0.0f, 0.5f);
-  p.option("--logit-bias", "ID(+|-)BIAS", "add BIAS to token ID's logit, e.g. 15043+1, 2-inf",
-           [&a](const std::string& v) { return add_logit_bias(v, a); }, /*repeatable=*/true);
+  p.option(
+      "--logit-bias", "ID(+|-)BIAS", "add BIAS to token ID's logit, e.g. 15043+1, 2-inf",
+      [&a](const std::string& v) { return add_logit_bias(v, a); }, /*repeatable=*/true);
 
   p.section("output and debugging");
   p.flag("-v,--verbose", "print the rendered prompt and the sampler settings on stderr",
@@ -216,13 +220,13 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
                  "-ngl {}: this build has no GPU backend; every layer runs on the CPU", v));
              return Ok{};
            });
-  p.optional_value("-fa,--flash-attn", {"on", "off", "auto"},
-                   "ignored: the CPU attention is always the fused online-softmax one",
-                   [&a](const std::string&) -> Status {
-                     a.notices.push_back(
-                         "-fa: ignored; the CPU attention always runs fused (flash-style)");
-                     return Ok{};
-                   });
+  p.optional_value(
+      "-fa,--flash-attn", {"on", "off", "auto"},
+      "ignored: the CPU attention is always the fused online-softmax one",
+      [&a](const std::string&) -> Status {
+        a.notices.push_back("-fa: ignored; the CPU attention always runs fused (flash-style)");
+        return Ok{};
+      });
   p.flag("--no-mmap", "ignored: weights are always memory-mapped", [&a] {
     a.notices.push_back("--no-mmap: ignored; this build always memory-maps the weights");
   });
@@ -259,8 +263,10 @@ Status prepare_run(RunArgs& a) {
   if (a.dry_penalty_last_n > 0) a.sampler.dry_penalty_last_n = a.dry_penalty_last_n;
   if (auto st = a.sampler.validate(); !st.ok()) return st;
   const std::pair<const std::string*, const char*> outputs[] = {
-      {&a.session, "--session"},        {&a.dump_json, "--dump-json"},
-      {&a.dump_logits, "--dump-logits"}, {&a.dump_dot, "--dump-graph"},
+      {&a.session, "--session"},
+      {&a.dump_json, "--dump-json"},
+      {&a.dump_logits, "--dump-logits"},
+      {&a.dump_dot, "--dump-graph"},
       {&a.dump_graph_json, "--dump-graph-json"}};
   for (const auto& [path, flag] : outputs) {
     if (!path->empty()) MINFER_TRY_STATUS(check_writable(*path, flag));
@@ -292,7 +298,8 @@ Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::
   std::string source;
   if (!a.template_file.empty()) {
     MINFER_TRY(source, read_input_file(a.template_file));
-    if (source.empty()) return make_error("--chat-template-file '" + a.template_file + "' is empty");
+    if (source.empty())
+      return make_error("--chat-template-file '" + a.template_file + "' is empty");
   } else if (a.chat_template == "chatml") {
     return chat::RendererChoice{.renderer = std::make_unique<chat::ChatMlRenderer>(),
                                 .fallback = false};
@@ -326,8 +333,8 @@ Result<uint32_t> run_context(const RunArgs& a, const engine::Engine& e, uint32_t
       ctx = model_ctx;
     }
   } else {
-    const uint64_t want = static_cast<uint64_t>(n_prompt) +
-                          static_cast<uint64_t>(std::max<int32_t>(a.n_predict, 0));
+    const uint64_t want =
+        static_cast<uint64_t>(n_prompt) + static_cast<uint64_t>(std::max<int32_t>(a.n_predict, 0));
     ctx = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(4096, want), model_ctx));
   }
   if (n_prompt >= ctx) {

@@ -22,26 +22,26 @@ enum class RunMode : uint8_t { kAuto, kSingleShot, kConversation };
 struct RunArgs {
   KvFlags kv;
   std::vector<std::string> positionals;
-  std::string model_opt;                // -m
-  std::optional<std::string> prompt;    // -p (or the second positional)
-  std::string prompt_file;              // -f
-  std::string system;                   // -sys
-  std::string session;                  // --session
-  std::string template_file;            // --chat-template-file
-  std::string chat_template;            // --chat-template NAME|JINJA
-  std::vector<std::string> stop;        // --stop, -r
+  std::string model_opt;                  // -m
+  std::optional<std::string> prompt;      // -p (or the second positional)
+  std::string prompt_file;                // -f
+  std::string system;                     // -sys
+  std::string session;                    // --session
+  std::string template_file;              // --chat-template-file
+  std::string chat_template;              // --chat-template NAME|JINJA
+  std::vector<std::string> stop;          // --stop, -r
   std::vector<std::string> dry_breakers;  // --dry-sequence-breaker (tokenized after load)
   bool dry_breakers_given = false;
   sample::SamplerConfig sampler;
-  bool seed_random = false;             // -s -1
-  int32_t repeat_last_n = 64;           // -1: the context size
-  int32_t dry_penalty_last_n = -2;      // -2: unset; -1: the context size
+  bool seed_random = false;         // -s -1
+  int32_t repeat_last_n = 64;       // -1: the context size
+  int32_t dry_penalty_last_n = -2;  // -2: unset; -1: the context size
   int32_t n_predict = 512;
-  std::optional<uint32_t> n_ctx;        // -c; 0: the model's context
-  int32_t n_threads = 0;                // <= 0: every core
-  int32_t n_batch = 0, n_ubatch = 0;    // 0: the whole prompt in one forward
-  bool greedy = false, no_template = false, ignore_eos = false, verbose = false,
-       color = false, mlock = false;
+  std::optional<uint32_t> n_ctx;      // -c; 0: the model's context
+  int32_t n_threads = 0;              // <= 0: every core
+  int32_t n_batch = 0, n_ubatch = 0;  // 0: the whole prompt in one forward
+  bool greedy = false, no_template = false, ignore_eos = false, verbose = false, color = false,
+       mlock = false;
   RunMode mode = RunMode::kAuto;
   bool single_turn = false, multiline = false;
   std::vector<std::string> notices;  // accepted flags this build cannot honour

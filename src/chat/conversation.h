@@ -147,7 +147,7 @@ class Conversation {
   ConversationOptions options_;
   engine::TokenBytes token_bytes_;
   engine::StopMatcher stop_;
-  std::vector<float> masked_;          // --ignore-eos: the logits with EOG ids at -inf
+  std::vector<float> masked_;  // --ignore-eos: the logits with EOG ids at -inf
   std::vector<TokenId> eog_ids_;
 
   std::vector<Message> messages_;  // canonical history (system first if any)

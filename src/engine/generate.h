@@ -39,7 +39,7 @@ struct GenerateOptions {
   // -b/-ub: prompt tokens per prefill forward; 0: the whole prompt in one. The
   // output bytes do not depend on it (ARCHITECTURE §2 invariant 8).
   int32_t n_batch = 0;
-  bool timing = false;            // MINFER_TIMING: split sampling vs forward time
+  bool timing = false;  // MINFER_TIMING: split sampling vs forward time
   // Called with the raw logits (F32 [n_vocab]) each time the loop samples, before the
   // sampler sees them — step 0 is the last prompt position; the step that samples an
   // end-of-generation token is included. For golden dumps and tracing.

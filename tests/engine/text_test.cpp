@@ -1,12 +1,12 @@
 // Stage 15 tests (the text path): StopMatcher holds back a possible stop-string start
 // and never returns a byte of a stop string; Utf8Emitter writes only valid UTF-8, with
 // U+FFFD for every maximal invalid subpart. Bars: exact bytes.
+#include "engine/text.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
-
-#include "engine/text.h"
 
 namespace minfer::engine {
 namespace {
@@ -87,13 +87,17 @@ TEST(Utf8Emitter, ValidTextAndSplitCharactersPassUnchanged) {
 
 TEST(Utf8Emitter, InvalidBytesBecomeReplacementCharacters) {
   const std::string r = kFffd;
-  EXPECT_EQ(emit({"a\xFF" "b"}), "a" + r + "b");             // never valid
-  EXPECT_EQ(emit({"\x80"}), r);                             // stray continuation
-  EXPECT_EQ(emit({"\xC0\xAF"}), r + r);                     // overlong lead
-  EXPECT_EQ(emit({"\xE2\x82" "x"}), r + "x");               // lead cut short: one subpart
-  EXPECT_EQ(emit({"\xED\xA0\x80"}), r + r + r);             // surrogate
-  EXPECT_EQ(emit({"\xF4\x90\x80\x80"}), r + r + r + r);     // above U+10FFFF
-  EXPECT_EQ(emit({"ok\xE2\x82"}), "ok" + r);                // unfinished at the end
+  EXPECT_EQ(emit({"a\xFF"
+                  "b"}),
+            "a" + r + "b");              // never valid
+  EXPECT_EQ(emit({"\x80"}), r);          // stray continuation
+  EXPECT_EQ(emit({"\xC0\xAF"}), r + r);  // overlong lead
+  EXPECT_EQ(emit({"\xE2\x82"
+                  "x"}),
+            r + "x");                                    // lead cut short: one subpart
+  EXPECT_EQ(emit({"\xED\xA0\x80"}), r + r + r);          // surrogate
+  EXPECT_EQ(emit({"\xF4\x90\x80\x80"}), r + r + r + r);  // above U+10FFFF
+  EXPECT_EQ(emit({"ok\xE2\x82"}), "ok" + r);             // unfinished at the end
 }
 
 TEST(Utf8Emitter, SinkNeverSeesInvalidUtf8) {
