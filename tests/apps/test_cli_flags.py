@@ -422,3 +422,12 @@ def test_escaped_exceptions_become_an_error_exit():
         r = minfer(*args, timeout=30)
         assert r.returncode in (0, 1), (args, r.returncode, r.stderr.decode())
         assert r.returncode >= 0
+
+
+@needs_model
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a worker thread to fail to start")
+def test_thread_creation_failure_is_an_error_not_an_abort():
+    # A stack limit larger than the address-space limit makes pthread_create fail.
+    r = subprocess.run(["bash", "-c", f"ulimit -s 8000000; ulimit -v 6000000; exec '{BIN}' '{MODEL}' hi "
+                        "-n 2 -t 2 --greedy"], capture_output=True, timeout=120)
+    usage_error(r, "cannot start 2 worker thread(s)")
