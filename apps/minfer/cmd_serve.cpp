@@ -1,11 +1,12 @@
 // Stage 18 (CLI): `minfer serve MODEL [flags]` — flags only; the server lives in
 // src/server (docs/USAGE.md "Server").
-#include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "commands.h"
 #include "engine_flags.h"
 #include "model_path.h"
@@ -14,52 +15,50 @@
 namespace minfer::cli {
 
 int run_serve(const std::vector<std::string>& args) {
-  CLI::App app{"minfer serve: OpenAI-compatible HTTP server", "minfer serve"};
+  ArgParser p("minfer serve MODEL [flags]");
   std::string model_arg;
   server::ServerOptions o;
-  int n_threads = 0;
-  uint32_t slots = 4, n_ctx = 2048;
-  app.add_option("model", model_arg, "GGUF path or a file name in the model cache");
-  app.add_option("--host", o.host, "address to bind (loopback by default)")->capture_default_str();
-  app.add_option("--port", o.port, "TCP port (0: any free port, printed at startup)")
-      ->capture_default_str();
-  app.add_option("--slots,--n-slots,--parallel", slots,
-                 "requests decoded together (one KV sequence each); also -np")
-      ->capture_default_str();
-  app.add_option("-c,--n-ctx", n_ctx, "positions one request may use (prompt + completion); "
-                                      "the KV arena holds slots x n-ctx cells")
-      ->capture_default_str();
-  app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY'");
-  app.add_option("-t,--threads", n_threads, "CPU threads (0: all cores)")->capture_default_str();
-  app.add_option("--max-queue", o.scheduler.max_queue,
-                 "requests that may wait for a slot; more get 429")
-      ->capture_default_str();
-  app.add_option("-b,--batch-size", o.scheduler.step_tokens,
-                 "tokens per forward step (decode rows + prefill chunks)")
-      ->capture_default_str();
-  app.add_option("--drain-ms", o.drain_ms,
-                 "after SIGINT/SIGTERM, how long in-flight requests may finish")
-      ->capture_default_str();
-  app.add_option("--alias", o.model_id, "model id reported by /v1/models (default: file name)");
+  int32_t n_threads = 0, slots = 4, n_ctx = 2048, port = o.port, max_queue = 64, step = 512;
+  int32_t drain_ms = o.drain_ms;
+  p.string_opt("-m,--model", "PATH", "GGUF path or a file name in the model cache", model_arg);
+  p.string_opt("--host", "ADDR", "address to bind (127.0.0.1: loopback only)", o.host);
+  p.int_opt("--port", "N", "TCP port; 0 picks a free one, printed at startup (8080)", port, 0,
+            65535);
+  p.int_opt("--slots,--n-slots,-np,--parallel", "N",
+            "requests decoded together, one KV sequence each (4)", slots, 1, kv::kMaxSeqs);
+  p.int_opt("-c,--n-ctx,--ctx-size", "N",
+            "positions one request may use, prompt + completion; the KV arena holds "
+            "slots x N cells (2048)",
+            n_ctx, 2, INT32_MAX);
+  p.string_opt("--api-key", "KEY", "require 'Authorization: Bearer KEY' (all but /health)",
+               o.api_key);
+  p.int_opt("-t,--threads", "N", "CPU threads; 0: every core (0)", n_threads, 0, 4096);
+  p.int_opt("--max-queue", "N", "requests that may wait for a slot; more get 429 (64)", max_queue,
+            0, 1 << 20);
+  p.int_opt("-b,--batch-size", "N", "rows per forward step: decode rows + prefill chunks (512)",
+            step, 16, 1 << 16);
+  p.int_opt("--drain-ms", "N", "after SIGINT/SIGTERM, how long requests may finish (30000)",
+            drain_ms, 0, INT32_MAX);
+  p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
+               o.model_id);
   KvFlags kv;
-  add_kv_flags(app, kv);
-  try {
-    std::vector<std::string> rev(args.rbegin(), args.rend());
-    // llama-server's -np: CLI11 takes one-letter short names only.
-    for (std::string& a : rev) {
-      if (a == "-np") a = "--parallel";
-    }
-    app.parse(rev);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+  add_kv_flags(p, kv);
+  auto parsed = p.parse(args);
+  if (!parsed) return fail(parsed.error().message);
+  if (parsed->help) {
+    std::fputs(p.help().c_str(), stdout);
+    return 0;
   }
-  if (slots < 1 || slots > kv::kMaxSeqs) {
-    return fail("serve: --slots must be in [1, " + std::to_string(kv::kMaxSeqs) + "]");
+  if (parsed->positionals.size() > 1 || (!parsed->positionals.empty() && !model_arg.empty())) {
+    return fail("serve: one MODEL (positional or -m)");
   }
-  if (n_ctx < 2) return fail("serve: --n-ctx must be >= 2");
-  if (o.scheduler.step_tokens < 16) return fail("serve: --batch-size must be >= 16");
-  if (o.port < 0 || o.port > 65535) return fail("serve: --port must be in [0, 65535]");
-  if (o.drain_ms < 0) return fail("serve: --drain-ms must be >= 0");
+  if (!parsed->positionals.empty()) model_arg = parsed->positionals[0];
+  o.port = port;
+  o.drain_ms = drain_ms;
+  o.scheduler.n_slots = static_cast<uint32_t>(slots);
+  o.scheduler.n_ctx = static_cast<uint32_t>(n_ctx);
+  o.scheduler.max_queue = static_cast<uint32_t>(max_queue);
+  o.scheduler.step_tokens = static_cast<uint32_t>(step);
 
   // Before the engine starts its worker threads: they must not take SIGINT/SIGTERM.
   server::block_shutdown_signals();
@@ -69,12 +68,11 @@ int run_serve(const std::vector<std::string>& args) {
   if (!options) return fail(options.error().message);
   auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
-  if (n_ctx > (*eng)->hparams().n_ctx_train && (*eng)->hparams().n_ctx_train > 0) {
+  const uint32_t n_ctx_train = (*eng)->hparams().n_ctx_train;
+  if (n_ctx_train > 0 && o.scheduler.n_ctx > n_ctx_train) {
     return fail("serve: --n-ctx " + std::to_string(n_ctx) + " is past the model's context length " +
-                std::to_string((*eng)->hparams().n_ctx_train));
+                std::to_string(n_ctx_train));
   }
-  o.scheduler.n_slots = slots;
-  o.scheduler.n_ctx = n_ctx;
   if (o.model_id.empty()) o.model_id = std::filesystem::path(*path).filename().string();
   if (auto st = server::serve(**eng, o); !st.ok()) return fail(st.error().message);
   return 0;
