@@ -162,6 +162,9 @@ int run_chat(RunArgs& a) {
     first = std::move(*text);
     if (!first->empty() && first->back() == '\n') first->pop_back();
   }
+  for (const std::string* dump : {&a.dump_dot, &a.dump_graph_json, &a.dump_logits, &a.dump_json}) {
+    if (!dump->empty()) return fail("the --dump-* flags apply to single-shot generation, not -cnv");
+  }
   if (auto st = prepare_run(a); !st.ok()) return fail(st.error().message);
 
   auto eng = load_engine(a, model_arg);

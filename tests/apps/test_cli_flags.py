@@ -431,3 +431,10 @@ def test_thread_creation_failure_is_an_error_not_an_abort():
     r = subprocess.run(["bash", "-c", f"ulimit -s 8000000; ulimit -v 6000000; exec '{BIN}' '{MODEL}' hi "
                         "-n 2 -t 2 --greedy"], capture_output=True, timeout=120)
     usage_error(r, "cannot start 2 worker thread(s)")
+
+
+def test_flags_of_the_other_mode_are_refused_not_ignored(tmp_path):
+    usage_error(minfer("model.gguf", "-cnv", "--dump-json", tmp_path / "o.json"),
+                "--dump-* flags apply to single-shot generation")
+    usage_error(minfer("model.gguf", "hi", "--session", tmp_path / "s"),
+                "--session needs the conversation mode (-cnv)")
