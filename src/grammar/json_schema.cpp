@@ -1,0 +1,555 @@
+// Stage 14b: JSON Schema → GBNF (json_schema.h). Each schema node becomes a named
+// rule; $refs become rules named after their target so recursive schemas work.
+// The primitive rules and the bounded whitespace follow the shape of llama.cpp's
+// converter (common/json-schema-to-grammar.cpp); the object layout (required
+// properties, then optional ones, then additional ones, each in schema order) too.
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "grammar/json_schema.h"
+#include "grammar/schema_internal.h"
+
+namespace minfer::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+const std::map<std::string, std::string>& primitives() {
+  static const std::map<std::string, std::string> p = {
+      {"ws", "| \" \" | \"\\n\" [ \\t]{0,20}"},
+      {"boolean", "(\"true\" | \"false\") ws"},
+      {"null", "\"null\" ws"},
+      {"char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})"},
+      {"string", "\"\\\"\" char* \"\\\"\" ws"},
+      {"integral-part", "\"0\" | [1-9] [0-9]{0,15}"},
+      {"decimal-part", "[0-9]{1,16}"},
+      {"integer", "\"-\"? integral-part ws"},
+      {"number",
+       "\"-\"? integral-part (\".\" decimal-part)? ([eE] [-+]? integral-part)? ws"},
+      {"value", "object | array | string | number | boolean | null"},
+      {"object",
+       "\"{\" ws (string \":\" ws value (\",\" ws string \":\" ws value)*)? \"}\" ws"},
+      {"array", "\"[\" ws (value (\",\" ws value)*)? \"]\" ws"},
+      {"date", "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"},
+      {"time",
+       "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? "
+       "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"},
+      {"date-time", "date \"T\" time"},
+      {"uuid",
+       "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
+       "[0-9a-fA-F]{12}"},
+  };
+  return p;
+}
+
+// Rules each primitive uses.
+const std::map<std::string, std::vector<std::string>>& primitive_deps() {
+  static const std::map<std::string, std::vector<std::string>> d = {
+      {"boolean", {"ws"}},
+      {"null", {"ws"}},
+      {"string", {"char", "ws"}},
+      {"integer", {"integral-part", "ws"}},
+      {"number", {"integral-part", "decimal-part", "ws"}},
+      {"value", {"object", "array", "string", "number", "boolean", "null"}},
+      {"object", {"ws", "string", "value"}},
+      {"array", {"ws", "value"}},
+      {"date-time", {"date", "time"}},
+  };
+  return d;
+}
+
+// Keywords that only annotate (they never change which documents are valid).
+const std::set<std::string>& annotations() {
+  static const std::set<std::string> a = {
+      "$schema", "$id",       "$comment", "title",    "description", "examples",
+      "default", "deprecated", "readOnly", "writeOnly", "$defs",      "definitions",
+      "strict",  "$anchor"};
+  return a;
+}
+
+class Converter {
+ public:
+  explicit Converter(const Json& root) : root_(root) {}
+
+  Result<std::string> run() {
+    MINFER_TRY(std::string body, visit(root_, "root-value", 0));
+    rules_["root"] = body;
+    std::string out = "root ::= " + body + "\n";
+    for (const auto& [name, b] : rules_) {
+      if (name != "root") out += name + " ::= " + b + "\n";
+    }
+    return out;
+  }
+
+ private:
+  // Makes a primitive rule (and what it uses) part of the output; returns its name.
+  std::string use(const std::string& name) {
+    if (rules_.count(name)) return name;
+    rules_[name] = primitives().at(name);
+    auto it = primitive_deps().find(name);
+    if (it != primitive_deps().end()) {
+      for (const auto& d : it->second) use(d);
+    }
+    return name;
+  }
+
+  // A new rule named after `hint` (made unique); returns its name.
+  std::string add_rule(const std::string& hint, const std::string& body) {
+    std::string base;
+    for (char c : hint) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+      if (ok) {
+        base += c;
+      } else if (base.empty() || base.back() != '-') {
+        base += '-';
+      }
+    }
+    if (base.empty() || base == "-") base = "r";
+    std::string name = base;
+    for (int i = 2; rules_.count(name) || primitives().count(name); ++i) {
+      if (rules_.count(name) && rules_[name] == body) return name;
+      name = base + "-" + std::to_string(i);
+    }
+    rules_[name] = body;
+    return name;
+  }
+
+  static Error unsupported(const std::string& kw, const std::string& path) {
+    return make_error("JSON Schema: unsupported keyword '" + kw + "' at " + path);
+  }
+
+  Status check_keywords(const Json& s, const std::set<std::string>& allowed,
+                        const std::string& path) {
+    for (const auto& [k, v] : s.items()) {
+      if (annotations().count(k) || allowed.count(k)) continue;
+      return unsupported(k, path);
+    }
+    return Ok{};
+  }
+
+  static std::string json_literal(const Json& v) { return schema::literal(v.dump()); }
+
+  Result<const Json*> resolve(const std::string& ref, const std::string& path) {
+    if (ref == "#") return &root_;
+    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+      const std::string p = prefix;
+      if (ref.rfind(p, 0) != 0) continue;
+      const std::string key = p.substr(2, p.size() - 3);
+      const std::string name = ref.substr(p.size());
+      if (root_.contains(key) && root_[key].is_object() && root_[key].contains(name)) {
+        return &root_[key][name];
+      }
+      return make_error("JSON Schema: $ref '" + ref + "' at " + path + " does not resolve");
+    }
+    return make_error("JSON Schema: $ref '" + ref + "' at " + path +
+                      " is not supported (only #, #/$defs/... and #/definitions/...)");
+  }
+
+  Result<std::string> visit(const Json& s, const std::string& path, int depth) {
+    if (depth > 256) return make_error("JSON Schema: nested deeper than 256 at " + path);
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return use("value");
+      return make_error("JSON Schema: 'false' at " + path + " matches nothing");
+    }
+    if (!s.is_object()) return make_error("JSON Schema: a schema must be an object at " + path);
+
+    if (s.contains("$ref")) {
+      MINFER_TRY_STATUS(check_keywords(s, {"$ref"}, path));
+      if (!s["$ref"].is_string()) return make_error("JSON Schema: $ref must be a string at " + path);
+      const std::string ref = s["$ref"].get<std::string>();
+      auto it = refs_.find(ref);
+      if (it != refs_.end()) return it->second;
+      MINFER_TRY(const Json* target, resolve(ref, path));
+      const std::string name = add_rule("ref-" + ref.substr(ref.rfind('/') + 1), "<pending " + ref + ">");
+      refs_[ref] = name;
+      MINFER_TRY(std::string body, visit(*target, ref, depth + 1));
+      rules_[name] = body;
+      return name;
+    }
+    if (s.contains("const")) {
+      MINFER_TRY_STATUS(check_keywords(s, {"const", "type"}, path));
+      return json_literal(s["const"]) + " " + use("ws");
+    }
+    if (s.contains("enum")) {
+      MINFER_TRY_STATUS(check_keywords(s, {"enum", "type"}, path));
+      if (!s["enum"].is_array() || s["enum"].empty()) {
+        return make_error("JSON Schema: enum must be a non-empty array at " + path);
+      }
+      std::string out = "(";
+      for (size_t i = 0; i < s["enum"].size(); ++i) {
+        out += (i ? " | " : "") + json_literal(s["enum"][i]);
+      }
+      return out + ") " + use("ws");
+    }
+    for (const char* kw : {"anyOf", "oneOf"}) {
+      if (!s.contains(kw)) continue;
+      MINFER_TRY_STATUS(check_keywords(s, {kw, "type"}, path));
+      const Json& alts = s[kw];
+      if (!alts.is_array() || alts.empty()) {
+        return make_error(std::string("JSON Schema: ") + kw + " must be a non-empty array at " + path);
+      }
+      std::string out = "(";
+      for (size_t i = 0; i < alts.size(); ++i) {
+        MINFER_TRY(std::string a, visit(alts[i], path + "/" + kw + "/" + std::to_string(i), depth + 1));
+        out += (i ? " | " : "") + a;
+      }
+      return add_rule(path, out + ")");
+    }
+    if (s.contains("allOf")) return visit_all_of(s, path, depth);
+
+    bool nullable = false;
+    if (s.contains("nullable")) {
+      if (!s["nullable"].is_boolean()) return make_error("JSON Schema: nullable must be a boolean at " + path);
+      nullable = s["nullable"].get<bool>();
+    }
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const Json& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array()) {
+        for (const auto& x : t) {
+          if (!x.is_string()) return make_error("JSON Schema: type must be strings at " + path);
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        return make_error("JSON Schema: type must be a string or an array at " + path);
+      }
+    } else if (s.contains("properties") || s.contains("additionalProperties") ||
+               s.contains("required")) {
+      types.push_back("object");
+    } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
+               s.contains("maxItems")) {
+      types.push_back("array");
+    } else if (s.contains("pattern") || s.contains("format") || s.contains("minLength") ||
+               s.contains("maxLength")) {
+      types.push_back("string");
+    } else if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+               s.contains("exclusiveMaximum")) {
+      types.push_back("number");
+    }
+    if (types.empty()) {
+      MINFER_TRY_STATUS(check_keywords(s, {"nullable"}, path));
+      return use("value");
+    }
+    if (nullable && std::find(types.begin(), types.end(), "null") == types.end()) {
+      types.push_back("null");
+    }
+    std::vector<std::string> alts;
+    for (const auto& t : types) {
+      MINFER_TRY(std::string a, visit_type(s, t, path, depth));
+      alts.push_back(a);
+    }
+    if (alts.size() == 1) return alts[0];
+    std::string out = "(";
+    for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+    return add_rule(path, out + ")");
+  }
+
+  // Keywords valid next to `type` (a keyword for another type is ignored, as the spec
+  // says, but must still be one we know).
+  static const std::set<std::string>& typed_keywords() {
+    static const std::set<std::string> k = {
+        "type", "nullable", "properties", "required", "additionalProperties", "items",
+        "prefixItems", "minItems", "maxItems", "pattern", "format", "minLength", "maxLength",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    return k;
+  }
+
+  Result<std::string> visit_type(const Json& s, const std::string& t, const std::string& path,
+                                 int depth) {
+    MINFER_TRY_STATUS(check_keywords(s, typed_keywords(), path));
+    if (t == "null") return use("null");
+    if (t == "boolean") return use("boolean");
+    if (t == "string") return visit_string(s, path);
+    if (t == "integer") return visit_integer(s, path);
+    if (t == "number") {
+      for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        if (s.contains(kw)) {
+          return make_error(std::string("JSON Schema: '") + kw + "' on type number at " + path +
+                            " is not supported (only on integer)");
+        }
+      }
+      return use("number");
+    }
+    if (t == "array") return visit_array(s, path, depth);
+    if (t == "object") {
+      std::vector<std::pair<std::string, const Json*>> props;
+      if (s.contains("properties")) {
+        if (!s["properties"].is_object()) return make_error("JSON Schema: properties must be an object at " + path);
+        for (const auto& [k, v] : s["properties"].items()) props.emplace_back(k, &v);
+      }
+      std::set<std::string> required;
+      if (s.contains("required")) {
+        if (!s["required"].is_array()) return make_error("JSON Schema: required must be an array at " + path);
+        for (const auto& r : s["required"]) {
+          if (!r.is_string()) return make_error("JSON Schema: required must list strings at " + path);
+          required.insert(r.get<std::string>());
+        }
+      }
+      const Json* additional = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
+      return build_object(props, required, additional, path, depth);
+    }
+    return make_error("JSON Schema: unknown type '" + t + "' at " + path);
+  }
+
+  Result<std::string> visit_string(const Json& s, const std::string& path) {
+    const bool has_len = s.contains("minLength") || s.contains("maxLength");
+    if (s.contains("format")) {
+      if (s.contains("pattern") || has_len) {
+        return make_error("JSON Schema: 'format' with 'pattern' or a length at " + path + " is not supported");
+      }
+      const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
+      if (f != "date" && f != "time" && f != "date-time" && f != "uuid") {
+        return make_error("JSON Schema: unsupported format '" + f + "' at " + path +
+                          " (supported: date, time, date-time, uuid)");
+      }
+      return add_rule(f + "-string", "\"\\\"\" " + use(f) + " \"\\\"\" " + use("ws"));
+    }
+    if (s.contains("pattern")) {
+      if (has_len) return make_error("JSON Schema: 'pattern' with a length at " + path + " is not supported");
+      if (!s["pattern"].is_string()) return make_error("JSON Schema: pattern must be a string at " + path);
+      MINFER_TRY(std::string e, schema::pattern_to_gbnf(s["pattern"].get<std::string>()));
+      return add_rule(path + "-pattern", "\"\\\"\" " + e + " \"\\\"\" " + use("ws"));
+    }
+    if (has_len) {
+      MINFER_TRY(const uint64_t lo, count(s, "minLength", 0, path));
+      MINFER_TRY(const uint64_t hi, count(s, "maxLength", UINT64_MAX, path));
+      if (hi < lo) return make_error("JSON Schema: maxLength < minLength at " + path);
+      use("ws");
+      return add_rule(path + "-string", "\"\\\"\" " + use("char") + repeat(lo, hi) + " \"\\\"\" ws");
+    }
+    return use("string");
+  }
+
+  static std::string repeat(uint64_t lo, uint64_t hi) {
+    if (hi == UINT64_MAX) return lo == 0 ? "*" : lo == 1 ? "+" : "{" + std::to_string(lo) + ",}";
+    if (lo == hi) return "{" + std::to_string(lo) + "}";
+    return "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+  }
+
+  static Result<uint64_t> count(const Json& s, const char* kw, uint64_t dflt, const std::string& path) {
+    if (!s.contains(kw)) return dflt;
+    const Json& v = s[kw];
+    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
+      return make_error(std::string("JSON Schema: ") + kw + " must be an integer at " + path);
+    }
+    const double d = v.get<double>();
+    if (d < 0) return make_error(std::string("JSON Schema: ") + kw + " must be >= 0 at " + path);
+    if (d > kMaxRepetition) {
+      return make_error(std::string("JSON Schema: ") + kw + " larger than " +
+                        std::to_string(kMaxRepetition) + " at " + path + " is not supported");
+    }
+    return static_cast<uint64_t>(d);
+  }
+
+  Result<std::string> visit_integer(const Json& s, const std::string& path) {
+    std::optional<int64_t> lo, hi;
+    constexpr double kLimit = 1e17;
+    for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(kw)) continue;
+      const Json& v = s[kw];
+      if (!v.is_number()) return make_error(std::string("JSON Schema: ") + kw + " must be a number at " + path);
+      const double d = v.get<double>();
+      if (std::fabs(d) > kLimit) {
+        return make_error(std::string("JSON Schema: ") + kw + " beyond 1e17 at " + path + " is not supported");
+      }
+      const std::string k = kw;
+      if (k == "minimum" || k == "exclusiveMinimum") {
+        auto b = static_cast<int64_t>(k == "minimum" ? std::ceil(d) : std::floor(d) + 1);
+        lo = lo ? std::max(*lo, b) : b;
+      } else {
+        auto b = static_cast<int64_t>(k == "maximum" ? std::floor(d) : std::ceil(d) - 1);
+        hi = hi ? std::min(*hi, b) : b;
+      }
+    }
+    if (!lo && !hi) return use("integer");
+    if (lo && hi && *lo > *hi) return make_error("JSON Schema: empty integer range at " + path);
+    return add_rule(path + "-int", schema::int_range(lo, hi) + " " + use("ws"));
+  }
+
+  Result<std::string> visit_array(const Json& s, const std::string& path, int depth) {
+    use("ws");
+    const Json* tuple = nullptr;
+    if (s.contains("prefixItems")) {
+      if (s.contains("items") && !(s["items"].is_boolean() && !s["items"].get<bool>())) {
+        return make_error("JSON Schema: prefixItems with items at " + path + " is not supported");
+      }
+      tuple = &s["prefixItems"];
+    } else if (s.contains("items") && s["items"].is_array()) {
+      tuple = &s["items"];
+    }
+    if (tuple) {
+      if (!tuple->is_array()) return make_error("JSON Schema: prefixItems must be an array at " + path);
+      if (s.contains("minItems") || s.contains("maxItems")) {
+        return make_error("JSON Schema: minItems/maxItems with a tuple at " + path + " is not supported");
+      }
+      std::string out = "\"[\" ws";
+      for (size_t i = 0; i < tuple->size(); ++i) {
+        MINFER_TRY(std::string item, visit((*tuple)[i], path + "/" + std::to_string(i), depth + 1));
+        out += (i ? " \",\" ws " : " ") + item;
+      }
+      return add_rule(path + "-tuple", out + " \"]\" ws");
+    }
+    std::string item = use("value");
+    if (s.contains("items")) {
+      MINFER_TRY(item, visit(s["items"], path + "/items", depth + 1));
+    }
+    MINFER_TRY(const uint64_t lo, count(s, "minItems", 0, path));
+    MINFER_TRY(const uint64_t hi, count(s, "maxItems", UINT64_MAX, path));
+    if (hi < lo) return make_error("JSON Schema: maxItems < minItems at " + path);
+    std::string body = "\"[\" ws ";
+    if (hi == 0) {
+      body += "\"]\" ws";
+    } else {
+      const uint64_t more_lo = lo == 0 ? 0 : lo - 1;
+      const uint64_t more_hi = hi == UINT64_MAX ? UINT64_MAX : hi - 1;
+      std::string list = item;
+      if (more_hi > 0) list += " (\",\" ws " + item + ")" + repeat(more_lo, more_hi);
+      body += lo == 0 ? "(" + list + ")? \"]\" ws" : list + " \"]\" ws";
+    }
+    return add_rule(path + "-array", body);
+  }
+
+  Result<std::string> visit_all_of(const Json& s, const std::string& path, int depth) {
+    MINFER_TRY_STATUS(check_keywords(s, {"allOf", "type", "properties", "required", "additionalProperties"}, path));
+    std::vector<std::pair<std::string, const Json*>> props;
+    std::set<std::string> required;
+    const Json* additional = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
+    std::vector<const Json*> parts = {&s};
+    for (const auto& p : s["allOf"]) parts.push_back(&p);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Json* p = parts[i];
+      int hops = 0;
+      while (p->is_object() && p->contains("$ref")) {
+        if (++hops > 32) return make_error("JSON Schema: $ref chain too long at " + path);
+        MINFER_TRY(p, resolve((*p)["$ref"].get<std::string>(), path));
+      }
+      if (!p->is_object()) return make_error("JSON Schema: allOf items must be objects at " + path);
+      if (i > 0) {
+        for (const auto& [k, v] : p->items()) {
+          if (annotations().count(k) || k == "properties" || k == "required" ||
+              (k == "type" && v == "object")) {
+            continue;
+          }
+          return make_error("JSON Schema: allOf at " + path + " supports only object schemas "
+                            "(properties, required); found '" + k + "'");
+        }
+      }
+      if (p->contains("properties")) {
+        for (const auto& [k, v] : (*p)["properties"].items()) {
+          bool seen = false;
+          for (const auto& e : props) seen = seen || e.first == k;
+          if (seen) return make_error("JSON Schema: allOf at " + path + " defines property '" + k + "' twice");
+          props.emplace_back(k, &v);
+        }
+      }
+      if (p->contains("required")) {
+        for (const auto& r : (*p)["required"]) required.insert(r.get<std::string>());
+      }
+    }
+    return build_object(props, required, additional, path, depth);
+  }
+
+  Result<std::string> build_object(const std::vector<std::pair<std::string, const Json*>>& props,
+                                   const std::set<std::string>& required, const Json* additional,
+                                   const std::string& path, int depth) {
+    use("ws");
+    static const Json kAny = Json::object();
+    // Required ones first, then the optional ones, each in schema order.
+    std::vector<std::pair<std::string, const Json*>> order;
+    std::vector<bool> is_req;
+    for (const auto& p : props) {
+      if (required.count(p.first)) {
+        order.push_back(p);
+        is_req.push_back(true);
+      }
+    }
+    for (const auto& r : required) {
+      bool declared = false;
+      for (const auto& p : props) declared = declared || p.first == r;
+      if (!declared) {
+        order.emplace_back(r, &kAny);
+        is_req.push_back(true);
+      }
+    }
+    for (const auto& p : props) {
+      if (!required.count(p.first)) {
+        order.push_back(p);
+        is_req.push_back(false);
+      }
+    }
+    std::vector<std::string> kvs;
+    for (const auto& [name, sub] : order) {
+      MINFER_TRY(std::string v, visit(*sub, path + "/" + name, depth + 1));
+      kvs.push_back(add_rule(path + "-" + name + "-kv",
+                             json_literal(Json(name)) + " ws \":\" ws " + v));
+    }
+    // Additional properties: allowed when additionalProperties is true or a schema, or
+    // when it is absent and no property is declared ({"type": "object"}).
+    std::string extra;
+    const bool allow_extra = additional ? !(additional->is_boolean() && !additional->get<bool>())
+                                        : props.empty() && required.empty();
+    if (allow_extra) {
+      std::string value = use("value");
+      if (additional && additional->is_object()) {
+        MINFER_TRY(value, visit(*additional, path + "/additionalProperties", depth + 1));
+      }
+      std::vector<std::string> names;
+      for (const auto& o : order) names.push_back(o.first);
+      const std::string key = names.empty() ? use("string")
+                                            : add_rule(path + "-additional-key",
+                                                       schema::string_not_in(names) + " ws");
+      use("char");
+      extra = add_rule(path + "-additional-kv", key + " \":\" ws " + value);
+    }
+    // S_j: items j.. with none written yet; T_j: items j.. after one was written.
+    const size_t n = kvs.size();
+    std::vector<std::string> t(n + 1), sname(n + 1);
+    t[n] = extra.empty() ? "" : add_rule(path + "-rest", "(\",\" ws " + extra + ")*");
+    sname[n] = extra.empty() ? "" : add_rule(path + "-first", "(" + extra + " (\",\" ws " + extra + ")*)?");
+    for (size_t j = n; j-- > 0;) {
+      const std::string tail = t[j + 1].empty() ? "" : " " + t[j + 1];
+      const std::string body_t = is_req[j] ? "\",\" ws " + kvs[j] + tail
+                                           : "(\",\" ws " + kvs[j] + ")?" + tail;
+      t[j] = add_rule(path + "-after-" + std::to_string(j), body_t);
+      std::string body_s = kvs[j] + (t[j + 1].empty() ? "" : " " + t[j + 1]);
+      if (!is_req[j]) body_s += sname[j + 1].empty() ? " | \"\"" : " | " + sname[j + 1];
+      sname[j] = add_rule(path + "-from-" + std::to_string(j), body_s);
+    }
+    const std::string inner = sname[0].empty() ? "" : sname[0] + " ";
+    return add_rule(path + "-object", "\"{\" ws " + inner + "\"}\" ws");
+  }
+
+  const Json& root_;
+  std::map<std::string, std::string> rules_;
+  std::map<std::string, std::string> refs_;
+};
+
+}  // namespace
+
+Result<std::string> json_schema_to_gbnf(std::string_view schema) {
+  Json root;
+  try {
+    root = Json::parse(schema.begin(), schema.end());
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(std::string("JSON Schema: not valid JSON: ") + e.what());
+  }
+  Converter c(root);
+  return c.run();
+}
+
+std::string json_object_gbnf() {
+  std::string out = "root ::= object\n";
+  for (const char* name : {"object", "value", "array", "string", "char", "number",
+                           "integral-part", "decimal-part", "boolean", "null", "ws"}) {
+    out += std::string(name) + " ::= " + primitives().at(name) + "\n";
+  }
+  return out;
+}
+
+}  // namespace minfer::grammar
