@@ -16,8 +16,8 @@ namespace minfer::grammar {
 namespace {
 
 bool is_name_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_';
 }
 
 int hex_value(char c) {
@@ -127,16 +127,29 @@ class Parser {
       pos_ += 2;
       int n_hex = 0;
       switch (e) {
-        case 'x': n_hex = 2; break;
-        case 'u': n_hex = 4; break;
-        case 'U': n_hex = 8; break;
-        case 't': return uint32_t{'\t'};
-        case 'n': return uint32_t{'\n'};
-        case 'r': return uint32_t{'\r'};
-        case '\\': return uint32_t{'\\'};
-        case '"': return uint32_t{'"'};
-        case '[': return uint32_t{'['};
-        case ']': return uint32_t{']'};
+        case 'x':
+          n_hex = 2;
+          break;
+        case 'u':
+          n_hex = 4;
+          break;
+        case 'U':
+          n_hex = 8;
+          break;
+        case 't':
+          return uint32_t{'\t'};
+        case 'n':
+          return uint32_t{'\n'};
+        case 'r':
+          return uint32_t{'\r'};
+        case '\\':
+          return uint32_t{'\\'};
+        case '"':
+          return uint32_t{'"'};
+        case '[':
+          return uint32_t{'['};
+        case ']':
+          return uint32_t{']'};
         default:
           return err(start, std::string("bad escape '\\") + e +
                                 "' (known: \\x \\u \\U \\t \\n \\r \\\\ \\\" \\[ \\])");
@@ -233,8 +246,8 @@ class Parser {
         const size_t after = pos_;
         skip_space(nested);
         if (src_.substr(pos_, 3) == "::=") {
-          return err(at, "expected a newline before the definition of rule '" +
-                             std::string(name) + "'");
+          return err(
+              at, "expected a newline before the definition of rule '" + std::string(name) + "'");
         }
         pos_ = after;
         last_start = out.size();
@@ -251,9 +264,9 @@ class Parser {
         MINFER_TRY_STATUS(parse_alternates(sub, true, depth + 1, body));
         skip_space(true);
         if (peek() != ')') {
-          return err(at, eof() ? std::string("unbalanced '(': missing ')'")
-                               : std::string("unbalanced '(': expected ')', found '") + peek() +
-                                     "'");
+          return err(at, eof()
+                             ? std::string("unbalanced '(': missing ')'")
+                             : std::string("unbalanced '(': expected ')', found '") + peek() + "'");
         }
         ++pos_;
         b_.set_body(sub, std::move(body));
@@ -413,8 +426,8 @@ uint32_t Grammar::Builder::add_class(CharClass c) {
   return id;
 }
 
-Status Grammar::Builder::repeat(uint32_t rule, size_t at, std::vector<Elem>& out,
-                                size_t last_start, uint32_t min, int64_t max) {
+Status Grammar::Builder::repeat(uint32_t rule, size_t at, std::vector<Elem>& out, size_t last_start,
+                                uint32_t min, int64_t max) {
   std::vector<Elem> item(out.begin() + static_cast<std::ptrdiff_t>(last_start), out.end());
   out.resize(last_start);
   if (item.empty() || max == 0) return Ok{};

@@ -31,7 +31,9 @@ bool CharClass::intersects(uint32_t lo, uint32_t hi) const {
 
 namespace {
 
-bool ends_alt(ElemKind k) { return k == ElemKind::kEnd || k == ElemKind::kAlt; }
+bool ends_alt(ElemKind k) {
+  return k == ElemKind::kEnd || k == ElemKind::kAlt;
+}
 
 struct Edge {
   uint32_t to;

@@ -44,10 +44,10 @@ struct CharClass {
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
 // Limits that make hostile grammars fail loudly instead of exhausting memory.
-constexpr uint32_t kMaxRepetition = 4096;       // m and n of x{m,n}
-constexpr size_t kMaxGrammarElems = 1u << 22;   // elements after expanding repetitions
-constexpr uint32_t kMaxNesting = 512;           // parenthesis depth
-constexpr size_t kMaxStacksPerState = 1u << 14; // pushdown stacks in one matcher state
+constexpr uint32_t kMaxRepetition = 4096;        // m and n of x{m,n}
+constexpr size_t kMaxGrammarElems = 1u << 22;    // elements after expanding repetitions
+constexpr uint32_t kMaxNesting = 512;            // parenthesis depth
+constexpr size_t kMaxStacksPerState = 1u << 14;  // pushdown stacks in one matcher state
 
 class Grammar {
  public:
@@ -80,9 +80,9 @@ class Grammar {
 
 // A partially decoded UTF-8 sequence: `need` continuation bytes still to come.
 struct Utf8Partial {
-  uint32_t acc = 0;   // bits decoded so far
-  uint8_t need = 0;   // 0: no partial sequence
-  uint8_t len = 0;    // total length of the sequence (2..4)
+  uint32_t acc = 0;  // bits decoded so far
+  uint8_t need = 0;  // 0: no partial sequence
+  uint8_t len = 0;   // total length of the sequence (2..4)
   bool operator==(const Utf8Partial&) const = default;
 };
 
@@ -115,16 +115,29 @@ class StateTable {
   MatchState step_code_point(int32_t set, uint32_t cp);
   // The set contains an empty stack: the input so far is a whole sentence.
   bool set_can_end(int32_t set) const { return sets_[static_cast<size_t>(set)].can_end; }
-  bool can_end(MatchState s) const { return !s.dead() && s.partial.need == 0 && set_can_end(s.set); }
+  bool can_end(MatchState s) const {
+    return !s.dead() && s.partial.need == 0 && set_can_end(s.set);
+  }
   size_t n_sets() const { return sets_.size(); }
   size_t set_size(int32_t set) const { return sets_[static_cast<size_t>(set)].stacks.size(); }
   // Set once a limit was hit (kMaxStacksPerState); every later step is dead.
   const std::optional<Error>& error() const { return error_; }
 
+  // The byte automaton: every (stack set, partial code point) state seen gets an id
+  // with 256 memoised byte transitions, so the mask walk costs one load per trie node.
+  int32_t dfa_id(MatchState s);  // s must not be dead
+  MatchState dfa_state(int32_t d) const { return dstates_[static_cast<size_t>(d)]; }
+  // Next id, or -1 for a dead end.
+  int32_t dfa_step(int32_t d, uint8_t byte) {
+    const int32_t t = trans_[(static_cast<size_t>(d) << 8) | byte];
+    return t != kUnknown ? t : dfa_step_slow(d, byte);
+  }
+  size_t n_dfa_states() const { return dstates_.size(); }
+
  private:
   using Stack = std::vector<uint32_t>;  // element positions; top (back) is a kChars
   struct Set {
-    std::vector<Stack> stacks;  // sorted, unique
+    std::vector<Stack> stacks;          // sorted, unique
     std::vector<uint32_t> top_classes;  // sorted unique class ids of the tops
     bool can_end = false;
     std::vector<int32_t> ascii;  // 128 memoised transitions (kUnknown until computed)
@@ -136,12 +149,16 @@ class StateTable {
   // Expands the stacks until every top is a character class; interns the result.
   int32_t close_and_intern(std::vector<Stack> seeds);
   bool partial_viable(int32_t set, const Utf8Partial& p) const;
+  int32_t dfa_step_slow(int32_t d, uint8_t byte);
 
   std::shared_ptr<const Grammar> grammar_;
   std::vector<Set> sets_;
   std::unordered_map<uint64_t, std::vector<int32_t>> by_hash_;
   int32_t initial_ = -1;
   std::optional<Error> error_;
+  std::vector<MatchState> dstates_;
+  std::unordered_map<uint64_t, int32_t> dfa_ids_;
+  std::vector<int32_t> trans_;  // 256 per dfa state
 };
 
 // Advances over bytes; copies are cheap (they share the table).

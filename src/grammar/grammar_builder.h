@@ -39,8 +39,8 @@ struct Grammar::Builder {
   void set_body(uint32_t rule, std::vector<Elem> body);
   uint32_t add_class(CharClass c);
   // Replaces out[last_start..] (one item) by its repetition {min, max}; max < 0: unbounded.
-  Status repeat(uint32_t rule, size_t at, std::vector<Elem>& out, size_t last_start,
-                uint32_t min, int64_t max);
+  Status repeat(uint32_t rule, size_t at, std::vector<Elem>& out, size_t last_start, uint32_t min,
+                int64_t max);
 };
 
 // Sorted, merged ranges; complemented over [0, U+10FFFF] when negated.

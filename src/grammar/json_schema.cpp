@@ -3,6 +3,8 @@
 // The primitive rules and the bounded whitespace follow the shape of llama.cpp's
 // converter (common/json-schema-to-grammar.cpp); the object layout (required
 // properties, then optional ones, then additional ones, each in schema order) too.
+#include "grammar/json_schema.h"
+
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "grammar/json_schema.h"
 #include "grammar/schema_internal.h"
 
 namespace minfer::grammar {
@@ -28,13 +29,12 @@ const std::map<std::string, std::string>& primitives() {
       {"integral-part", "\"0\" | [1-9] [0-9]{0,15}"},
       {"decimal-part", "[0-9]{1,16}"},
       {"integer", "\"-\"? integral-part ws"},
-      {"number",
-       "\"-\"? integral-part (\".\" decimal-part)? ([eE] [-+]? integral-part)? ws"},
+      {"number", "\"-\"? integral-part (\".\" decimal-part)? ([eE] [-+]? integral-part)? ws"},
       {"value", "object | array | string | number | boolean | null"},
-      {"object",
-       "\"{\" ws (string \":\" ws value (\",\" ws string \":\" ws value)*)? \"}\" ws"},
+      {"object", "\"{\" ws (string \":\" ws value (\",\" ws string \":\" ws value)*)? \"}\" ws"},
       {"array", "\"[\" ws (value (\",\" ws value)*)? \"]\" ws"},
-      {"date", "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"},
+      {"date",
+       "[0-9]{4} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01])"},
       {"time",
        "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,9})? "
        "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])"},
@@ -65,9 +65,8 @@ const std::map<std::string, std::vector<std::string>>& primitive_deps() {
 // Keywords that only annotate (they never change which documents are valid).
 const std::set<std::string>& annotations() {
   static const std::set<std::string> a = {
-      "$schema", "$id",       "$comment", "title",    "description", "examples",
-      "default", "deprecated", "readOnly", "writeOnly", "$defs",      "definitions",
-      "strict",  "$anchor"};
+      "$schema",    "$id",      "$comment",  "title", "description", "examples", "default",
+      "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "strict",   "$anchor"};
   return a;
 }
 
@@ -159,12 +158,14 @@ class Converter {
 
     if (s.contains("$ref")) {
       MINFER_TRY_STATUS(check_keywords(s, {"$ref"}, path));
-      if (!s["$ref"].is_string()) return make_error("JSON Schema: $ref must be a string at " + path);
+      if (!s["$ref"].is_string())
+        return make_error("JSON Schema: $ref must be a string at " + path);
       const std::string ref = s["$ref"].get<std::string>();
       auto it = refs_.find(ref);
       if (it != refs_.end()) return it->second;
       MINFER_TRY(const Json* target, resolve(ref, path));
-      const std::string name = add_rule("ref-" + ref.substr(ref.rfind('/') + 1), "<pending " + ref + ">");
+      const std::string name =
+          add_rule("ref-" + ref.substr(ref.rfind('/') + 1), "<pending " + ref + ">");
       refs_[ref] = name;
       MINFER_TRY(std::string body, visit(*target, ref, depth + 1));
       rules_[name] = body;
@@ -190,11 +191,13 @@ class Converter {
       MINFER_TRY_STATUS(check_keywords(s, {kw, "type"}, path));
       const Json& alts = s[kw];
       if (!alts.is_array() || alts.empty()) {
-        return make_error(std::string("JSON Schema: ") + kw + " must be a non-empty array at " + path);
+        return make_error(std::string("JSON Schema: ") + kw + " must be a non-empty array at " +
+                          path);
       }
       std::string out = "(";
       for (size_t i = 0; i < alts.size(); ++i) {
-        MINFER_TRY(std::string a, visit(alts[i], path + "/" + kw + "/" + std::to_string(i), depth + 1));
+        MINFER_TRY(std::string a,
+                   visit(alts[i], path + "/" + kw + "/" + std::to_string(i), depth + 1));
         out += (i ? " | " : "") + a;
       }
       return add_rule(path, out + ")");
@@ -203,7 +206,8 @@ class Converter {
 
     bool nullable = false;
     if (s.contains("nullable")) {
-      if (!s["nullable"].is_boolean()) return make_error("JSON Schema: nullable must be a boolean at " + path);
+      if (!s["nullable"].is_boolean())
+        return make_error("JSON Schema: nullable must be a boolean at " + path);
       nullable = s["nullable"].get<bool>();
     }
     std::vector<std::string> types;
@@ -253,10 +257,23 @@ class Converter {
   // Keywords valid next to `type` (a keyword for another type is ignored, as the spec
   // says, but must still be one we know).
   static const std::set<std::string>& typed_keywords() {
-    static const std::set<std::string> k = {
-        "type", "nullable", "properties", "required", "additionalProperties", "items",
-        "prefixItems", "minItems", "maxItems", "pattern", "format", "minLength", "maxLength",
-        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    static const std::set<std::string> k = {"type",
+                                            "nullable",
+                                            "properties",
+                                            "required",
+                                            "additionalProperties",
+                                            "items",
+                                            "prefixItems",
+                                            "minItems",
+                                            "maxItems",
+                                            "pattern",
+                                            "format",
+                                            "minLength",
+                                            "maxLength",
+                                            "minimum",
+                                            "maximum",
+                                            "exclusiveMinimum",
+                                            "exclusiveMaximum"};
     return k;
   }
 
@@ -280,18 +297,22 @@ class Converter {
     if (t == "object") {
       std::vector<std::pair<std::string, const Json*>> props;
       if (s.contains("properties")) {
-        if (!s["properties"].is_object()) return make_error("JSON Schema: properties must be an object at " + path);
+        if (!s["properties"].is_object())
+          return make_error("JSON Schema: properties must be an object at " + path);
         for (const auto& [k, v] : s["properties"].items()) props.emplace_back(k, &v);
       }
       std::set<std::string> required;
       if (s.contains("required")) {
-        if (!s["required"].is_array()) return make_error("JSON Schema: required must be an array at " + path);
+        if (!s["required"].is_array())
+          return make_error("JSON Schema: required must be an array at " + path);
         for (const auto& r : s["required"]) {
-          if (!r.is_string()) return make_error("JSON Schema: required must list strings at " + path);
+          if (!r.is_string())
+            return make_error("JSON Schema: required must list strings at " + path);
           required.insert(r.get<std::string>());
         }
       }
-      const Json* additional = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
+      const Json* additional =
+          s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
       return build_object(props, required, additional, path, depth);
     }
     return make_error("JSON Schema: unknown type '" + t + "' at " + path);
@@ -301,7 +322,8 @@ class Converter {
     const bool has_len = s.contains("minLength") || s.contains("maxLength");
     if (s.contains("format")) {
       if (s.contains("pattern") || has_len) {
-        return make_error("JSON Schema: 'format' with 'pattern' or a length at " + path + " is not supported");
+        return make_error("JSON Schema: 'format' with 'pattern' or a length at " + path +
+                          " is not supported");
       }
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
       if (f != "date" && f != "time" && f != "date-time" && f != "uuid") {
@@ -311,8 +333,10 @@ class Converter {
       return add_rule(f + "-string", "\"\\\"\" " + use(f) + " \"\\\"\" " + use("ws"));
     }
     if (s.contains("pattern")) {
-      if (has_len) return make_error("JSON Schema: 'pattern' with a length at " + path + " is not supported");
-      if (!s["pattern"].is_string()) return make_error("JSON Schema: pattern must be a string at " + path);
+      if (has_len)
+        return make_error("JSON Schema: 'pattern' with a length at " + path + " is not supported");
+      if (!s["pattern"].is_string())
+        return make_error("JSON Schema: pattern must be a string at " + path);
       MINFER_TRY(std::string e, schema::pattern_to_gbnf(s["pattern"].get<std::string>()));
       return add_rule(path + "-pattern", "\"\\\"\" " + e + " \"\\\"\" " + use("ws"));
     }
@@ -321,7 +345,8 @@ class Converter {
       MINFER_TRY(const uint64_t hi, count(s, "maxLength", UINT64_MAX, path));
       if (hi < lo) return make_error("JSON Schema: maxLength < minLength at " + path);
       use("ws");
-      return add_rule(path + "-string", "\"\\\"\" " + use("char") + repeat(lo, hi) + " \"\\\"\" ws");
+      return add_rule(path + "-string",
+                      "\"\\\"\" " + use("char") + repeat(lo, hi) + " \"\\\"\" ws");
     }
     return use("string");
   }
@@ -332,10 +357,12 @@ class Converter {
     return "{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
   }
 
-  static Result<uint64_t> count(const Json& s, const char* kw, uint64_t dflt, const std::string& path) {
+  static Result<uint64_t> count(const Json& s, const char* kw, uint64_t dflt,
+                                const std::string& path) {
     if (!s.contains(kw)) return dflt;
     const Json& v = s[kw];
-    if (!v.is_number_integer() && !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
+    if (!v.is_number_integer() &&
+        !(v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())) {
       return make_error(std::string("JSON Schema: ") + kw + " must be an integer at " + path);
     }
     const double d = v.get<double>();
@@ -353,10 +380,12 @@ class Converter {
     for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
       if (!s.contains(kw)) continue;
       const Json& v = s[kw];
-      if (!v.is_number()) return make_error(std::string("JSON Schema: ") + kw + " must be a number at " + path);
+      if (!v.is_number())
+        return make_error(std::string("JSON Schema: ") + kw + " must be a number at " + path);
       const double d = v.get<double>();
       if (std::fabs(d) > kLimit) {
-        return make_error(std::string("JSON Schema: ") + kw + " beyond 1e17 at " + path + " is not supported");
+        return make_error(std::string("JSON Schema: ") + kw + " beyond 1e17 at " + path +
+                          " is not supported");
       }
       const std::string k = kw;
       if (k == "minimum" || k == "exclusiveMinimum") {
@@ -384,9 +413,11 @@ class Converter {
       tuple = &s["items"];
     }
     if (tuple) {
-      if (!tuple->is_array()) return make_error("JSON Schema: prefixItems must be an array at " + path);
+      if (!tuple->is_array())
+        return make_error("JSON Schema: prefixItems must be an array at " + path);
       if (s.contains("minItems") || s.contains("maxItems")) {
-        return make_error("JSON Schema: minItems/maxItems with a tuple at " + path + " is not supported");
+        return make_error("JSON Schema: minItems/maxItems with a tuple at " + path +
+                          " is not supported");
       }
       std::string out = "\"[\" ws";
       for (size_t i = 0; i < tuple->size(); ++i) {
@@ -416,10 +447,12 @@ class Converter {
   }
 
   Result<std::string> visit_all_of(const Json& s, const std::string& path, int depth) {
-    MINFER_TRY_STATUS(check_keywords(s, {"allOf", "type", "properties", "required", "additionalProperties"}, path));
+    MINFER_TRY_STATUS(check_keywords(
+        s, {"allOf", "type", "properties", "required", "additionalProperties"}, path));
     std::vector<std::pair<std::string, const Json*>> props;
     std::set<std::string> required;
-    const Json* additional = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
+    const Json* additional =
+        s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
     std::vector<const Json*> parts = {&s};
     for (const auto& p : s["allOf"]) parts.push_back(&p);
     for (size_t i = 0; i < parts.size(); ++i) {
@@ -436,15 +469,19 @@ class Converter {
               (k == "type" && v == "object")) {
             continue;
           }
-          return make_error("JSON Schema: allOf at " + path + " supports only object schemas "
-                            "(properties, required); found '" + k + "'");
+          return make_error("JSON Schema: allOf at " + path +
+                            " supports only object schemas "
+                            "(properties, required); found '" +
+                            k + "'");
         }
       }
       if (p->contains("properties")) {
         for (const auto& [k, v] : (*p)["properties"].items()) {
           bool seen = false;
           for (const auto& e : props) seen = seen || e.first == k;
-          if (seen) return make_error("JSON Schema: allOf at " + path + " defines property '" + k + "' twice");
+          if (seen)
+            return make_error("JSON Schema: allOf at " + path + " defines property '" + k +
+                              "' twice");
           props.emplace_back(k, &v);
         }
       }
@@ -486,8 +523,8 @@ class Converter {
     std::vector<std::string> kvs;
     for (const auto& [name, sub] : order) {
       MINFER_TRY(std::string v, visit(*sub, path + "/" + name, depth + 1));
-      kvs.push_back(add_rule(path + "-" + name + "-kv",
-                             json_literal(Json(name)) + " ws \":\" ws " + v));
+      kvs.push_back(
+          add_rule(path + "-" + name + "-kv", json_literal(Json(name)) + " ws \":\" ws " + v));
     }
     // Additional properties: allowed when additionalProperties is true or a schema, or
     // when it is absent and no property is declared ({"type": "object"}).
@@ -501,9 +538,9 @@ class Converter {
       }
       std::vector<std::string> names;
       for (const auto& o : order) names.push_back(o.first);
-      const std::string key = names.empty() ? use("string")
-                                            : add_rule(path + "-additional-key",
-                                                       schema::string_not_in(names) + " ws");
+      const std::string key =
+          names.empty() ? use("string")
+                        : add_rule(path + "-additional-key", schema::string_not_in(names) + " ws");
       use("char");
       extra = add_rule(path + "-additional-kv", key + " \":\" ws " + value);
     }
@@ -511,11 +548,13 @@ class Converter {
     const size_t n = kvs.size();
     std::vector<std::string> t(n + 1), sname(n + 1);
     t[n] = extra.empty() ? "" : add_rule(path + "-rest", "(\",\" ws " + extra + ")*");
-    sname[n] = extra.empty() ? "" : add_rule(path + "-first", "(" + extra + " (\",\" ws " + extra + ")*)?");
+    sname[n] = extra.empty()
+                   ? ""
+                   : add_rule(path + "-first", "(" + extra + " (\",\" ws " + extra + ")*)?");
     for (size_t j = n; j-- > 0;) {
       const std::string tail = t[j + 1].empty() ? "" : " " + t[j + 1];
-      const std::string body_t = is_req[j] ? "\",\" ws " + kvs[j] + tail
-                                           : "(\",\" ws " + kvs[j] + ")?" + tail;
+      const std::string body_t =
+          is_req[j] ? "\",\" ws " + kvs[j] + tail : "(\",\" ws " + kvs[j] + ")?" + tail;
       t[j] = add_rule(path + "-after-" + std::to_string(j), body_t);
       std::string body_s = kvs[j] + (t[j + 1].empty() ? "" : " " + t[j + 1]);
       if (!is_req[j]) body_s += sname[j + 1].empty() ? " | \"\"" : " | " + sname[j + 1];
@@ -545,8 +584,8 @@ Result<std::string> json_schema_to_gbnf(std::string_view schema) {
 
 std::string json_object_gbnf() {
   std::string out = "root ::= object\n";
-  for (const char* name : {"object", "value", "array", "string", "char", "number",
-                           "integral-part", "decimal-part", "boolean", "null", "ws"}) {
+  for (const char* name : {"object", "value", "array", "string", "char", "number", "integral-part",
+                           "decimal-part", "boolean", "null", "ws"}) {
     out += std::string(name) + " ::= " + primitives().at(name) + "\n";
   }
   return out;

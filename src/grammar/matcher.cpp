@@ -12,7 +12,9 @@
 namespace minfer::grammar {
 namespace {
 
-bool ends_alt(ElemKind k) { return k == ElemKind::kEnd || k == ElemKind::kAlt; }
+bool ends_alt(ElemKind k) {
+  return k == ElemKind::kEnd || k == ElemKind::kAlt;
+}
 
 uint64_t mix(uint64_t h, uint64_t v) {
   h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
@@ -72,9 +74,9 @@ int32_t StateTable::close_and_intern(std::vector<Stack> todo) {
     if (e.kind == ElemKind::kChars) {
       set.stacks.push_back(std::move(st));
       if (set.stacks.size() > kMaxStacksPerState) {
-        error_ = make_error("grammar state too large: more than " +
-                            std::to_string(kMaxStacksPerState) +
-                            " pushdown stacks (a highly ambiguous grammar)");
+        error_ =
+            make_error("grammar state too large: more than " + std::to_string(kMaxStacksPerState) +
+                       " pushdown stacks (a highly ambiguous grammar)");
         return -1;
       }
       continue;
@@ -190,27 +192,47 @@ MatchState StateTable::step(MatchState s, uint8_t b) {
   return MatchState{s.set, p};
 }
 
+int32_t StateTable::dfa_id(MatchState s) {
+  MINFER_CHECK(!s.dead(), "dfa_id of a dead state");
+  auto [it, fresh] = dfa_ids_.try_emplace(s.key(), static_cast<int32_t>(dstates_.size()));
+  if (fresh) {
+    dstates_.push_back(s);
+    trans_.resize(dstates_.size() << 8, kUnknown);
+  }
+  return it->second;
+}
+
+int32_t StateTable::dfa_step_slow(int32_t d, uint8_t byte) {
+  const MatchState next = step(dstates_[static_cast<size_t>(d)], byte);
+  if (error_) return -1;  // a limit, not a dead end: not memoised
+  const int32_t id = next.dead() ? -1 : dfa_id(next);
+  trans_[(static_cast<size_t>(d) << 8) | byte] = id;
+  return id;
+}
+
 Result<Matcher> Matcher::create(std::shared_ptr<const Grammar> grammar) {
   MINFER_TRY(auto table, StateTable::create(std::move(grammar)));
   return Matcher(std::move(table));
 }
 
 bool Matcher::can_accept(std::string_view bytes) const {
-  MatchState s = state_;
+  if (state_.dead()) return false;
+  int32_t d = table_->dfa_id(state_);
   for (char c : bytes) {
-    s = table_->step(s, static_cast<uint8_t>(c));
-    if (s.dead()) return false;
+    d = table_->dfa_step(d, static_cast<uint8_t>(c));
+    if (d < 0) return false;
   }
   return true;
 }
 
 bool Matcher::accept(std::string_view bytes) {
-  MatchState s = state_;
+  if (state_.dead()) return false;
+  int32_t d = table_->dfa_id(state_);
   for (char c : bytes) {
-    s = table_->step(s, static_cast<uint8_t>(c));
-    if (s.dead()) return false;
+    d = table_->dfa_step(d, static_cast<uint8_t>(c));
+    if (d < 0) return false;
   }
-  state_ = s;
+  state_ = table_->dfa_state(d);
   return true;
 }
 

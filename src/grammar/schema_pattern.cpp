@@ -50,13 +50,20 @@ std::string class_expr(const CharClass& c) {
 
 std::string json_escape_cp(uint32_t cp) {
   switch (cp) {
-    case '"': return "\\\"";
-    case '\\': return "\\\\";
-    case '\b': return "\\b";
-    case '\f': return "\\f";
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
     default: {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", cp);
@@ -164,18 +171,30 @@ class Regex {
     const char e = p_[pos_++];
     using R = std::vector<std::pair<uint32_t, uint32_t>>;
     switch (e) {
-      case 'd': return make_class(R{{'0', '9'}}, false);
-      case 'D': return make_class(R{{'0', '9'}}, true);
-      case 'w': return make_class(R{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}, false);
-      case 'W': return make_class(R{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}, true);
-      case 's': return make_class(R{{'\t', '\r'}, {' ', ' '}}, false);
-      case 'S': return make_class(R{{'\t', '\r'}, {' ', ' '}}, true);
-      case 'n': return CharClass{{{'\n', '\n'}}};
-      case 'r': return CharClass{{{'\r', '\r'}}};
-      case 't': return CharClass{{{'\t', '\t'}}};
-      case 'f': return CharClass{{{'\f', '\f'}}};
-      case 'v': return CharClass{{{'\v', '\v'}}};
-      default: break;
+      case 'd':
+        return make_class(R{{'0', '9'}}, false);
+      case 'D':
+        return make_class(R{{'0', '9'}}, true);
+      case 'w':
+        return make_class(R{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}, false);
+      case 'W':
+        return make_class(R{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}, true);
+      case 's':
+        return make_class(R{{'\t', '\r'}, {' ', ' '}}, false);
+      case 'S':
+        return make_class(R{{'\t', '\r'}, {' ', ' '}}, true);
+      case 'n':
+        return CharClass{{{'\n', '\n'}}};
+      case 'r':
+        return CharClass{{{'\r', '\r'}}};
+      case 't':
+        return CharClass{{{'\t', '\t'}}};
+      case 'f':
+        return CharClass{{{'\f', '\f'}}};
+      case 'v':
+        return CharClass{{{'\v', '\v'}}};
+      default:
+        break;
     }
     if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
       --pos_;
@@ -386,8 +405,10 @@ std::string json_char_in(const CharClass& set) {
         continue;
       }
       uint32_t b = hi;
-      if (a < '"' && b >= '"') b = '"' - 1;
-      else if (a < '\\' && b >= '\\') b = '\\' - 1;
+      if (a < '"' && b >= '"')
+        b = '"' - 1;
+      else if (a < '\\' && b >= '\\')
+        b = '\\' - 1;
       raw.emplace_back(a, b);
       a = b + 1;
       if (b == kMaxCodePoint) break;
@@ -405,7 +426,9 @@ Result<std::string> pattern_to_gbnf(std::string_view pattern) {
 
 std::string int_range(std::optional<int64_t> lo, std::optional<int64_t> hi) {
   const uint64_t kMax = max_digits_value();
-  auto mag = [](int64_t v) { return v < 0 ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v); };
+  auto mag = [](int64_t v) {
+    return v < 0 ? static_cast<uint64_t>(-(v + 1)) + 1 : static_cast<uint64_t>(v);
+  };
   std::vector<std::string> alts;
   // Negative part: -[a, b] in magnitudes.
   const bool neg_possible = !lo || *lo < 0;

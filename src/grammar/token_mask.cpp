@@ -81,8 +81,7 @@ std::shared_ptr<const TokenVocab> TokenVocab::build(const tokenizer::Tokenizer& 
   return v;
 }
 
-TokenMasker::TokenMasker(std::shared_ptr<StateTable> table,
-                         std::shared_ptr<const TokenVocab> vocab)
+TokenMasker::TokenMasker(std::shared_ptr<StateTable> table, std::shared_ptr<const TokenVocab> vocab)
     : table_(std::move(table)), vocab_(std::move(vocab)) {
   walk_.resize(vocab_->max_depth_ + 1);
 }
@@ -90,18 +89,23 @@ TokenMasker::TokenMasker(std::shared_ptr<StateTable> table,
 void TokenMasker::compute(MatchState start, TokenMask& out) {
   const TokenVocab& v = *vocab_;
   out.bits.assign((static_cast<size_t>(v.n_vocab_) + 63) / 64, 0);
-  walk_[0] = start;
+  walk_[0] = table_->dfa_id(start);
   const uint32_t n = static_cast<uint32_t>(v.byte_.size());
+  const uint8_t* bytes = v.byte_.data();
+  const uint32_t* depth = v.depth_.data();
+  const uint32_t* end = v.end_.data();
+  const uint32_t* tok_begin = v.tok_begin_.data();
+  int32_t* walk = walk_.data();
   uint64_t visited = 0;
   for (uint32_t i = 0; i < n;) {
     ++visited;
-    const MatchState next = table_->step(walk_[v.depth_[i] - 1], v.byte_[i]);
-    if (next.dead()) {
-      i = v.end_[i];  // no token below this prefix can be allowed
+    const int32_t next = table_->dfa_step(walk[depth[i] - 1], bytes[i]);
+    if (next < 0) {
+      i = end[i];  // no token below this prefix can be allowed
       continue;
     }
-    walk_[v.depth_[i]] = next;
-    for (uint32_t t = v.tok_begin_[i]; t < v.tok_begin_[i + 1]; ++t) out.set(v.tokens_[t]);
+    walk[depth[i]] = next;
+    for (uint32_t t = tok_begin[i]; t < tok_begin[i + 1]; ++t) out.set(v.tokens_[t]);
     ++i;
   }
   if (table_->can_end(start)) {
@@ -146,10 +150,23 @@ bool TokenMasker::accept_token(Matcher& m, TokenId id) const {
 }
 
 TokenMask TokenMasker::mask_brute_force(const Matcher& m) const {
+  // Deliberately the plain path: StateTable::step byte by byte, no byte automaton,
+  // no trie, no cache.
   TokenMask out;
   out.bits.assign((static_cast<size_t>(vocab_->n_vocab_) + 63) / 64, 0);
   for (TokenId id = 0; id < vocab_->n_vocab_; ++id) {
-    if (allows(m, id)) out.set(id);
+    if (vocab_->is_eog(id)) {
+      if (m.can_end()) out.set(id);
+      continue;
+    }
+    const std::string& b = vocab_->bytes(id);
+    if (b.empty()) continue;
+    MatchState s = m.state();
+    for (char c : b) {
+      s = table_->step(s, static_cast<uint8_t>(c));
+      if (s.dead()) break;
+    }
+    if (!s.dead()) out.set(id);
   }
   return out;
 }

@@ -5,7 +5,8 @@
 // unknown, unused and empty tokens never.
 // Speed: all token bytes go into one byte trie per vocabulary, stored in preorder so
 // the walk is a linear scan that skips a whole subtree when its prefix dies; each
-// byte is one memoised transition of the StateTable; masks are cached per state.
+// byte is one memoised transition of the StateTable's byte automaton (a load once
+// the state has been seen); masks are cached per state.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +58,9 @@ struct TokenMask {
   bool test(TokenId id) const {
     return (bits[static_cast<size_t>(id) >> 6] >> (static_cast<uint32_t>(id) & 63)) & 1;
   }
-  void set(TokenId id) { bits[static_cast<size_t>(id) >> 6] |= 1ull << (static_cast<uint32_t>(id) & 63); }
+  void set(TokenId id) {
+    bits[static_cast<size_t>(id) >> 6] |= 1ull << (static_cast<uint32_t>(id) & 63);
+  }
   size_t count() const;
   bool operator==(const TokenMask&) const = default;
 };
@@ -97,7 +100,7 @@ class TokenMasker {
   std::shared_ptr<StateTable> table_;
   std::shared_ptr<const TokenVocab> vocab_;
   std::unordered_map<uint64_t, std::unique_ptr<TokenMask>> cache_;
-  std::vector<MatchState> walk_;  // per-depth states of the trie walk
+  std::vector<int32_t> walk_;  // per-depth byte-automaton states of the trie walk
   MaskStats stats_;
 };
 

@@ -18,7 +18,7 @@ namespace {
 using minfer::grammar::Grammar;
 using minfer::grammar::Matcher;
 
-constexpr size_t kMaxFeed = 256;            // matcher input bytes per run
+constexpr size_t kMaxFeed = 256;              // matcher input bytes per run
 constexpr size_t kMaxElemsToMatch = 1 << 16;  // bigger grammars are only parsed
 
 bool starts_with_line_col(const std::string& m) {

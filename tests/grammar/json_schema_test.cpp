@@ -1,10 +1,11 @@
 // Stage 14b tests: JSON Schema → GBNF on data-driven cases (llama.cpp's schema cases
 // within scope, see data/README.md): documents the grammar must accept and reject,
 // and unsupported schemas that must fail with an error naming the keyword.
+#include "grammar/json_schema.h"
+
 #include <gtest/gtest.h>
 
 #include "grammar/grammar.h"
-#include "grammar/json_schema.h"
 #include "grammar_test_util.h"
 
 namespace minfer::grammar {

@@ -1,11 +1,12 @@
 // Stage 14b tests: token masks on llama.cpp's vocab fixtures. The trie walk must give
 // bitwise the same mask as checking every token on its own against a fresh matcher
 // (its own StateTable, so no memoised transition is shared with the walk).
+#include "grammar/token_mask.h"
+
 #include <gtest/gtest.h>
 
 #include "../tokenizer/vocab_fixture.h"
 #include "grammar/grammar.h"
-#include "grammar/token_mask.h"
 
 namespace minfer::grammar {
 namespace {
@@ -78,8 +79,12 @@ void check_vocab(const char* name) {
   }
 }
 
-TEST(TokenMask, TrieWalkEqualsPerTokenCheckGpt2_bitwise) { check_vocab("gpt-2"); }
-TEST(TokenMask, TrieWalkEqualsPerTokenCheckLlamaSpm_bitwise) { check_vocab("llama-spm"); }
+TEST(TokenMask, TrieWalkEqualsPerTokenCheckGpt2_bitwise) {
+  check_vocab("gpt-2");
+}
+TEST(TokenMask, TrieWalkEqualsPerTokenCheckLlamaSpm_bitwise) {
+  check_vocab("llama-spm");
+}
 
 // EOG tokens are allowed exactly where the grammar can end; control tokens never.
 TEST(TokenMask, EndOfGenerationOnlyWhereTheGrammarCanEnd) {
