@@ -167,9 +167,16 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   svr.set_payload_max_length(options.max_body_bytes);
   svr.set_keep_alive_timeout(5);
 
+  // Browser clients (a web UI on another origin) need CORS; preflights carry no key.
+  svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
+  svr.Options(R"(/.*)", [](const Request&, Response& res) {
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+  });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
     request_log() = RequestLog{.t0 = Clock::now()};
-    if (!options.api_key.empty() && req.path != "/health") {
+    if (!options.api_key.empty() && req.path != "/health" && req.method != "OPTIONS") {
       const std::string want = "Bearer " + options.api_key;
       if (req.get_header_value("Authorization") != want) {
         metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);

@@ -136,3 +136,15 @@ def test_request_log_line_and_metrics(server):
                  "minfer_prefix_reused_tokens_total"):
         assert name in m, name
     assert m["minfer_kv_cells_total"] == 4 * 1024
+
+
+@needs_model
+def test_cors_preflight(server):
+    import urllib.request
+    req = urllib.request.Request(server.url + "/v1/chat/completions", method="OPTIONS",
+                                 headers={"Origin": "http://example.test",
+                                          "Access-Control-Request-Method": "POST"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 204
+        assert r.headers["Access-Control-Allow-Origin"] == "*"
+        assert "POST" in r.headers["Access-Control-Allow-Methods"]
