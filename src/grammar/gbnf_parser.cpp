@@ -178,6 +178,8 @@ class Parser {
       if ((cc & 0xC0) != 0x80) return err(start, "invalid UTF-8 in the grammar text");
       v = (v << 6) | (cc & 0x3F);
     }
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v > kMaxCodePoint || v < kMin[len]) return err(start, "invalid UTF-8 in the grammar text");
     pos_ += static_cast<size_t>(len);
     return v;
   }

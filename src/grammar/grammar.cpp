@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "grammar/grammar_builder.h"
@@ -165,9 +166,19 @@ Result<std::shared_ptr<const Grammar>> Grammar::parse(std::string_view text,
   g->classes_ = std::move(b.classes);
   g->rule_start_.reserve(b.rules.size());
   g->alts_.resize(b.rules.size());
+  // Generated names ("owner-N") must not clash with a rule the text defines, so that
+  // to_gbnf() prints a grammar that parses back.
+  std::unordered_set<std::string> used;
+  for (const auto& r : b.rules) {
+    if (!r.generated) used.insert(r.name);
+  }
   for (size_t r = 0; r < b.rules.size(); ++r) {
     g->rule_start_.push_back(static_cast<uint32_t>(g->elems_.size()));
-    g->names_.push_back(b.rules[r].name);
+    std::string name = b.rules[r].name;
+    if (b.rules[r].generated) {
+      while (!used.insert(name).second) name += "_";
+    }
+    g->names_.push_back(std::move(name));
     g->alts_[r].push_back(static_cast<uint32_t>(g->elems_.size()));
     const auto& body = b.rules[r].body;
     for (size_t i = 0; i < body.size(); ++i) {

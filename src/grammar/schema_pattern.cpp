@@ -160,6 +160,7 @@ class Regex {
     if (len == 0 || pos_ + static_cast<size_t>(len) > end_) return fail("invalid UTF-8");
     uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
     for (int i = 1; i < len; ++i) v = (v << 6) | (p_[pos_ + static_cast<size_t>(i)] & 0x3F);
+    if (v > kMaxCodePoint) return fail("invalid UTF-8");
     pos_ += static_cast<size_t>(len);
     return v;
   }

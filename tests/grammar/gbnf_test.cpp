@@ -126,5 +126,15 @@ TEST(Gbnf, PrintsBackToAnEquivalentGrammar) {
   }
 }
 
+// A rule the text names like a generated one ("root-1") keeps printing unambiguous.
+TEST(Gbnf, GeneratedNamesDoNotClashWhenPrinted) {
+  auto g = Grammar::parse("root ::= (\"a\" | \"b\") root-1\nroot-1 ::= \"c\"");
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  auto g2 = Grammar::parse((*g)->to_gbnf());
+  ASSERT_TRUE(g2.ok()) << g2.error().message << "\n" << (*g)->to_gbnf();
+  EXPECT_TRUE(full_match(*g2, "ac"));
+  EXPECT_FALSE(full_match(*g2, "aa"));
+}
+
 }  // namespace
 }  // namespace minfer::grammar
