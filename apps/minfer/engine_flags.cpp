@@ -12,9 +12,12 @@
 namespace minfer::cli {
 
 void add_kv_flags(ArgParser& p, KvFlags& flags) {
-  p.string_opt("--cache-type", "TYPE",
+  p.string_opt("--cache-type,-ctk,--cache-type-k", "TYPE",
                "KV cache element type: f32 (default) or f16 (env MINFER_CACHE_TYPE)",
                flags.cache_type);
+  // llama.cpp types K and V apart; here one type holds both, so -ctv must agree.
+  p.string_opt("-ctv,--cache-type-v", "TYPE", "the same as -ctk (K and V share one type)",
+               flags.cache_type_v);
   p.string_opt("--numerics", "MODE",
                "default, or llamacpp: reproduce llama.cpp's CPU arithmetic bit for bit\n"
                "(f16 KV cache, AVX2-order kernels; slower) (env MINFER_NUMERICS)",
@@ -40,6 +43,11 @@ Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& f
     auto parsed = engine::parse_numerics(numerics);
     if (!parsed) return parsed.error().context(numerics_flag ? "--numerics" : "MINFER_NUMERICS");
     options.numerics = *parsed;
+  }
+  if (!flags.cache_type_v.empty() && flags.cache_type_v != flags.cache_type) {
+    return make_error(fmt::format(
+        "-ctv {}: K and V share one cache type here; give the same type to -ctk (now '{}')",
+        flags.cache_type_v, flags.cache_type.empty() ? "default" : flags.cache_type));
   }
   const bool type_flag = !flags.cache_type.empty();
   const std::string& type = type_flag ? flags.cache_type : config.cache_type;

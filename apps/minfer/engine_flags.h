@@ -13,8 +13,9 @@
 namespace minfer::cli {
 
 struct KvFlags {
-  std::string cache_type;  // --cache-type (empty: MINFER_CACHE_TYPE, else f32)
-  std::string numerics;    // --numerics (empty: MINFER_NUMERICS, else default)
+  std::string cache_type;    // --cache-type / -ctk (empty: MINFER_CACHE_TYPE, else f32)
+  std::string cache_type_v;  // -ctv: must equal cache_type (one type for K and V)
+  std::string numerics;      // --numerics (empty: MINFER_NUMERICS, else default)
 };
 
 // Registers --cache-type and --numerics.

@@ -438,3 +438,11 @@ def test_flags_of_the_other_mode_are_refused_not_ignored(tmp_path):
                 "--dump-* flags apply to single-shot generation")
     usage_error(minfer("model.gguf", "hi", "--session", tmp_path / "s"),
                 "--session needs the conversation mode (-cnv)")
+
+
+@needs_model
+def test_llama_cpp_cache_type_flags_share_one_type():
+    r = minfer(MODEL, PROMPT, *RAW, "-n", 2, "-ctk", "f16", "-ctv", "f16")
+    assert r.returncode == 0, r.stderr.decode()
+    usage_error(minfer(MODEL, PROMPT, *RAW, "-n", 2, "-ctk", "f16", "-ctv", "f32"),
+                "-ctv f32: K and V share one cache type")
