@@ -34,10 +34,11 @@ def test_chat_non_stream(server):
 
 @needs_model
 def test_chat_equals_the_cli_render_and_greedy_run(server):
-    # The CLI's greedy run (its repeat penalty 1.1 given explicitly) on the same
-    # rendered chat prompt: the server must produce the same bytes.
+    # The CLI's greedy run on the same rendered chat prompt, with the same repeat
+    # penalty given to both: the server must produce the same bytes.
     q = "What is the capital of France?"
-    cli = subprocess.run([BIN, str(MODEL), q, "--greedy", "-n", "16", "-t", "2"],
+    cli = subprocess.run([BIN, str(MODEL), q, "--greedy", "--repeat-penalty", "1.1", "-n", "16",
+                          "-t", "2"],
                          capture_output=True, timeout=300)
     assert cli.returncode == 0, cli.stderr.decode()
     r = client(server).chat.completions.create(
