@@ -1,7 +1,8 @@
 """Stage 17 test: a bounded load — 200 requests from 16 concurrent clients (chat and
 completions, streaming and not) on 8 slots with a small queue bound, so requests queue
 and slots turn over: 0 errors, every response well-formed (JSON shape, usage, finish
-reason, SSE ending in [DONE]), and the server idle and healthy afterwards."""
+reason, SSE ending in [DONE]), the server idle and healthy afterwards, and a clean exit
+on SIGTERM (no leak or sanitizer report when the binary is an ASan build)."""
 import json
 import threading
 
@@ -76,3 +77,8 @@ def test_200_requests_16_clients(make_server):
     assert m["minfer_requests_running"] == 0 and m["minfer_queue_depth"] == 0
     assert m["minfer_requests_queue_full_total"] == 0
     assert s.healthy()
+    # A clean exit: under the asan-ubsan preset a leak or a sanitizer finding makes the
+    # exit status non-zero and prints a report.
+    s.terminate()
+    assert s.proc.wait(120) == 0, s.stderr()[-3000:]
+    assert "Sanitizer" not in s.stderr()
