@@ -166,6 +166,7 @@ int run_chat(RunArgs& a) {
     if (!dump->empty()) return fail("the --dump-* flags apply to single-shot generation, not -cnv");
   }
   if (auto st = prepare_run(a); !st.ok()) return fail(st.error().message);
+  if (a.escape && first) first = process_escapes(*first);
 
   auto eng = load_engine(a, model_arg);
   if (!eng) return fail(eng.error().message);

@@ -111,6 +111,7 @@ int run_generate(const std::vector<std::string>& args) {
     }
     if (!prompt.empty() && prompt.back() == '\n') prompt.pop_back();
   }
+  if (a.escape) prompt = process_escapes(prompt);
   gen.n_predict = a.n_predict;
   gen.stop = a.stop;
   gen.ignore_eos = a.ignore_eos;

@@ -76,6 +76,11 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
                a.prompt_file);
   p.string_opt("-sys,--system-prompt,--system", "TEXT", "system message of the rendered prompt",
                a.system);
+  p.flag("-e,--escape",
+         "process \\n \\r \\t \\' \\\" \\\\ \\xHH in the prompt, the system prompt and stop\n"
+         "strings (llama.cpp's default; here off: text is used byte for byte)",
+         [&a] { a.escape = true; });
+  p.flag("--no-escape", "use the prompt as typed (the default)", [&a] { a.escape = false; });
   p.flag("--no-template", "use the prompt as raw text, not rendered with the chat template",
          [&a] { a.no_template = true; });
   p.string_opt("--chat-template", "NAME|JINJA",
@@ -247,7 +252,62 @@ std::string run_help() {
 
 namespace minfer::cli {
 
+std::string process_escapes(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c != '\\' || i + 1 >= text.size()) {
+      out += c;
+      continue;
+    }
+    const char n = text[i + 1];
+    auto hex = [](char h) -> int {
+      if (h >= '0' && h <= '9') return h - '0';
+      if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+      if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+      return -1;
+    };
+    switch (n) {
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case 'x':
+        if (i + 3 < text.size() + 0 && hex(text[i + 2]) >= 0 && hex(text[i + 3]) >= 0) {
+          out += static_cast<char>(hex(text[i + 2]) * 16 + hex(text[i + 3]));
+          i += 2;
+          break;
+        }
+        [[fallthrough]];
+      default:
+        out += c;
+        out += n;
+    }
+    ++i;
+  }
+  return out;
+}
+
 Status prepare_run(RunArgs& a) {
+  if (a.escape) {
+    a.system = process_escapes(a.system);
+    for (std::string& s : a.stop) s = process_escapes(s);
+  }
   if (a.greedy) a.sampler.temp = 0.0f;
   if (a.seed_random) {
     std::random_device rd;

@@ -44,6 +44,7 @@ struct RunArgs {
        mlock = false;
   RunMode mode = RunMode::kAuto;
   bool single_turn = false, multiline = false;
+  bool escape = false;               // -e: \n \t ... in the prompt, system prompt and stop strings
   std::vector<std::string> notices;  // accepted flags this build cannot honour
   std::string dump_dot, dump_graph_json, dump_logits, dump_json;
 };
@@ -56,6 +57,10 @@ int run_chat(RunArgs& a);
 
 // The help text of `minfer MODEL [PROMPT] [flags]` (also printed by `minfer --help`).
 std::string run_help();
+
+// llama.cpp's -e: \n \r \t \' \" \\ and \xHH become the bytes they name; any other
+// backslash stays as typed.
+std::string process_escapes(const std::string& text);
 
 // The thread count to use: <= 0 → every core; above the cores → capped, with a
 // notice on stderr.

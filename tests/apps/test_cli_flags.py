@@ -446,3 +446,15 @@ def test_llama_cpp_cache_type_flags_share_one_type():
     assert r.returncode == 0, r.stderr.decode()
     usage_error(minfer(MODEL, PROMPT, *RAW, "-n", 2, "-ctk", "f16", "-ctv", "f32"),
                 "-ctv f32: K and V share one cache type")
+
+
+@needs_model
+def test_escape_turns_backslash_sequences_into_bytes_only_when_asked(tmp_path):
+    def ids(text, *extra):
+        out = tmp_path / "o.json"
+        r = minfer(MODEL, text, *RAW, "-n", 1, "--dump-json", out, *extra)
+        assert r.returncode == 0, r.stderr.decode()
+        return json.loads(out.read_text())["prompt_ids"]
+    assert ids("a\\nb", "-e") == ids("a\nb")
+    assert ids("a\\nb") != ids("a\nb")
+    assert ids("a\\nb", "-e", "--no-escape") == ids("a\\nb")
