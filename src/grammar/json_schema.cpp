@@ -5,6 +5,7 @@
 // properties, then optional ones, then additional ones, each in schema order) too.
 #include "grammar/json_schema.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -132,20 +133,39 @@ class Converter {
 
   static std::string json_literal(const Json& v) { return schema::literal(v.dump()); }
 
+  // Local references only: "#" or a JSON pointer into this document (RFC 6901), which
+  // covers #/$defs/..., #/definitions/... and paths like #/properties/a.
   Result<const Json*> resolve(const std::string& ref, const std::string& path) {
-    if (ref == "#") return &root_;
-    for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-      const std::string p = prefix;
-      if (ref.rfind(p, 0) != 0) continue;
-      const std::string key = p.substr(2, p.size() - 3);
-      const std::string name = ref.substr(p.size());
-      if (root_.contains(key) && root_[key].is_object() && root_[key].contains(name)) {
-        return &root_[key][name];
-      }
-      return make_error("JSON Schema: $ref '" + ref + "' at " + path + " does not resolve");
+    if (ref.empty() || ref[0] != '#' || (ref.size() > 1 && ref[1] != '/')) {
+      return make_error("JSON Schema: $ref '" + ref + "' at " + path +
+                        " is not supported (only local references: #, #/$defs/..., "
+                        "#/definitions/...)");
     }
-    return make_error("JSON Schema: $ref '" + ref + "' at " + path +
-                      " is not supported (only #, #/$defs/... and #/definitions/...)");
+    const Json* cur = &root_;
+    size_t pos = 1;
+    while (pos < ref.size()) {
+      const size_t next = std::min(ref.find('/', pos + 1), ref.size());
+      std::string token;  // with ~1 → '/' and ~0 → '~' undone
+      for (size_t i = pos + 1; i < next; ++i) {
+        if (ref[i] == '~' && i + 1 < next && (ref[i + 1] == '0' || ref[i + 1] == '1')) {
+          token.push_back(ref[i + 1] == '1' ? '/' : '~');
+          ++i;
+        } else {
+          token.push_back(ref[i]);
+        }
+      }
+      if (cur->is_object() && cur->contains(token)) {
+        cur = &(*cur)[token];
+      } else if (cur->is_array() && !token.empty() && token.size() < 10 &&
+                 token.find_first_not_of("0123456789") == std::string::npos &&
+                 std::stoul(token) < cur->size()) {
+        cur = &(*cur)[std::stoul(token)];
+      } else {
+        return make_error("JSON Schema: $ref '" + ref + "' at " + path + " does not resolve");
+      }
+      pos = next;
+    }
+    return cur;
   }
 
   Result<std::string> visit(const Json& s, const std::string& path, int depth) {
@@ -449,6 +469,57 @@ class Converter {
   Result<std::string> visit_all_of(const Json& s, const std::string& path, int depth) {
     MINFER_TRY_STATUS(check_keywords(
         s, {"allOf", "type", "properties", "required", "additionalProperties"}, path));
+    if (!s["allOf"].is_array() || s["allOf"].empty()) {
+      return make_error("JSON Schema: allOf must be a non-empty array at " + path);
+    }
+    // allOf of one schema (and nothing beside it) is that schema.
+    bool alone = true;
+    for (const auto& [k, v] : s.items()) alone = alone && (k == "allOf" || annotations().count(k));
+    if (alone && s["allOf"].size() == 1) return visit(s["allOf"][0], path + "/allOf/0", depth + 1);
+    // allOf of enums / consts: the values common to all of them.
+    std::vector<const Json*> resolved;
+    bool all_enums = alone;
+    for (const auto& p : s["allOf"]) {
+      const Json* r = &p;
+      for (int hops = 0; r->is_object() && r->contains("$ref"); ++hops) {
+        if (hops > 32) return make_error("JSON Schema: $ref chain too long at " + path);
+        if (!(*r)["$ref"].is_string()) {
+          return make_error("JSON Schema: $ref must be a string at " + path);
+        }
+        MINFER_TRY(r, resolve((*r)["$ref"].get<std::string>(), path));
+      }
+      resolved.push_back(r);
+      all_enums = all_enums && r->is_object() && (r->contains("enum") || r->contains("const"));
+    }
+    if (all_enums) {
+      std::vector<Json> common;
+      for (size_t i = 0; i < resolved.size(); ++i) {
+        const Json& r = *resolved[i];
+        MINFER_TRY_STATUS(check_keywords(r, {"enum", "const", "type"}, path));
+        std::vector<Json> values;
+        if (r.contains("const")) values.push_back(r["const"]);
+        if (r.contains("enum") && r["enum"].is_array()) {
+          for (const auto& v : r["enum"]) values.push_back(v);
+        }
+        if (i == 0) {
+          common = values;
+          continue;
+        }
+        std::vector<Json> kept;
+        for (const auto& c : common) {
+          if (std::find(values.begin(), values.end(), c) != values.end()) kept.push_back(c);
+        }
+        common = std::move(kept);
+      }
+      if (common.empty()) {
+        return make_error("JSON Schema: allOf at " + path + " has no common enum value");
+      }
+      std::string out = "(";
+      for (size_t i = 0; i < common.size(); ++i) {
+        out += (i ? " | " : "") + json_literal(common[i]);
+      }
+      return out + ") " + use("ws");
+    }
     std::vector<std::pair<std::string, const Json*>> props;
     std::set<std::string> required;
     const Json* additional =
