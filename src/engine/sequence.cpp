@@ -25,14 +25,17 @@ std::string_view seq_stop_name(SeqStop stop) {
 
 Result<std::unique_ptr<SequenceState>> SequenceState::create(const tokenizer::Tokenizer& tok,
                                                              const TokenBytes& bytes,
-                                                             const SequenceOptions& options) {
+                                                             const SequenceOptions& options,
+                                                             std::unique_ptr<TokenConstraint> constraint) {
   if (options.n_ctx == 0) return make_error("sequence: n_ctx must be > 0");
   MINFER_TRY(sample::Sampler sampler, sample::Sampler::create(options.sampler, tok.n_vocab()));
-  return std::unique_ptr<SequenceState>(new SequenceState(tok, bytes, options, std::move(sampler)));
+  return std::unique_ptr<SequenceState>(
+      new SequenceState(tok, bytes, options, std::move(sampler), std::move(constraint)));
 }
 
 SequenceState::SequenceState(const tokenizer::Tokenizer& tok, const TokenBytes& bytes,
-                             const SequenceOptions& options, sample::Sampler sampler)
+                             const SequenceOptions& options, sample::Sampler sampler,
+                             std::unique_ptr<TokenConstraint> constraint)
     : tok_(&tok),
       bytes_(&bytes),
       options_(options),
@@ -47,12 +50,15 @@ SequenceState::SequenceState(const tokenizer::Tokenizer& tok, const TokenBytes& 
                          : options_.n_ctx;
   generated_.reserve(cap);
   if (options_.top_logprobs > 0) top_.reserve(static_cast<size_t>(options_.top_logprobs) + 1);
+  constraint_ = std::move(constraint);
+  if (constraint_) masked_.reserve(static_cast<size_t>(tok.n_vocab()));
 }
 
 void SequenceState::reset(std::span<const TokenId> prompt) {
   sampler_.reset(prompt);
   emitter_ = Utf8Emitter([this](std::string_view s) { out_.append(s); });
   stops_.reset();
+  if (constraint_) constraint_->reset();
   out_.clear();
   generated_.clear();
   n_prompt_ = static_cast<int32_t>(prompt.size());
@@ -116,7 +122,14 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
     ev.text = out_;
     return ev;
   }
-  MINFER_TRY(const TokenId id, sampler_.sample(logits));
+  // The constraint masks a copy; logprobs still report the model's own distribution.
+  std::span<const float> to_sample = logits;
+  if (constraint_) {
+    masked_.assign(logits.begin(), logits.end());  // sized once: no allocation
+    MINFER_TRY_STATUS(constraint_->apply(masked_));
+    to_sample = masked_;
+  }
+  MINFER_TRY(const TokenId id, sampler_.sample(to_sample));
   ev.token = id;
   if (options_.top_logprobs >= 0) fill_logprobs(logits, id, ev);
 
@@ -129,6 +142,7 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
     return ev;
   }
   sampler_.accept(id);
+  if (constraint_) constraint_->accept(id);
   generated_.push_back(id);
   n_generated_++;
 

@@ -1,5 +1,5 @@
 // Stage 15 (the loop): the generation state of one sequence — sampler chain + RNG,
-// stop-string matcher, UTF-8 emitter, n-predict / end-of-generation / context gates,
+// an optional token constraint (grammar), stop-string matcher, UTF-8 emitter, n-predict / end-of-generation / context gates,
 // cursor and token counts — behind one `next(logits_row) → event` step that every
 // driver (the single-shot loop, the chat, the server's slots) can call (ARCHITECTURE §2b).
 // Invariants (§2.5): sample first, then the gates; no byte of a stop string is ever
@@ -53,14 +53,27 @@ struct SeqEvent {
   std::span<const TokenLogprob> top;  // the most likely tokens, best first
 };
 
+// Which tokens may come next (a grammar, a JSON schema): applied to a copy of the
+// logits before every sample, told every token that joins the output. Implemented
+// outside the engine (the server wraps src/grammar), so the engine keeps its link line.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets the logit of every token that may not come next to -inf (F32 [n_vocab]); an
+  // end-of-generation token only where the constraint can end. Error: it cannot go on.
+  virtual Status apply(std::span<float> logits) = 0;
+  virtual void accept(TokenId token) = 0;
+  virtual void reset() = 0;  // back to the start (a new run)
+};
+
 class SequenceState {
  public:
   // `bytes` and `tok` are shared by every sequence of the model and must outlive this.
   // Errors: sampler config invalid for the vocabulary, n_ctx 0.
   // Not movable (the emitter's sink points at this state), hence the unique_ptr.
-  static Result<std::unique_ptr<SequenceState>> create(const tokenizer::Tokenizer& tok,
-                                                       const TokenBytes& bytes,
-                                                       const SequenceOptions& options);
+  static Result<std::unique_ptr<SequenceState>> create(
+      const tokenizer::Tokenizer& tok, const TokenBytes& bytes, const SequenceOptions& options,
+      std::unique_ptr<TokenConstraint> constraint = nullptr);
   SequenceState(const SequenceState&) = delete;
   SequenceState& operator=(const SequenceState&) = delete;
 
@@ -82,7 +95,8 @@ class SequenceState {
 
  private:
   SequenceState(const tokenizer::Tokenizer& tok, const TokenBytes& bytes,
-                const SequenceOptions& options, sample::Sampler sampler);
+                const SequenceOptions& options, sample::Sampler sampler,
+                std::unique_ptr<TokenConstraint> constraint);
   // Passes a token's bytes through the stop matcher and the emitter into out_; true
   // when a stop string completed (the text before it is emitted, the rest dropped).
   bool push_bytes(std::string_view bytes);
@@ -99,6 +113,8 @@ class SequenceState {
   std::string out_;  // this step's emitted text
   std::vector<TokenId> generated_;
   std::vector<TokenLogprob> top_;
+  std::unique_ptr<TokenConstraint> constraint_;
+  std::vector<float> masked_;  // constraint: the logits it masked (n_vocab)
   int32_t n_prompt_ = 0;
   int32_t n_generated_ = 0;
   int32_t pos_ = 0;

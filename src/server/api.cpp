@@ -8,6 +8,8 @@
 #include <cmath>
 #include <random>
 
+#include "grammar/json_schema.h"
+
 namespace minfer::server {
 namespace {
 
@@ -199,6 +201,52 @@ Opt parse_prompt(const json& j, int32_t n_vocab, CompletionRequest& out) {
   return bad_request("'prompt' must be a string or token ids");
 }
 
+Opt schema_grammar(const json& schema, std::string& out) {
+  if (!schema.is_object() && !schema.is_boolean()) {
+    return bad_request("a JSON schema must be an object");
+  }
+  auto g = grammar::json_schema_to_gbnf(schema.dump());
+  if (!g.ok()) return bad_request("unsupported JSON schema: " + g.error().message);
+  out = std::move(*g);
+  return {};
+}
+
+// Output constraints: llama.cpp's `grammar` (GBNF) and `json_schema`, OpenAI's
+// response_format (text | json_object | json_schema {schema}); one of them at most.
+Opt parse_constraint(const json& j, std::string& out) {
+  int n = 0;
+  if (const json* g = field(j, "grammar")) {
+    if (!g->is_string()) return bad_request("'grammar' must be a string (GBNF)");
+    out = g->get<std::string>();
+    n++;
+  }
+  if (const json* js = field(j, "json_schema")) {
+    if (auto e = schema_grammar(*js, out)) return e;
+    n++;
+  }
+  if (const json* rf = field(j, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
+      return bad_request("'response_format' must be an object with a 'type'");
+    }
+    const std::string type = (*rf)["type"].get<std::string>();
+    if (type == "json_object") {
+      out = grammar::json_object_gbnf();
+      n++;
+    } else if (type == "json_schema") {
+      const json* js = field(*rf, "json_schema");
+      const json* schema = js && js->is_object() ? field(*js, "schema") : nullptr;
+      if (!schema) return bad_request("response_format json_schema needs json_schema.schema");
+      if (auto e = schema_grammar(*schema, out)) return e;
+      n++;
+    } else if (type != "text") {
+      return bad_request(fmt::format(
+          "response_format type '{}' is unknown (text, json_object, json_schema)", type));
+    }
+  }
+  if (n > 1) return bad_request("give one of 'grammar', 'json_schema' and a JSON response_format");
+  return {};
+}
+
 }  // namespace
 
 ApiError bad_request(std::string message) {
@@ -252,15 +300,7 @@ std::optional<ApiError> parse_completion(const std::string& body, Endpoint endpo
   int64_t n = 1;
   if (auto e = integer(j, "n", 1, 128, n)) return e;
   if (n != 1) return bad_request("only n = 1 is supported");
-  if (const json* rf = field(j, "response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string()) {
-      return bad_request("'response_format' must be an object with a 'type'");
-    }
-    if ((*rf)["type"] != "text") {
-      return bad_request(fmt::format("response_format type '{}' is not supported (only 'text')",
-                                     (*rf)["type"].get<std::string>()));
-    }
-  }
+  if (auto e = parse_constraint(j, out.grammar)) return e;
 
   engine::SequenceOptions& seq = out.seq;
   seq.sampler = default_sampler();

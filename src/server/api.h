@@ -44,6 +44,9 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;
+  // GBNF text the output must match (from `grammar`, `json_schema` or a json
+  // response_format); empty: unconstrained.
+  std::string grammar;
   engine::SequenceOptions seq;  // n_predict, stop, sampler, top_logprobs (n_ctx set later)
 };
 

@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "server/constraint.h"
 #include "server/routes.h"
 
 namespace minfer::server {
@@ -259,7 +260,14 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   }
   request_log().n_prompt = static_cast<int32_t>(prompt.size());
   r.seq.n_ctx = n_ctx;
-  auto state = engine::SequenceState::create(ctx.tok, ctx.scheduler.token_bytes(), r.seq);
+  std::unique_ptr<engine::TokenConstraint> constraint;
+  if (!r.grammar.empty()) {
+    auto c = make_grammar_constraint(r.grammar, ctx.vocab);
+    if (!c.ok()) return reject(bad_request("invalid grammar: " + c.error().message));
+    constraint = std::move(*c);
+  }
+  auto state = engine::SequenceState::create(ctx.tok, ctx.scheduler.token_bytes(), r.seq,
+                                             std::move(constraint));
   if (!state.ok()) return reject(bad_request(state.error().message));
 
   auto stream = std::make_shared<JobStream>();

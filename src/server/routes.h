@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "chat/renderer.h"
+#include "grammar/token_mask.h"
 #include "server/api.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -23,6 +24,7 @@ struct ServerContext {
   Scheduler& scheduler;
   Metrics& metrics;
   const ServerOptions& options;
+  std::shared_ptr<const grammar::TokenVocab> vocab;  // token bytes trie for grammar masks
   int64_t created = 0;  // server start, unix seconds
 };
 

@@ -154,6 +154,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                     .scheduler = scheduler,
                     .metrics = metrics,
                     .options = options,
+                    .vocab = grammar::TokenVocab::build(tok),
                     .created = std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count()};
