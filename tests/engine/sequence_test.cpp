@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,45 @@ TEST(SequenceState, reset_starts_a_fresh_run_with_the_same_seed) {
     }
   }
   EXPECT_EQ(a, b);
+}
+
+// Allows only "b" (id 7) until it has seen two tokens, then only </s>.
+class OnlyB final : public TokenConstraint {
+ public:
+  Status apply(std::span<float> logits) override {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      const bool ok = seen_ < 2 ? i == 7 : i == 2;
+      if (!ok) logits[i] = -std::numeric_limits<float>::infinity();
+    }
+    return Ok{};
+  }
+  void accept(TokenId) override { seen_++; }
+  void reset() override { seen_ = 0; }
+  int seen_ = 0;
+};
+
+TEST(SequenceState, a_constraint_masks_a_copy_and_sees_every_accepted_token) {
+  Fixture f;
+  SequenceOptions o{.n_ctx = 16, .top_logprobs = 0};
+  o.sampler.temp = 0.0f;
+  auto s = SequenceState::create(*f.tok, f.bytes, o, std::make_unique<OnlyB>());
+  ASSERT_TRUE(s.ok());
+  const std::vector<TokenId> prompt = {1};
+  for (int run = 0; run < 2; ++run) {  // reset() resets the constraint too
+    (*s)->reset(prompt);
+    std::string text;
+    SeqEvent last;
+    for (int i = 0; i < 4; ++i) {
+      auto ev = (*s)->next(f.one_hot(6));  // the model wants "a"; the constraint says "b"
+      ASSERT_TRUE(ev.ok());
+      text += ev->text;
+      last = *ev;
+      if (!ev->feed) break;
+    }
+    EXPECT_EQ(text, "bb");
+    EXPECT_EQ(last.stop, SeqStop::kEog);
+    EXPECT_LT(last.logprob, -5.0f);  // logprobs are the model's, not the masked ones
+  }
 }
 
 TEST(SequenceState, invalid_sampler_config_is_an_error) {
