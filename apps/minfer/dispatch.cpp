@@ -61,12 +61,16 @@ int fail(const std::string& message) {
 }
 
 int dispatch(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::FILE* out = args.empty() ? stderr : stdout;
-    std::fputs(kUsage, out);
-    std::fputc('\n', out);
-    std::fputs(generate_help().c_str(), out);
-    return args.empty() ? 1 : 0;
+  if (args.empty()) {
+    // A usage error like any other: the short usage, then the one error line.
+    std::fputs(kUsage, stderr);
+    return fail("no command or model given (minfer --help lists the flags)");
+  }
+  if (args[0] == "-h" || args[0] == "--help") {
+    std::fputs(kUsage, stdout);
+    std::fputc('\n', stdout);
+    std::fputs(generate_help().c_str(), stdout);
+    return 0;
   }
   if (args[0] == "-V" || args[0] == "--version") return print_version();
   const std::string cmd = args[0];

@@ -458,3 +458,39 @@ def test_escape_turns_backslash_sequences_into_bytes_only_when_asked(tmp_path):
     assert ids("a\\nb", "-e") == ids("a\nb")
     assert ids("a\\nb") != ids("a\nb")
     assert ids("a\\nb", "-e", "--no-escape") == ids("a\\nb")
+
+
+def test_random_argument_vectors_end_with_status_0_or_1():
+    # A cheap in-tree cousin of the argument-parser fuzz target: flags, values and junk
+    # in random order must end in "minfer: error:" / exit 1 (or a help text, exit 0),
+    # never a signal or another status. The model never exists, so nothing loads.
+    import random
+    rng = random.Random(1234)
+    help_text = minfer("--help").stdout.decode()
+    flags = sorted({w.rstrip(",") for line in help_text.splitlines() if line.startswith("  -")
+                    for w in line.split("  ")[1].split() if w.startswith("-")})
+    values = ["", "0", "-1", "-2", "1", "99999999999999999999", "1e39", "nan", "inf", "-inf",
+              "on", "x", "1,2", ",", "=", "--", "-", "15043+1", "2-inf", "\xff", "/", "none",
+              "chatml", "{{ x }}", "{%", "model.gguf"]
+    # Every command names a model that does not exist (bench and info would otherwise
+    # measure / read the default model).
+    cmds = [["model.gguf"], ["info", "model.gguf"], ["tokenize", "model.gguf"], ["template"],
+            ["bench", "model.gguf"], ["model.gguf", "-cnv"], ["-m", "model.gguf"]]
+    for _ in range(250):
+        args = list(rng.choice(cmds))
+        for _ in range(rng.randint(0, 6)):
+            pick = rng.random()
+            if pick < 0.5:
+                args.append(rng.choice(flags))
+            elif pick < 0.6:
+                args.append(rng.choice(flags) + "=" + rng.choice(values))
+            else:
+                args.append(rng.choice(values))
+        r = subprocess.run([BIN, *args], capture_output=True, stdin=subprocess.DEVNULL, timeout=30)
+        assert r.returncode in (0, 1), (args, r.returncode, r.stderr.decode(errors="replace"))
+        if r.returncode == 1:
+            assert b"minfer: error: " in r.stderr, (args, r.stderr)
+
+
+def test_no_arguments_is_a_usage_error():
+    usage_error(minfer(), "no command or model given")
