@@ -47,7 +47,9 @@ constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr uint32_t kMaxRepetition = 4096;        // m and n of x{m,n}
 constexpr size_t kMaxGrammarElems = 1u << 22;    // elements after expanding repetitions
 constexpr uint32_t kMaxNesting = 512;            // parenthesis depth
-constexpr size_t kMaxStacksPerState = 1u << 14;  // pushdown stacks in one matcher state
+constexpr size_t kMaxStacksPerState = 1u << 12;  // pushdown stacks in one matcher state
+// Stack elements copied while computing one step (bounds the work per step).
+constexpr size_t kMaxStepWork = 1u << 21;
 
 class Grammar {
  public:

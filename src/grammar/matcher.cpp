@@ -54,14 +54,17 @@ int32_t StateTable::close_and_intern(std::vector<Stack> todo) {
   const auto& elems = g.elems();
   std::unordered_set<Stack, StackHash> seen;
   Set set;
+  size_t work = 0;
   while (!todo.empty()) {
     Stack st = std::move(todo.back());
     todo.pop_back();
     if (!seen.insert(st).second) continue;
-    if (seen.size() > 8 * kMaxStacksPerState) {
+    work += st.size() + 1;
+    if (seen.size() > 4 * kMaxStacksPerState || work > kMaxStepWork) {
       error_ = make_error("grammar state too large: more than " +
-                          std::to_string(8 * kMaxStacksPerState) +
-                          " stacks explored in one step (a highly ambiguous grammar)");
+                          std::to_string(4 * kMaxStacksPerState) + " stacks or " +
+                          std::to_string(kMaxStepWork) +
+                          " stack elements explored in one step (a highly ambiguous grammar)");
       return -1;
     }
     if (st.empty()) {
