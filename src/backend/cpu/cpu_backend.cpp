@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <string>
 #include <thread>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/pool.h"
@@ -41,11 +44,19 @@ Result<CpuIsa> isa_from_name(std::string_view name) {
       fmt::format("unknown CPU ISA '{}' (expected auto, scalar, avx2 or avx512)", name));
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports has no "f16c"
+// (GCC's has), and the sanitizer build uses clang.
+static bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 CpuIsa detect_isa() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
       return CpuIsa::kAvx512;

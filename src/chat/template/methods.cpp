@@ -44,10 +44,12 @@ std::vector<Value> bind_args(const std::string& fn, CallArgs& args,
   std::vector<Value> out;
   for (size_t i = 0; i < spec.size(); ++i)
     out.push_back(i < args.pos.size() ? args.pos[i] : spec[i].default_value);
-  for (auto& [k, v] : args.kw) {
+  for (const auto& kv : args.kw) {
+    // Not a structured binding: clang before 16 cannot capture one in a lambda.
+    const std::string& k = kv.first;
     auto it = std::find_if(spec.begin(), spec.end(), [&](const ArgSpec& s) { return k == s.name; });
     if (it == spec.end()) fail(fn + "() got an unexpected keyword argument '" + k + "'");
-    out[static_cast<size_t>(it - spec.begin())] = v;
+    out[static_cast<size_t>(it - spec.begin())] = kv.second;
   }
   return out;
 }
