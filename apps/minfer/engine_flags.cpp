@@ -24,14 +24,6 @@ void add_kv_flags(ArgParser& p, KvFlags& flags) {
                flags.numerics);
 }
 
-void add_kv_flags(CLI::App& app, KvFlags& flags) {
-  app.add_option("--cache-type", flags.cache_type,
-                 "KV cache element type: f32 (default) or f16 (env MINFER_CACHE_TYPE)");
-  app.add_option("--numerics", flags.numerics,
-                 "default, or llamacpp: reproduce llama.cpp's CPU arithmetic bit for bit "
-                 "(env MINFER_NUMERICS)");
-}
-
 Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& flags) {
   const Config& config = Config::get();
   engine::EngineOptions options{.n_threads = n_threads,

@@ -2,7 +2,6 @@
 // place a command opens its engine.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 
@@ -20,8 +19,6 @@ struct KvFlags {
 
 // Registers --cache-type and --numerics.
 void add_kv_flags(ArgParser& p, KvFlags& flags);
-// The same on a CLI11 parser, for a command not yet on ArgParser.
-void add_kv_flags(CLI::App& app, KvFlags& flags);
 
 // The engine options of a model-running command: its thread count, the traces from
 // Config, and the flags resolved (a flag wins over its MINFER_* variable);
