@@ -47,14 +47,13 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
                                     context_.n_seq_max));
     }
     if (r.pos < 0 || static_cast<uint32_t>(r.pos) >= context_.n_ctx_seq) {
-      return make_error(fmt::format(
-          "decode: position {} (row {}) is outside the context (n_ctx {})", r.pos, i,
-          context_.n_ctx_seq));
+      return make_error(
+          fmt::format("decode: position {} (row {}) is outside the context (n_ctx {})", r.pos, i,
+                      context_.n_ctx_seq));
     }
     if (r.token < 0 || r.token >= n_vocab) {
       return make_error(fmt::format(
-          "decode: token id {} (row {}) outside the vocabulary (n_vocab {})", r.token, i,
-          n_vocab));
+          "decode: token id {} (row {}) outside the vocabulary (n_vocab {})", r.token, i, n_vocab));
     }
   }
 

@@ -170,9 +170,9 @@ Status Context::set_context(const ContextOptions& options) {
     clear_kv();
     return Ok{};
   }
-  MINFER_TRY(kv::KvCells cells, kv::KvCells::create({.n_ctx = o.n_cells,
-                                                     .n_seq_max = o.n_seq_max,
-                                                     .format = options_.kv_format}));
+  MINFER_TRY(kv::KvCells cells,
+             kv::KvCells::create(
+                 {.n_ctx = o.n_cells, .n_seq_max = o.n_seq_max, .format = options_.kv_format}));
   // Regions are sized once per n_ctx: a new context gets a fresh allocator (and so a
   // fresh cache), never a grown region.
   auto memory = std::make_unique<alloc::Allocator>();
@@ -268,7 +268,8 @@ Result<const graph::ComputeGraph*> Context::prepare(const graph::GraphParams& pa
 }
 
 Result<std::span<const float>> Context::forward(std::span<const TokenId> tokens,
-                                               std::span<const int32_t> positions, uint32_t n_out) {
+                                                std::span<const int32_t> positions,
+                                                uint32_t n_out) {
   // Every check first: nothing is placed, built or run for a bad request.
   const size_t nt = tokens.size();
   if (nt == 0) return make_error("forward: empty batch");

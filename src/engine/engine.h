@@ -217,9 +217,9 @@ class Context {
   std::vector<int32_t> cells_;
   std::vector<int32_t> window_;
   std::vector<int32_t> tail_;
-  std::vector<TokenId> tokens_;      // decode(): padded token ids
-  std::vector<int32_t> positions_;   // decode(): padded positions
-  std::vector<int32_t> slot_of_row_; // decode(): per batch row, its logits slot or -1
+  std::vector<TokenId> tokens_;       // decode(): padded token ids
+  std::vector<int32_t> positions_;    // decode(): padded positions
+  std::vector<int32_t> slot_of_row_;  // decode(): per batch row, its logits slot or -1
 };
 
 // A context that loaded its own model: the single-user CLI, the chat and tests. Every

@@ -299,8 +299,8 @@ Result<int32_t> KvCells::runs_needed(std::span<const KvToken> queries, bool caus
                                     t.pos, n_ctx_));
     }
     const Pos limit = causal ? t.pos : seq_pos_max(t.seq);
-    auto it = std::find_if(limits.begin(), limits.end(),
-                           [&](const auto& e) { return e.first == t.seq; });
+    auto it =
+        std::find_if(limits.begin(), limits.end(), [&](const auto& e) { return e.first == t.seq; });
     if (it == limits.end()) {
       limits.emplace_back(t.seq, limit);
     } else {

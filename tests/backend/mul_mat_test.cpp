@@ -132,34 +132,35 @@ TEST(MulMat, ScalarIsaAlsoMatchesReference) {
 
 TEST(MulMat, ThreadCountAndBatchingAreBitwiseInvariant_bitwise) {
   // m 9: 4 × 4 tiles, a remainder row, chunks; m 2 and 3: the per-row GEMV path of
-  // small decode batches; m 8 the widest one-pass batch. n 137: more than one 64-row weight block per thread.
+  // small decode batches; m 8 the widest one-pass batch. n 137: more than one 64-row weight block
+  // per thread.
   const int64_t k = 512;
   for (auto [n, m] : {std::pair<int64_t, int64_t>{37, 9}, {137, 2}, {137, 3}, {137, 8}})
-  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
-                  DType::kQ6_K, DType::kQ5_K, DType::kF16, DType::kF32}) {
-    SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + " m " +
-                 std::to_string(m));
-    MatMulCase one = run_mul_mat(t, k, n, m, 1);
-    for (int32_t threads : {2, 3}) {
-      MatMulCase many = run_mul_mat(t, k, n, m, threads);
-      ASSERT_EQ(0, std::memcmp(one.y.data(), many.y.data(), one.y.size() * 4)) << threads;
+    for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
+                    DType::kQ6_K, DType::kQ5_K, DType::kF16, DType::kF32}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + " m " +
+                   std::to_string(m));
+      MatMulCase one = run_mul_mat(t, k, n, m, 1);
+      for (int32_t threads : {2, 3}) {
+        MatMulCase many = run_mul_mat(t, k, n, m, threads);
+        ASSERT_EQ(0, std::memcmp(one.y.data(), many.y.data(), one.y.size() * 4)) << threads;
+      }
+      // Each activation row alone (decode GEMV) equals its row of the batch (GEMM).
+      for (int64_t j = 0; j < m; ++j) {
+        CpuRig rig(2);
+        GraphBuilder b;
+        NodeId wn = b.weight("w", t, {k, n});
+        NodeId xn = b.input("x", DType::kF32, {k, 1});
+        NodeId y = b.mul_mat(wn, xn);
+        b.mark_output(y);
+        const graph::ComputeGraph& g = rig.load(b.finish());
+        rig.bind("w", encode(t, random_floats(static_cast<size_t>(k * n), 7)));
+        rig.fill_f32(g, "x", std::span<const float>(one.x.data() + j * k, static_cast<size_t>(k)));
+        ASSERT_TRUE(rig.run(g).ok());
+        std::vector<float> yr = rig.read(g, y);
+        ASSERT_EQ(0, std::memcmp(yr.data(), one.y.data() + j * n, static_cast<size_t>(n) * 4)) << j;
+      }
     }
-    // Each activation row alone (decode GEMV) equals its row of the batch (GEMM).
-    for (int64_t j = 0; j < m; ++j) {
-      CpuRig rig(2);
-      GraphBuilder b;
-      NodeId wn = b.weight("w", t, {k, n});
-      NodeId xn = b.input("x", DType::kF32, {k, 1});
-      NodeId y = b.mul_mat(wn, xn);
-      b.mark_output(y);
-      const graph::ComputeGraph& g = rig.load(b.finish());
-      rig.bind("w", encode(t, random_floats(static_cast<size_t>(k * n), 7)));
-      rig.fill_f32(g, "x", std::span<const float>(one.x.data() + j * k, static_cast<size_t>(k)));
-      ASSERT_TRUE(rig.run(g).ok());
-      std::vector<float> yr = rig.read(g, y);
-      ASSERT_EQ(0, std::memcmp(yr.data(), one.y.data() + j * n, static_cast<size_t>(n) * 4)) << j;
-    }
-  }
 }
 
 // ---- SIMD vs scalar twins ---------------------------------------------------------
@@ -336,7 +337,8 @@ TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
         const uint64_t w_row = *quant::row_bytes(t, k);
         const uint64_t x_row = *quant::row_bytes(dk.vec_dot_type, k);
         for (int64_t n_w : {1, 3, 4, 5, 8, 9, 16, 17, 33, 48}) {
-          for (int64_t n_x : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {  // rows kernels: <= 8 one pass, > 8 prepared
+          for (int64_t n_x :
+               {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {  // rows kernels: <= 8 one pass, > 8 prepared
             std::vector<uint8_t> wb = encode(
                 t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));
             std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 5);

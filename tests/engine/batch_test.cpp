@@ -1,24 +1,25 @@
 // Tests (engine): the multi-sequence forward — batch invariance bit for bit (other
 // sequences, prefill chunks of others, row order, cell placement, thread count), graph
 // reuse across sequence counts of one bucket, shared prefixes, refusals.
+#include "engine/batch.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/batch.h"
 #include "engine_fixture.h"
 #include "kv/cells.h"
 
 namespace minfer::engine {
 namespace {
 
+using minfer::testing::TinySpec;
 using testing::make_engine;
 using testing::run;
 using testing::same_bits;
 using testing::TinyEngine;
-using minfer::testing::TinySpec;
 
 struct NumericsCase {
   const char* name;
@@ -37,13 +38,13 @@ std::vector<NumericsCase> numerics_cases() {
 // A deterministic token stream (n_vocab 96) for sequence `s`.
 std::vector<int32_t> tokens_for(int s, size_t n) {
   std::vector<int32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(s) * 13 + 5) % 96);
+  for (size_t i = 0; i < n; ++i)
+    t[i] = static_cast<int32_t>((i * 7 + static_cast<size_t>(s) * 13 + 5) % 96);
   return t;
 }
 
 TinyEngine multi_engine(const TinySpec& spec, int32_t threads, const std::string& stem,
-                        const EngineOptions& options, uint32_t n_cells = 512,
-                        uint32_t n_seq = 8) {
+                        const EngineOptions& options, uint32_t n_cells = 512, uint32_t n_seq = 8) {
   TinyEngine t = make_engine(spec, threads, 64, stem, options);
   if (!t.engine) return t;
   Status st = t->set_context({.n_cells = n_cells, .n_seq_max = n_seq, .n_ctx_seq = 256});
@@ -106,13 +107,13 @@ TEST(Decode, RowLogitsAreBitIdenticalWhateverSharesTheBatch_bitwise) {
           const int32_t c1 = std::min(100, c0 + 40);
           std::vector<BatchRow> rows;
           for (int32_t i = c0; i < c1; ++i) {
-            rows.push_back({.token = prompt[static_cast<size_t>(i)], .seq = 1, .pos = i,
-                            .logits = i == 99});
+            rows.push_back(
+                {.token = prompt[static_cast<size_t>(i)], .seq = 1, .pos = i, .logits = i == 99});
           }
           rows.push_back({.token = 11, .seq = 0, .pos = pos0++, .logits = true});
           for (int k = 0; k < 13; ++k) {
-            rows.push_back({.token = p2[static_cast<size_t>(pos2)], .seq = 2, .pos = pos2,
-                            .logits = k == 12});
+            rows.push_back(
+                {.token = p2[static_cast<size_t>(pos2)], .seq = 2, .pos = pos2, .logits = k == 12});
             pos2++;
           }
           std::shuffle(rows.begin(), rows.end(), rng);
@@ -133,13 +134,15 @@ TEST(Decode, RowLogitsAreBitIdenticalWhateverSharesTheBatch_bitwise) {
         pos_other[2] = pos2;
         for (size_t i = 0; i < cont.size(); ++i) {
           std::vector<BatchRow> rows;
-          rows.push_back({.token = cont[i], .seq = 1, .pos = 100 + static_cast<int32_t>(i),
-                          .logits = true});
+          rows.push_back(
+              {.token = cont[i], .seq = 1, .pos = 100 + static_cast<int32_t>(i), .logits = true});
           const int n_others = 2 + static_cast<int>(i % 5);
           for (int s : {0, 2, 3, 4, 5, 6, 7}) {
             if (static_cast<int>(rows.size()) > n_others) break;
-            rows.push_back({.token = (s * 5 + static_cast<int>(i)) % 96, .seq = s,
-                            .pos = pos_other[static_cast<size_t>(s)]++, .logits = true});
+            rows.push_back({.token = (s * 5 + static_cast<int>(i)) % 96,
+                            .seq = s,
+                            .pos = pos_other[static_cast<size_t>(s)]++,
+                            .logits = true});
           }
           std::shuffle(rows.begin(), rows.end(), rng);
           Batch b;

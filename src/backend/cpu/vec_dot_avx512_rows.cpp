@@ -270,9 +270,8 @@ void gemv(const GemmArgs& a) {
       const uint8_t* next = g + group_bytes;
       __m512 acc[NX];
       for (int j = 0; j < NX; ++j) {
-        acc[j] =
-            s0 == 0 ? _mm512_setzero_ps()
-                    : _mm512_maskz_loadu_ps(row_mask(nr), a.y + j * a.y_stride + r0);
+        acc[j] = s0 == 0 ? _mm512_setzero_ps()
+                         : _mm512_maskz_loadu_ps(row_mask(nr), a.y + j * a.y_stride + r0);
       }
       for (int64_t b = s0; b < s1; ++b) {
         for (int64_t p = b * pf_slice; p < (b + 1) * pf_slice && p < group_bytes; p += 64) {
@@ -335,13 +334,11 @@ void gemv(const GemmArgs& a) {
           const XBlockSum& xv = xs[static_cast<size_t>(j)][static_cast<size_t>(b - s0)];
           if constexpr (F::kGemvOffset != 0)
             isum = _mm512_add_epi32(isum, _mm512_set1_epi32(xv.corr));
-          acc[j] =
-              F::step(acc[j], isum, sc.d, sc.m, xv.d, xv.s);
+          acc[j] = F::step(acc[j], isum, sc.d, sc.m, xv.d, xv.s);
         }
       }
       for (int j = 0; j < NX; ++j) {
-        _mm512_mask_storeu_ps(a.y + j * a.y_stride + r0, row_mask(nr),
-                              acc[j]);
+        _mm512_mask_storeu_ps(a.y + j * a.y_stride + r0, row_mask(nr), acc[j]);
       }
     }
   }
@@ -351,14 +348,22 @@ void gemv(const GemmArgs& a) {
 template <class F>
 void gemv_rows(const GemmArgs& a) {
   switch (a.n_x) {
-    case 1: return gemv<F, 1>(a);
-    case 2: return gemv<F, 2>(a);
-    case 3: return gemv<F, 3>(a);
-    case 4: return gemv<F, 4>(a);
-    case 5: return gemv<F, 5>(a);
-    case 6: return gemv<F, 6>(a);
-    case 7: return gemv<F, 7>(a);
-    default: return gemv<F, 8>(a);
+    case 1:
+      return gemv<F, 1>(a);
+    case 2:
+      return gemv<F, 2>(a);
+    case 3:
+      return gemv<F, 3>(a);
+    case 4:
+      return gemv<F, 4>(a);
+    case 5:
+      return gemv<F, 5>(a);
+    case 6:
+      return gemv<F, 6>(a);
+    case 7:
+      return gemv<F, 7>(a);
+    default:
+      return gemv<F, 8>(a);
   }
 }
 
@@ -491,14 +496,14 @@ template <class F>
 float vec_dot(int64_t n, const void* w, const void* x) {
   float y = 0.0f;
   gemv<F, 1>(GemmArgs{.k = n,
-                   .w = w,
-                   .w_stride = 0,
-                   .n_w = 1,
-                   .x = x,
-                   .x_stride = 0,
-                   .n_x = 1,
-                   .y = &y,
-                   .y_stride = 1});
+                      .w = w,
+                      .w_stride = 0,
+                      .n_w = 1,
+                      .x = x,
+                      .x_stride = 0,
+                      .n_x = 1,
+                      .y = &y,
+                      .y_stride = 1});
   return y;
 }
 
@@ -507,20 +512,40 @@ float vec_dot(int64_t n, const void* w, const void* x) {
 DotKernel avx512_rows_dot_kernel(DType t) {
   switch (t) {
     case DType::kQ4_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q4_0Rows>, gemm<Q4_0Rows>,
-              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
+      return {DType::kQ8_0,
+              from_f32_q8_0_avx2,
+              vec_dot<Q4_0Rows>,
+              gemm<Q4_0Rows>,
+              /*vec_dot_batch=*/nullptr,
+              /*gemv_rows_max=*/kMaxGemvRows};
     case DType::kQ4_1:
-      return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q4_1Rows>, gemm<Q4_1Rows>,
-              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
+      return {DType::kQ8_1,
+              from_f32_q8_1_avx2,
+              vec_dot<Q4_1Rows>,
+              gemm<Q4_1Rows>,
+              /*vec_dot_batch=*/nullptr,
+              /*gemv_rows_max=*/kMaxGemvRows};
     case DType::kQ5_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q5_0Rows>, gemm<Q5_0Rows>,
-              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
+      return {DType::kQ8_0,
+              from_f32_q8_0_avx2,
+              vec_dot<Q5_0Rows>,
+              gemm<Q5_0Rows>,
+              /*vec_dot_batch=*/nullptr,
+              /*gemv_rows_max=*/kMaxGemvRows};
     case DType::kQ5_1:
-      return {DType::kQ8_1, from_f32_q8_1_avx2, vec_dot<Q5_1Rows>, gemm<Q5_1Rows>,
-              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
+      return {DType::kQ8_1,
+              from_f32_q8_1_avx2,
+              vec_dot<Q5_1Rows>,
+              gemm<Q5_1Rows>,
+              /*vec_dot_batch=*/nullptr,
+              /*gemv_rows_max=*/kMaxGemvRows};
     case DType::kQ8_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, vec_dot<Q8_0Rows>, gemm<Q8_0Rows>,
-              /*vec_dot_batch=*/nullptr, /*gemv_rows_max=*/kMaxGemvRows};
+      return {DType::kQ8_0,
+              from_f32_q8_0_avx2,
+              vec_dot<Q8_0Rows>,
+              gemm<Q8_0Rows>,
+              /*vec_dot_batch=*/nullptr,
+              /*gemv_rows_max=*/kMaxGemvRows};
     default:
       return {};
   }
