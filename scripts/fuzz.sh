@@ -4,7 +4,7 @@
 #   usage: scripts/fuzz.sh [BUILD_DIR] [SECONDS] [TARGET...]
 #   BUILD_DIR  a tree configured with the asan-ubsan or fuzz preset (default build/asan-ubsan)
 #   SECONDS    run time per target (default 60; MINFER_FUZZ_SECONDS overrides too)
-#   TARGET     fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_cli_args (default: all)
+#   TARGET     fuzz_gguf, fuzz_tokenizer, ... (default: every fuzz_* target of tests/fuzz)
 #   MINFER_FUZZ_JOBS  targets run side by side (default 2)
 # Each target works in BUILD_DIR/fuzz-run/<target>/: corpus/ (the seeds plus what it
 # found; the repository is never written) and artifacts/ (crash-*, leak-*, timeout-*,
@@ -17,7 +17,10 @@ BUILD="$(cd "${1:-$ROOT/build/asan-ubsan}" && pwd)"  # absolute: fuzz_cli_args c
 SECONDS_EACH="${2:-${MINFER_FUZZ_SECONDS:-60}}"
 shift $(( $# > 2 ? 2 : $# ))
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_gguf fuzz_tokenizer fuzz_chat_template fuzz_cli_args)
+if [ ${#TARGETS[@]} -eq 0 ]; then
+  mapfile -t TARGETS < <(sed -n 's/^ *minfer_add_fuzzer(\(fuzz_[a-z0-9_]*\).*/\1/p' \
+    "$ROOT/tests/fuzz/CMakeLists.txt")
+fi
 JOBS="${MINFER_FUZZ_JOBS:-2}"
 RUN="$BUILD/fuzz-run"
 

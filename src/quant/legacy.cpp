@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "core/fp16.h"
@@ -26,6 +27,22 @@ float signed_absmax(const float* x, int n) {
     }
   }
   return max;
+}
+
+// ggml's `(int8_t)v` and `(uint8_t)v` as compiled for x86: cvttss2si truncates to
+// int32, a NaN or out-of-range value becomes INT32_MIN (the "integer indefinite"),
+// and the narrowing keeps the low byte. In C++ a float→int8 conversion out of range is
+// undefined (UBSan stops on it: a block of tiny values gives 1/d = inf), so the same
+// bytes are computed with defined operations (int32→int8 is modular since C++20).
+int32_t trunc_i32(float v) {
+  if (!(v >= -2147483648.0f && v < 2147483648.0f)) return INT32_MIN;
+  return static_cast<int32_t>(v);
+}
+int8_t to_i8(float v) {
+  return static_cast<int8_t>(trunc_i32(v));
+}
+uint8_t to_u8(float v) {
+  return static_cast<uint8_t>(trunc_i32(v));
 }
 
 void min_max(const float* x, int n, float* min, float* max) {
@@ -56,9 +73,8 @@ void quantize_q4_0(const float* src, void* dst, int64_t n) {
     y[b].d = fp32_to_fp16(d);
     for (int j = 0; j < kQK / 2; ++j) {
       // +8.5 then truncation = round half up into the unsigned code range.
-      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
-      const int q1 =
-          std::min(15, static_cast<int>(static_cast<int8_t>(x[j + kQK / 2] * id + 8.5f)));
+      const int q0 = std::min(15, static_cast<int>(to_i8(x[j] * id + 8.5f)));
+      const int q1 = std::min(15, static_cast<int>(to_i8(x[j + kQK / 2] * id + 8.5f)));
       y[b].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }
@@ -88,9 +104,8 @@ void quantize_q4_1(const float* src, void* dst, int64_t n) {
     y[b].d = fp32_to_fp16(d);
     y[b].m = fp32_to_fp16(min);
     for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
-      const int q1 =
-          std::min(15, static_cast<int>(static_cast<int8_t>((x[j + kQK / 2] - min) * id + 0.5f)));
+      const int q0 = std::min(15, static_cast<int>(to_i8((x[j] - min) * id + 0.5f)));
+      const int q1 = std::min(15, static_cast<int>(to_i8((x[j + kQK / 2] - min) * id + 0.5f)));
       y[b].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
   }
@@ -119,9 +134,8 @@ void quantize_q5_0(const float* src, void* dst, int64_t n) {
     y[b].d = fp32_to_fp16(d);
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
-      const int q0 = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
-      const int q1 =
-          std::min(31, static_cast<int>(static_cast<int8_t>(x[j + kQK / 2] * id + 16.5f)));
+      const int q0 = std::min(31, static_cast<int>(to_i8(x[j] * id + 16.5f)));
+      const int q1 = std::min(31, static_cast<int>(to_i8(x[j + kQK / 2] * id + 16.5f)));
       y[b].qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
       qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
       qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + kQK / 2);
@@ -159,8 +173,8 @@ void quantize_q5_1(const float* src, void* dst, int64_t n) {
     y[b].m = fp32_to_fp16(min);
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
-      const auto q0 = static_cast<uint8_t>((x[j] - min) * id + 0.5f);
-      const auto q1 = static_cast<uint8_t>((x[j + kQK / 2] - min) * id + 0.5f);
+      const auto q0 = to_u8((x[j] - min) * id + 0.5f);
+      const auto q1 = to_u8((x[j + kQK / 2] - min) * id + 0.5f);
       y[b].qs[j] = static_cast<uint8_t>((q0 & 0x0F) | ((q1 & 0x0F) << 4));
       qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
       qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + kQK / 2);
@@ -195,7 +209,7 @@ void quantize_q8_0(const float* src, void* dst, int64_t n) {
     const float d = amax / 127;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[b].d = fp32_to_fp16(d);
-    for (int j = 0; j < kQK; ++j) y[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    for (int j = 0; j < kQK; ++j) y[b].qs[j] = to_i8(std::round(x[j] * id));
   }
 }
 

@@ -31,9 +31,12 @@ struct Vocab {
 std::vector<Vocab>& vocabs() {
   static std::vector<Vocab> v = [] {
     std::vector<Vocab> out;
-    for (auto [name, byte_level] : {std::pair{"gpt-2", true}, {"llama-spm", false},
-                                    {"phi-3", false}, {"deepseek-coder", true},
-                                    {"qwen2", true}, {"llama-bpe", true}}) {
+    for (auto [name, byte_level] : {std::pair{"gpt-2", true},
+                                    {"llama-spm", false},
+                                    {"phi-3", false},
+                                    {"deepseek-coder", true},
+                                    {"qwen2", true},
+                                    {"llama-bpe", true}}) {
       const std::string path =
           std::string(MINFER_TESTDATA_DIR) + "/vocab/ggml-vocab-" + name + ".gguf";
       auto model = minfer::gguf::Model::open(path);
@@ -85,8 +88,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  v.tok->n_vocab());
   const std::string back = v.tok->decode(*ids, /*special=*/true);
   if (v.byte_level && !opts.parse_special && !opts.add_special && valid_utf8(text)) {
-    MINFER_CHECK(back == text, "%s: decode(encode(text)) differs: %zu bytes in, %zu out",
-                 v.name, text.size(), back.size());
+    MINFER_CHECK(back == text, "%s: decode(encode(text)) differs: %zu bytes in, %zu out", v.name,
+                 text.size(), back.size());
   }
   return 0;
 }
