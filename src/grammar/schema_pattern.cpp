@@ -142,6 +142,18 @@ class Regex {
           body.front() == ',' || std::count(body.begin(), body.end(), ',') > 1) {
         return fail("bad quantifier '{" + std::string(body) + "}'");
       }
+      // m, n (or m, or m,) within the grammar's repetition limit and in order.
+      const size_t comma = body.find(',');
+      const std::string_view sm = body.substr(0, comma);
+      const std::string_view sn = comma == std::string_view::npos ? sm : body.substr(comma + 1);
+      if (sm.size() > 5 || sn.size() > 5) return fail("quantifier count too large");
+      const uint32_t m = static_cast<uint32_t>(std::stoul(std::string(sm)));
+      const bool open = sn.empty();
+      const uint32_t n = open ? m : static_cast<uint32_t>(std::stoul(std::string(sn)));
+      if (m > kMaxRepetition || n > kMaxRepetition) {
+        return fail("quantifier count larger than " + std::to_string(kMaxRepetition));
+      }
+      if (n < m) return fail("quantifier {m,n} with n < m");
       q = "{" + std::string(body) + "}";
       pos_ = close + 1;
     } else {
