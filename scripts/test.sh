@@ -1,13 +1,37 @@
 #!/usr/bin/env bash
-# Build everything with the CI preset (-Werror) and run every test (CTest: GoogleTest
-# binaries and the pytest suites). Runs scripts/setup.sh first, and writes the
-# generated test models (tools/make_test_models.sh) into the model cache.
+# The whole CI, as .ci/run calls it (a fresh clone needs nothing beside it):
+#   1. scripts/setup.sh (Debian packages, Python tooling, the default model);
+#   2. the ci preset (Release, -Werror): build everything, write the generated test
+#      models into the model cache (tools/make_test_models.sh), run every test, the
+#      slow golden tests (CTest label "golden") included — they run here only;
+#   3. the asan-ubsan preset (clang, ASan + UBSan): build, run the suite again without
+#      the labels "golden" and "no-sanitizer" (see ctest --print-labels);
+#   4. scripts/fuzz.sh: each libFuzzer target for MINFER_FUZZ_SECONDS (default 60) on
+#      its seed corpus; a crash fails with the input saved and printed.
+# Arguments go to both ctest runs (e.g. -R tokenizer). MINFER_TEST_SANITIZE=0 stops
+# after step 2 (a quick local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+start=$SECONDS
+times=()
+mark() { times+=("$1 $((SECONDS - t0))s"); }
+
+t0=$SECONDS; bash scripts/setup.sh; mark setup
+t0=$SECONDS
 cmake --preset ci >/dev/null
 cmake --build --preset ci
+mark "ci build"
 # Deterministic test models (tiny fixtures and the Qwen2.5-0.5B-shaped ones) into the
 # model cache; hash-checked, skipped when already present.
-bash tools/make_test_models.sh build/ci
-ctest --preset ci -j2 "$@"
+t0=$SECONDS; bash tools/make_test_models.sh build/ci; mark "test models"
+t0=$SECONDS; ctest --preset ci -j2 "$@"; mark "ci tests"
+
+if [ "${MINFER_TEST_SANITIZE:-1}" != 0 ]; then
+  t0=$SECONDS
+  cmake --preset asan-ubsan >/dev/null
+  cmake --build --preset asan-ubsan
+  mark "asan-ubsan build"
+  t0=$SECONDS; ctest --preset asan-ubsan -j2 "$@"; mark "asan-ubsan tests"
+  t0=$SECONDS; bash scripts/fuzz.sh build/asan-ubsan "${MINFER_FUZZ_SECONDS:-60}"; mark fuzz
+fi
+echo "test.sh: ok in $((SECONDS - start))s (${times[*]/%/;})" >&2
