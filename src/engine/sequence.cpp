@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace minfer::engine {
 
 std::string_view seq_stop_name(SeqStop stop) {
@@ -23,10 +22,9 @@ std::string_view seq_stop_name(SeqStop stop) {
   return "?";
 }
 
-Result<std::unique_ptr<SequenceState>> SequenceState::create(const tokenizer::Tokenizer& tok,
-                                                             const TokenBytes& bytes,
-                                                             const SequenceOptions& options,
-                                                             std::unique_ptr<TokenConstraint> constraint) {
+Result<std::unique_ptr<SequenceState>> SequenceState::create(
+    const tokenizer::Tokenizer& tok, const TokenBytes& bytes, const SequenceOptions& options,
+    std::unique_ptr<TokenConstraint> constraint) {
   if (options.n_ctx == 0) return make_error("sequence: n_ctx must be > 0");
   MINFER_TRY(sample::Sampler sampler, sample::Sampler::create(options.sampler, tok.n_vocab()));
   return std::unique_ptr<SequenceState>(
@@ -97,10 +95,9 @@ void SequenceState::fill_logprobs(std::span<const float> logits, TokenId chosen,
     const float lp = logits[id] - log_z;
     if (top_.size() == k && lp <= top_.back().logprob) continue;
     TokenLogprob t{.token = static_cast<TokenId>(id), .logprob = lp};
-    auto it = std::upper_bound(top_.begin(), top_.end(), t, [](const TokenLogprob& a,
-                                                               const TokenLogprob& b) {
-      return a.logprob > b.logprob;
-    });
+    auto it = std::upper_bound(
+        top_.begin(), top_.end(), t,
+        [](const TokenLogprob& a, const TokenLogprob& b) { return a.logprob > b.logprob; });
     top_.insert(it, t);  // capacity k + 1: no reallocation
     if (top_.size() > k) top_.pop_back();
   }

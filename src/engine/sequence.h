@@ -1,11 +1,11 @@
 // Stage 15 (the loop): the generation state of one sequence — sampler chain + RNG,
-// an optional token constraint (grammar), stop-string matcher, UTF-8 emitter, n-predict / end-of-generation / context gates,
-// cursor and token counts — behind one `next(logits_row) → event` step that every
-// driver (the single-shot loop, the chat, the server's slots) can call (ARCHITECTURE §2b).
-// Invariants (§2.5): sample first, then the gates; no byte of a stop string is ever
-// emitted (bytes that could begin one are held back until they cannot); emitted text
-// is valid UTF-8 and never ends inside a character (an unfinished tail at the end of
-// the run becomes U+FFFD, as Utf8Emitter does).
+// an optional token constraint (grammar), stop-string matcher, UTF-8 emitter, n-predict /
+// end-of-generation / context gates, cursor and token counts — behind one `next(logits_row) →
+// event` step that every driver (the single-shot loop, the chat, the server's slots) can call
+// (ARCHITECTURE §2b). Invariants (§2.5): sample first, then the gates; no byte of a stop string is
+// ever emitted (bytes that could begin one are held back until they cannot); emitted text is valid
+// UTF-8 and never ends inside a character (an unfinished tail at the end of the run becomes U+FFFD,
+// as Utf8Emitter does).
 #pragma once
 
 #include <cstdint>
@@ -44,12 +44,12 @@ struct TokenLogprob {
 // What one next() produced. `text` points into the state and stays valid until the
 // next call; `top` likewise.
 struct SeqEvent {
-  TokenId token = -1;      // the sampled token (-1 when a gate stopped before sampling)
-  bool feed = false;       // decode `token` at position `pos` next (the run goes on)
-  int32_t pos = 0;         // its position when feed
-  std::string_view text;   // bytes that are safe to emit now (complete UTF-8, no stop prefix)
+  TokenId token = -1;     // the sampled token (-1 when a gate stopped before sampling)
+  bool feed = false;      // decode `token` at position `pos` next (the run goes on)
+  int32_t pos = 0;        // its position when feed
+  std::string_view text;  // bytes that are safe to emit now (complete UTF-8, no stop prefix)
   SeqStop stop = SeqStop::kNone;
-  float logprob = 0.0f;                // of `token`, when top_logprobs >= 0
+  float logprob = 0.0f;               // of `token`, when top_logprobs >= 0
   std::span<const TokenLogprob> top;  // the most likely tokens, best first
 };
 

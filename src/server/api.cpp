@@ -73,13 +73,13 @@ Opt content_text(const json& c, size_t index, const std::string& role, std::stri
   for (size_t k = 0; k < c.size(); ++k) {
     const json& part = c[k];
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
-      return bad_request(fmt::format("messages[{}].content[{}] must be an object with a 'type'",
-                                     index, k));
+      return bad_request(
+          fmt::format("messages[{}].content[{}] must be an object with a 'type'", index, k));
     }
     if (part["type"] != "text") {
-      return bad_request(fmt::format(
-          "messages[{}].content[{}]: only 'text' parts are supported, got '{}'", index, k,
-          part["type"].get<std::string>()));
+      return bad_request(
+          fmt::format("messages[{}].content[{}]: only 'text' parts are supported, got '{}'", index,
+                      k, part["type"].get<std::string>()));
     }
     if (!part.contains("text") || !part["text"].is_string()) {
       return bad_request(fmt::format("messages[{}].content[{}].text must be a string", index, k));

@@ -37,10 +37,10 @@ enum class Endpoint : uint8_t { kChat, kCompletion };
 
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChat;
-  std::string model;                   // echoed back
+  std::string model;                    // echoed back
   std::vector<chat::Message> messages;  // chat
-  std::optional<std::string> prompt;   // completions: text
-  std::vector<int32_t> prompt_tokens;  // completions: token ids instead of text
+  std::optional<std::string> prompt;    // completions: text
+  std::vector<int32_t> prompt_tokens;   // completions: token ids instead of text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;

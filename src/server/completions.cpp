@@ -110,10 +110,10 @@ std::string frames_for(StreamState& s, const JobEvent& ev) {
   std::string out;
   const bool chat = s.endpoint == Endpoint::kChat;
   if (!ev.error.empty()) {
-    return sse(error_body(ApiError{
-        .status = ev.error_status,
-        .type = ev.error_status == 503 ? "unavailable_error" : "server_error",
-        .message = ev.error}));
+    return sse(
+        error_body(ApiError{.status = ev.error_status,
+                            .type = ev.error_status == 503 ? "unavailable_error" : "server_error",
+                            .message = ev.error}));
   }
   if (!ev.text.empty() || !ev.logprobs.empty()) {
     json c = chunk_base(s);
@@ -243,7 +243,8 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
       text = *r.prompt;
     }
     auto toks = chat::tokenize_prompt(ctx.tok, text);
-    if (!toks.ok()) return reject(bad_request("cannot tokenize the prompt: " + toks.error().message));
+    if (!toks.ok())
+      return reject(bad_request("cannot tokenize the prompt: " + toks.error().message));
     prompt = std::move(*toks);
   } else {
     prompt.assign(r.prompt_tokens.begin(), r.prompt_tokens.end());
@@ -251,12 +252,12 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   const uint32_t n_ctx = ctx.scheduler.options().n_ctx;
   if (prompt.empty()) return reject(bad_request("the prompt has no tokens"));
   if (prompt.size() >= n_ctx) {
-    return reject(ApiError{
-        .status = 400,
-        .type = "exceed_context_size_error",
-        .message = fmt::format("the prompt has {} tokens; a request may use {} positions "
-                               "(prompt + completion), see --n-ctx",
-                               prompt.size(), n_ctx)});
+    return reject(
+        ApiError{.status = 400,
+                 .type = "exceed_context_size_error",
+                 .message = fmt::format("the prompt has {} tokens; a request may use {} positions "
+                                        "(prompt + completion), see --n-ctx",
+                                        prompt.size(), n_ctx)});
   }
   request_log().n_prompt = static_cast<int32_t>(prompt.size());
   r.seq.n_ctx = n_ctx;
@@ -271,9 +272,8 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   if (!state.ok()) return reject(bad_request(state.error().message));
 
   auto stream = std::make_shared<JobStream>();
-  switch (ctx.scheduler.submit(Job{.prompt = std::move(prompt),
-                                   .state = std::move(*state),
-                                   .stream = stream})) {
+  switch (ctx.scheduler.submit(
+      Job{.prompt = std::move(prompt), .state = std::move(*state), .stream = stream})) {
     case SubmitResult::kQueued:
       break;
     case SubmitResult::kQueueFull:
@@ -325,10 +325,10 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
   }
   note_counts(ev);
   if (!ev.error.empty()) {
-    return reply_error(res, ApiError{.status = ev.error_status,
-                                     .type = ev.error_status == 503 ? "unavailable_error"
-                                                                    : "server_error",
-                                     .message = ev.error});
+    return reply_error(
+        res, ApiError{.status = ev.error_status,
+                      .type = ev.error_status == 503 ? "unavailable_error" : "server_error",
+                      .message = ev.error});
   }
   json choice{{"index", 0}};
   if (endpoint == Endpoint::kChat) {

@@ -7,8 +7,9 @@ namespace minfer::server {
 namespace {
 
 void put(std::string& out, const char* name, const char* type, const char* help, double value) {
-  fmt::format_to(std::back_inserter(out), "# HELP minfer_{} {}\n# TYPE minfer_{} {}\nminfer_{} {}\n",
-                 name, help, name, type, name, value);
+  fmt::format_to(std::back_inserter(out),
+                 "# HELP minfer_{} {}\n# TYPE minfer_{} {}\nminfer_{} {}\n", name, help, name, type,
+                 name, value);
 }
 
 template <typename T>

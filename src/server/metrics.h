@@ -23,10 +23,10 @@ struct Metrics {
   std::atomic<int64_t> slots_idle_cached{0};  // finished sequences whose cells are kept
   std::atomic<uint64_t> prompt_tokens{0};     // of completed and running requests
   std::atomic<uint64_t> completion_tokens{0};
-  std::atomic<uint64_t> prefill_tokens{0};         // prompt tokens actually decoded
-  std::atomic<uint64_t> prefix_reused_tokens{0};   // prompt tokens found in cached cells
-  std::atomic<uint64_t> decode_tokens{0};          // decode rows run
-  std::atomic<uint64_t> prefill_ns{0};             // step time, split by row share
+  std::atomic<uint64_t> prefill_tokens{0};        // prompt tokens actually decoded
+  std::atomic<uint64_t> prefix_reused_tokens{0};  // prompt tokens found in cached cells
+  std::atomic<uint64_t> decode_tokens{0};         // decode rows run
+  std::atomic<uint64_t> prefill_ns{0};            // step time, split by row share
   std::atomic<uint64_t> decode_ns{0};
   std::atomic<uint64_t> steps{0};
   std::atomic<uint64_t> kv_cells_total{0};

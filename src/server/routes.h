@@ -25,7 +25,7 @@ struct ServerContext {
   Metrics& metrics;
   const ServerOptions& options;
   std::shared_ptr<const grammar::TokenVocab> vocab;  // token bytes trie for grammar masks
-  int64_t created = 0;  // server start, unix seconds
+  int64_t created = 0;                               // server start, unix seconds
 };
 
 // Per request, on its worker thread: what the one stderr log line reports.

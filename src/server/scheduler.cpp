@@ -102,7 +102,8 @@ void Scheduler::loop() {
         // The drain deadline: whatever is still queued or running is abandoned.
         for (Job& j : queue_) {
           metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);
-          j.stream->push({.final = true, .error = "the server is shutting down", .error_status = 503});
+          j.stream->push(
+              {.final = true, .error = "the server is shutting down", .error_status = 503});
         }
         queue_.clear();
         stop = true;
@@ -122,8 +123,8 @@ void Scheduler::loop() {
     if (stop) {
       for (Slot& s : slots_) {
         if (busy(s)) {
-          finish(s, {.final = true, .error = "the server is shutting down", .error_status = 503}, false,
-                 Outcome::kCancelled);
+          finish(s, {.final = true, .error = "the server is shutting down", .error_status = 503},
+                 false, Outcome::kCancelled);
         }
       }
       publish_kv();
@@ -244,8 +245,8 @@ Status Scheduler::step() {
   }
   // Then prefill chunks, first come first served, under the step's token budget.
   constexpr uint32_t kMinPrefill = 16;
-  uint32_t budget = std::max(options_.step_tokens > n_decode ? options_.step_tokens - n_decode : 0U,
-                             kMinPrefill);
+  uint32_t budget =
+      std::max(options_.step_tokens > n_decode ? options_.step_tokens - n_decode : 0U, kMinPrefill);
   std::vector<Slot*>& order = prefill_order_;
   order.clear();
   for (Slot& s : slots_) {
@@ -310,7 +311,8 @@ Status Scheduler::step() {
     const bool generated = ev.token >= 0 && ev.stop != engine::SeqStop::kEog;
     if (generated) metrics_.completion_tokens.fetch_add(1, std::memory_order_relaxed);
     if (generated && s->job.state->options().top_logprobs >= 0) {
-      LogprobEntry lp{.token = std::string(token_bytes_[ev.token]), .logprob = ev.logprob, .top = {}};
+      LogprobEntry lp{
+          .token = std::string(token_bytes_[ev.token]), .logprob = ev.logprob, .top = {}};
       for (const engine::TokenLogprob& t : ev.top) {
         lp.top.emplace_back(std::string(token_bytes_[t.token]), t.logprob);
       }

@@ -38,7 +38,7 @@ struct JobEvent {
   std::vector<LogprobEntry> logprobs;
   bool final = false;
   engine::SeqStop stop = engine::SeqStop::kNone;
-  std::string error;  // final with an error: the request failed (message for the client)
+  std::string error;       // final with an error: the request failed (message for the client)
   int error_status = 500;  // its HTTP status: 503 when the server is shutting down
   int32_t n_prompt = 0;
   int32_t n_generated = 0;
@@ -68,10 +68,10 @@ struct Job {
 };
 
 struct SchedulerOptions {
-  uint32_t n_slots = 4;       // sequences decoded together
-  uint32_t n_ctx = 2048;      // positions one request may use
-  uint32_t max_queue = 64;    // waiting requests past the slots; more → 429
-  uint32_t step_tokens = 512; // rows per step (decode rows + prefill chunks)
+  uint32_t n_slots = 4;        // sequences decoded together
+  uint32_t n_ctx = 2048;       // positions one request may use
+  uint32_t max_queue = 64;     // waiting requests past the slots; more → 429
+  uint32_t step_tokens = 512;  // rows per step (decode rows + prefill chunks)
 };
 
 enum class SubmitResult : uint8_t { kQueued, kQueueFull, kDraining };

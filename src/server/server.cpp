@@ -38,11 +38,12 @@ void handle_tokenize(ServerContext& ctx, const Request& req, Response& res) {
   }
   tokenizer::EncodeOptions opts{.add_special = false, .parse_special = true};
   bool with_pieces = false;
-  for (auto [key, out] : {std::pair{"add_special", &opts.add_special},
-                          std::pair{"parse_special", &opts.parse_special},
-                          std::pair{"with_pieces", &with_pieces}}) {
+  for (auto [key, out] :
+       {std::pair{"add_special", &opts.add_special},
+        std::pair{"parse_special", &opts.parse_special}, std::pair{"with_pieces", &with_pieces}}) {
     if (!j.contains(key) || j[key].is_null()) continue;
-    if (!j[key].is_boolean()) return reply_error(res, bad_request(fmt::format("'{}' must be a boolean", key)));
+    if (!j[key].is_boolean())
+      return reply_error(res, bad_request(fmt::format("'{}' must be a boolean", key)));
     *out = j[key].get<bool>();
   }
   auto ids = ctx.tok.encode(j["content"].get<std::string>(), opts);
@@ -70,7 +71,8 @@ void handle_detokenize(ServerContext& ctx, const Request& req, Response& res) {
     if (!t.is_number_integer()) return reply_error(res, bad_request("'tokens' must hold integers"));
     const int64_t id = t.get<int64_t>();
     if (id < 0 || id >= ctx.tok.n_vocab()) {
-      return reply_error(res, bad_request(fmt::format("token id {} is outside the vocabulary", id)));
+      return reply_error(res,
+                         bad_request(fmt::format("token id {} is outside the vocabulary", id)));
     }
     ids.push_back(static_cast<tokenizer::TokenId>(id));
   }
@@ -190,9 +192,10 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     }
     if (req.method == "POST" && !json_content_type(req)) {
       metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-      reply_error(res, ApiError{.status = 415,
-                                .type = "invalid_request_error",
-                                .message = "the body must be JSON (Content-Type: application/json)"});
+      reply_error(res,
+                  ApiError{.status = 415,
+                           .type = "invalid_request_error",
+                           .message = "the body must be JSON (Content-Type: application/json)"});
       return HandlerResponse::Handled;
     }
     return HandlerResponse::Unhandled;
@@ -205,7 +208,8 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                           : res.status == 413 ? "the request body is too large"
                           : res.status == 405 ? "method not allowed"
                                               : fmt::format("HTTP {}", res.status);
-    reply_error(res, ApiError{.status = res.status, .type = error_type(res.status), .message = message});
+    reply_error(res,
+                ApiError{.status = res.status, .type = error_type(res.status), .message = message});
     return HandlerResponse::Handled;
   };
   svr.set_error_handler(on_error);
@@ -221,8 +225,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   });
   svr.set_logger([](const Request& req, const Response& res) {
     const RequestLog& log = request_log();
-    const double ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - log.t0).count();
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.t0).count();
     std::string tokens;
     if (log.n_prompt >= 0) {
       tokens = fmt::format(" prompt={} completion={} reused={}", log.n_prompt,
@@ -272,8 +275,8 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
       const int sig = sigtimedwait(&sigs, nullptr, &poll);
       if (sig < 0) continue;
       if (++n_signals == 1) {
-        std::fprintf(stderr, "[server] signal %d: draining (up to %d ms; again to stop now)\n",
-                     sig, options.drain_ms);
+        std::fprintf(stderr, "[server] signal %d: draining (up to %d ms; again to stop now)\n", sig,
+                     options.drain_ms);
         scheduler.drain(Clock::now() + std::chrono::milliseconds(options.drain_ms));
         svr.stop();
       } else {

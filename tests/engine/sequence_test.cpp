@@ -18,7 +18,8 @@ namespace {
 std::unique_ptr<tokenizer::Tokenizer> vocab() {
   tokenizer::VocabData d;
   d.model = "llama";
-  d.tokens = {"<unk>", "<s>", "</s>", "<0xE2>", "<0x82>", "<0xAC>", "a", "b", "\xE2\x96\x81stop", "x"};
+  d.tokens = {"<unk>",  "<s>", "</s>", "<0xE2>",           "<0x82>",
+              "<0xAC>", "a",   "b",    "\xE2\x96\x81stop", "x"};
   d.token_types = {2, 3, 3, 6, 6, 6, 1, 1, 1, 1};
   d.bos = 1;
   d.eos = 2;
