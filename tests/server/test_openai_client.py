@@ -2,6 +2,7 @@
 serve` on loopback with SmolLM2 — chat and completions, streaming and not, usage and
 finish_reason, plus /v1/models, /health, /tokenize, /detokenize and the request log."""
 import subprocess
+import time
 
 import pytest
 
@@ -126,6 +127,9 @@ def test_models_health_tokenize_detokenize(server):
 @needs_model
 def test_request_log_line_and_metrics(server):
     server.post("/v1/completions", {"prompt": "Hello", "max_tokens": 3, "temperature": 0})
+    t0 = time.time()  # the log line is written once the response is out
+    while "completion=3" not in server.stderr() and time.time() - t0 < 10:
+        time.sleep(0.05)
     log = server.stderr()
     assert "[server] POST /v1/completions 200 prompt=" in log
     assert "completion=3" in log and " ms" in log

@@ -127,6 +127,10 @@ def test_prefix_reuse_prefills_only_the_delta(make_server):
     assert prefilled == n2 - reused
     assert prefilled < 20
     assert r2["usage"]["prompt_tokens_details"]["cached_tokens"] == reused
+    # The log line is written once the response is out: give it a moment.
+    t0 = time.time()
+    while f"reused={int(reused)}" not in s.stderr() and time.time() - t0 < 10:
+        time.sleep(0.05)
     assert f"reused={int(reused)}" in s.stderr()
 
 
