@@ -1,12 +1,14 @@
 // Stage 15 (the loop): single-shot generation — prefill, then the sample-first decode
-// loop of the seed design (docs: the decode loop and graph reuse §3.2).
+// loop of the seed design (docs: the decode loop and graph reuse §3.2), driving the one
+// per-sequence generation state the chat and the server drive too (SequenceState).
 // Invariants (ARCHITECTURE §2.5): each iteration samples from logits that already
-// exist, then runs the gates — the -n cap at the loop head, end-of-generation (dropped:
-// not printed, not accepted, no forward), stop strings (over the bytes of the whole
-// generated stream; bytes that may begin one are held back, so no byte of a stop
-// string is ever printed — StopMatcher) — and runs the forward last.
-// The penalty window (64 tokens) starts with the prompt tail. A steady-state step
-// allocates nothing (tests/engine proves it with a counting operator new).
+// exist, then runs the gates — end-of-generation (dropped: not printed, not accepted,
+// no forward), stop strings (over the bytes of the whole generated stream; bytes that
+// may begin one are held back, so no byte of a stop string is ever printed), the -n
+// cap (the n-th token ends the run without a forward of it), a full context — and
+// runs the forward last. The penalty window starts with the prompt tail. A
+// steady-state step allocates nothing (tests/engine proves it with a counting
+// operator new).
 #pragma once
 
 #include <chrono>
@@ -19,15 +21,18 @@
 
 #include "core/result.h"
 #include "engine/engine.h"
+#include "engine/sequence.h"
 #include "engine/text.h"
 #include "sample/sampler.h"
 
 namespace minfer::engine {
 
-// kContext: the KV is full (position n_ctx would be next) — a clean stop before the
-// forward that would have to refuse the position.
-enum class StopReason : uint8_t { kNone, kNPredict, kEog, kStopString, kContext };
-std::string_view stop_reason_name(StopReason r);
+// Why a run ended: the sequence state's reasons (kContext: the KV is full — a clean
+// stop before the forward that would have to refuse the position).
+using StopReason = SeqStop;
+inline std::string_view stop_reason_name(StopReason r) {
+  return seq_stop_name(r);
+}
 
 struct GenerateOptions {
   int32_t n_predict = 512;        // -n: generated tokens at most (< 0: until the context is full)
@@ -80,24 +85,19 @@ class Generator {
   void finish();
 
   const GenerateStats& stats() const { return stats_; }
-  const std::vector<TokenId>& generated() const { return generated_; }
+  const std::vector<TokenId>& generated() const { return state_->generated(); }
 
  private:
-  Generator(Engine& engine, const GenerateOptions& options, sample::Sampler sampler, TextSink sink);
+  Generator(Engine& engine, const GenerateOptions& options, TextSink sink);
 
   Engine& engine_;
   GenerateOptions options_;
-  sample::Sampler sampler_;
-  TokenBytes token_bytes_;
-  StopMatcher stop_;
-  Utf8Emitter out_;
+  TokenBytes token_bytes_;                // before state_: the state reads it
+  std::unique_ptr<SequenceState> state_;  // sampler, stop hold-back, UTF-8, gates, cursor
+  TextSink sink_;
   GenerateStats stats_;
 
-  std::span<const float> logits_;   // the last forward's last row
-  std::vector<float> masked_;       // --ignore-eos: logits_ with EOG ids at -inf
-  std::vector<TokenId> eog_ids_;    // --ignore-eos: every end-of-generation id
-  int32_t pos_ = 0;                 // KV cursor: position of the next token
-  std::vector<TokenId> generated_;  // reserved for n_predict up front
+  std::span<const float> logits_;  // the last forward's last row
   EngineStats after_prefill_;
   std::chrono::steady_clock::time_point decode_t0_;
   bool decode_started_ = false;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace minfer::engine {
 
@@ -49,7 +50,12 @@ SequenceState::SequenceState(const tokenizer::Tokenizer& tok, const TokenBytes& 
   generated_.reserve(cap);
   if (options_.top_logprobs > 0) top_.reserve(static_cast<size_t>(options_.top_logprobs) + 1);
   constraint_ = std::move(constraint);
-  if (constraint_) masked_.reserve(static_cast<size_t>(tok.n_vocab()));
+  if (options_.ignore_eos) {
+    for (TokenId id = 0; id < tok.n_vocab(); ++id) {
+      if (tok.is_eog(id)) eog_ids_.push_back(id);
+    }
+  }
+  if (constraint_ || options_.ignore_eos) masked_.reserve(static_cast<size_t>(tok.n_vocab()));
 }
 
 void SequenceState::reset(std::span<const TokenId> prompt) {
@@ -78,6 +84,12 @@ void SequenceState::finish_text() {
   // an unfinished UTF-8 sequence at the very end becomes U+FFFD (Utf8Emitter::flush).
   emitter_.feed(stops_.flush());
   emitter_.flush();
+}
+
+std::string_view SequenceState::flush() {
+  out_.clear();
+  if (!done()) finish_text();
+  return out_;
 }
 
 void SequenceState::fill_logprobs(std::span<const float> logits, TokenId chosen, SeqEvent& ev) {
@@ -121,9 +133,14 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
   }
   // The constraint masks a copy; logprobs still report the model's own distribution.
   std::span<const float> to_sample = logits;
-  if (constraint_) {
+  if (constraint_ || options_.ignore_eos) {
     masked_.assign(logits.begin(), logits.end());  // sized once: no allocation
-    MINFER_TRY_STATUS(constraint_->apply(masked_));
+    for (TokenId e : eog_ids_) {
+      if (static_cast<size_t>(e) < masked_.size()) {
+        masked_[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
+      }
+    }
+    if (constraint_) MINFER_TRY_STATUS(constraint_->apply(masked_));
     to_sample = masked_;
   }
   MINFER_TRY(const TokenId id, sampler_.sample(to_sample));

@@ -34,6 +34,9 @@ struct SequenceOptions {
   // Log-probabilities of the model's distribution (log-softmax of the raw logits, as
   // OpenAI reports them): -1 none; 0 the chosen token only; k: also the k most likely.
   int32_t top_logprobs = -1;
+  // End-of-generation tokens are never sampled (their logits count as -inf); the run
+  // ends at n_predict, a stop string or the context (llama.cpp's --ignore-eos).
+  bool ignore_eos = false;
 };
 
 struct TokenLogprob {
@@ -85,6 +88,11 @@ class SequenceState {
   // text. Errors: unusable logits (NaN / +inf / no finite value).
   Result<SeqEvent> next(std::span<const float> logits);
 
+  // A run cut short by its driver (an error, an interrupt): the bytes held back as a
+  // possible stop-string start are text after all; returns them (valid until the next
+  // call). Nothing more is produced.
+  std::string_view flush();
+
   bool done() const { return stop_ != SeqStop::kNone; }
   SeqStop stop() const { return stop_; }
   int32_t n_prompt() const { return n_prompt_; }
@@ -114,6 +122,7 @@ class SequenceState {
   std::vector<TokenId> generated_;
   std::vector<TokenLogprob> top_;
   std::unique_ptr<TokenConstraint> constraint_;
+  std::vector<TokenId> eog_ids_;  // ignore_eos: every end-of-generation id
   std::vector<float> masked_;  // constraint: the logits it masked (n_vocab)
   int32_t n_prompt_ = 0;
   int32_t n_generated_ = 0;

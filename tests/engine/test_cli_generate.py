@@ -35,7 +35,7 @@ def test_stdout_is_only_generated_text_and_stderr_has_the_run_header():
     assert "Prompt: 5 tokens" in err
     assert "Prefill: 5 tokens in" in err and "tok/s" in err
     assert "Generated: 8 tokens in" in err
-    assert "rebuilds: 1, reuses: 7" in err
+    assert "rebuilds: 1, reuses: 6" in err  # 7 forwards: the 8th token needs none
     assert "chat templates" not in err  # --no-template silences the note
 
 
@@ -96,7 +96,8 @@ def test_rebuild_trace_prints_one_line_per_rebuild_and_timing_line():
     assert len(rebuilds) == 2  # the prefill graph, then the decode graph
     assert "gtype=prefill" in rebuilds[0] and "gtype=decode" in rebuilds[1]
     assert all(" ms" in l for l in rebuilds)
-    assert sum(l.startswith("[graph] execute") for l in lines) == 5  # prefill + 4 decode forwards
+    # prefill + 3 decode forwards: the 4th token ends the run at -n without a forward
+    assert sum(l.startswith("[graph] execute") for l in lines) == 4
     assert any(l.startswith("[MINFER_TIMING] over ") for l in lines)
 
 
