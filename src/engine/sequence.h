@@ -123,7 +123,7 @@ class SequenceState {
   std::vector<TokenLogprob> top_;
   std::unique_ptr<TokenConstraint> constraint_;
   std::vector<TokenId> eog_ids_;  // ignore_eos: every end-of-generation id
-  std::vector<float> masked_;  // constraint: the logits it masked (n_vocab)
+  std::vector<float> masked_;     // constraint: the logits it masked (n_vocab)
   int32_t n_prompt_ = 0;
   int32_t n_generated_ = 0;
   int32_t pos_ = 0;
