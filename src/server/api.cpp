@@ -312,6 +312,8 @@ std::optional<ApiError> parse_completion(const std::string& body, Endpoint endpo
     if (auto e = integer(j, "max_completion_tokens", -1, kMaxTokens, max_tokens)) return e;
   }
   seq.n_predict = static_cast<int32_t>(max_tokens);
+  // llama.cpp's extension: end-of-generation tokens are never sampled.
+  if (auto e = boolean(j, "ignore_eos", seq.ignore_eos)) return e;
   if (auto e = number(j, "temperature", 0.0, 2.0, s.temp)) return e;
   if (auto e = number(j, "top_p", 0.0, 1.0, s.top_p)) return e;
   int64_t top_k = s.top_k;

@@ -208,6 +208,22 @@ void Scheduler::admit(Job job) {
     reuse = std::min(target_common, max_reuse);
     kv.seq_rm(target->seq, static_cast<kv::Pos>(reuse), -1);
   }
+  // Cells for the rest of the prompt and the reply as one contiguous run, so the
+  // sequence's window stays one run (plus one for a shared prefix): sequences decoding
+  // side by side would otherwise interleave their cells, and every window would grow a
+  // run per generated token. A store too fragmented for the run goes on unreserved (the
+  // engine raises the window layout; the bits are the same).
+  kv.release(target->seq);
+  {
+    const int32_t n_predict = job.state->options().n_predict;
+    const size_t room = options_.n_ctx > reuse ? options_.n_ctx - reuse : 0;
+    const size_t reply = n_predict >= 0 ? static_cast<size_t>(n_predict) : room;
+    // The sequence's own cached cells may fall inside the run (reserve() takes cells
+    // free or held by the sequence alone): count them in, so the new rows still fit.
+    const size_t own = source ? 0 : reuse;
+    const size_t need = own + std::min(room, prompt.size() - reuse + reply);
+    if (need > 0) (void)kv.reserve(target->seq, static_cast<uint32_t>(need));
+  }
   if (target->state == SlotState::kIdle) {
     metrics_.slots_idle_cached.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -341,6 +357,9 @@ void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells, Outcome outcome) {
   std::shared_ptr<JobStream> stream = std::move(s.job.stream);
   s.job = Job{};
   s.step_rows = 0;
+  // The reservation's unused cells go back to the shared store; the cells written
+  // stay with the sequence (a prefix cache) or are freed below.
+  engine_.kv_cells()->release(s.seq);
   if (keep_cells) {
     // The cells stay as a prefix cache for later requests, until the slot is needed.
     s.tokens.resize(s.n_past);
