@@ -19,6 +19,7 @@
 #include <numeric>
 
 #include "chat/session_file.h"
+#include "engine/sequence.h"
 #include "sample/sampler.h"
 
 namespace minfer::chat {
@@ -71,15 +72,7 @@ Conversation::Conversation(engine::Engine& engine, const ChatRenderer& renderer,
     : engine_(engine),
       renderer_(renderer),
       options_(std::move(options)),
-      token_bytes_(engine.tokenizer()),
-      stop_(options_.stop, token_bytes_.max_len()) {
-  if (options_.ignore_eos) {
-    const tokenizer::Tokenizer& tok = engine.tokenizer();
-    for (TokenId id = 0; id < tok.n_vocab(); ++id) {
-      if (tok.is_eog(id)) eog_ids_.push_back(id);
-    }
-    masked_.resize(engine.hparams().n_vocab);
-  }
+      token_bytes_(engine.tokenizer()) {
   if (!options_.system.empty()) messages_.push_back({.role = "system", .content = options_.system});
   stream_.reserve(engine_.n_ctx());
 }
@@ -166,72 +159,68 @@ Status Conversation::prefill_turn(TurnStats& stats) {
 }
 
 Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink) {
-  const tokenizer::Tokenizer& tok = engine_.tokenizer();
+  // One reply is one run of the per-sequence generation state the single-shot loop and
+  // the server drive too: sampler (seeded per turn and attempt), stop-string hold-back,
+  // UTF-8 emitter, -n / end-of-generation / context gates.
   sample::SamplerConfig sc = options_.sampler;
   sc.seed = reply_seed(sc.seed, stats.turn, stats.attempt);
-  MINFER_TRY(sample::Sampler sampler, sample::Sampler::create(sc, tok.n_vocab()));
+  MINFER_TRY(std::unique_ptr<engine::SequenceState> state,
+             engine::SequenceState::create(engine_.tokenizer(), token_bytes_,
+                                           {.n_predict = options_.n_predict,
+                                            .stop = options_.stop,
+                                            .sampler = sc,
+                                            .n_ctx = engine_.n_ctx(),
+                                            .ignore_eos = options_.ignore_eos,
+                                            .feed_last = true}));
   // The penalty window starts with the tail of the whole KV stream (llama.cpp feeds
-  // the prompt to the sampler), seeded after the delta is in.
-  sampler.reset(stream_);
+  // the prompt to the sampler), seeded after the delta is in; the cursor is its end.
+  state->reset(stream_);
   interrupted_.store(false, std::memory_order_relaxed);
 
-  engine::Utf8Emitter out(sink);
   std::string& reply = stats.reply;
   reply.clear();
-  stop_.reset();
+  auto emit = [&](std::string_view text) {
+    reply.append(text);
+    if (!text.empty()) sink(text);
+  };
   const auto t0 = Clock::now();
   for (;;) {
-    // Gates at the loop head: -n, Ctrl-C, and a full context (no position is left
-    // for the token this step would sample) — all clean ends of the turn.
-    if (options_.n_predict >= 0 && stats.n_generated >= options_.n_predict) {
-      stats.end = ReplyEnd::kNPredict;
+    // Gates of the chat at the loop head: Ctrl-C, and a full context (no position is
+    // left for the token this step would sample) — clean ends of the turn; what was
+    // held back is text.
+    if (interrupted_.load(std::memory_order_relaxed) || stream_.size() >= engine_.n_ctx()) {
+      emit(state->flush());
+      stats.end = interrupted_.load(std::memory_order_relaxed) ? ReplyEnd::kInterrupted
+                                                               : ReplyEnd::kContext;
       break;
     }
-    if (interrupted_.load(std::memory_order_relaxed)) {
-      stats.end = ReplyEnd::kInterrupted;
-      break;
+    if (options_.n_predict != 0 && options_.on_logits) options_.on_logits(logits_);
+    MINFER_TRY(const engine::SeqEvent ev, state->next(logits_));
+    emit(ev.text);
+    stats.n_generated = state->n_generated();
+    if (ev.feed) MINFER_TRY_STATUS(decode_one(ev.token));  // the n-th token too (feed_last)
+    if (!state->done()) continue;
+    switch (ev.stop) {
+      case engine::SeqStop::kEog:
+        // Unlike single-shot, the end-of-generation token joins the KV: the next turn's
+        // canonical render contains it (seed design §3.3, "two stop policies").
+        MINFER_TRY_STATUS(decode_one(ev.token));
+        stats.end = ReplyEnd::kEog;
+        break;
+      case engine::SeqStop::kStopString:
+        // A stopping token is not decoded; the KV then differs from the canonical
+        // render and the next turn rewinds to match.
+        stats.end = ReplyEnd::kStopString;
+        break;
+      case engine::SeqStop::kContext:
+        stats.end = ReplyEnd::kContext;
+        break;
+      default:  // kNPredict: the n-th token, decoded above, ends the reply
+        stats.end = ReplyEnd::kNPredict;
+        break;
     }
-    if (stream_.size() >= engine_.n_ctx()) {
-      stats.end = ReplyEnd::kContext;
-      break;
-    }
-    if (options_.on_logits) options_.on_logits(logits_);
-    std::span<const float> logits = logits_;
-    if (options_.ignore_eos) {
-      std::copy(logits_.begin(), logits_.end(), masked_.begin());
-      for (TokenId e : eog_ids_) {
-        if (static_cast<size_t>(e) < masked_.size())
-          masked_[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
-      }
-      logits = masked_;
-    }
-    MINFER_TRY(const TokenId id, sampler.sample(logits));
-    if (tok.is_eog(id)) {
-      // Unlike single-shot, the end-of-generation token joins the KV: the next turn's
-      // canonical render contains it (seed design §3.3, "two stop policies").
-      MINFER_TRY_STATUS(decode_one(id));
-      stats.end = ReplyEnd::kEog;
-      break;
-    }
-    sampler.accept(id);
-    // Stop strings: the matcher holds back a possible start of one, so neither the
-    // screen nor the stored reply ever holds a byte of it. A stopping token is not
-    // decoded; the KV then differs from the canonical render and the next turn
-    // rewinds to match.
-    const engine::StopMatcher::Feed f = stop_.feed(token_bytes_[id]);
-    reply.append(f.text);
-    out.feed(f.text);
-    stats.n_generated++;
-    if (f.stopped) {
-      stats.end = ReplyEnd::kStopString;
-      break;
-    }
-    MINFER_TRY_STATUS(decode_one(id));
+    break;
   }
-  const std::string_view held = stop_.flush();  // a held prefix that never completed
-  reply.append(held);
-  out.feed(held);
-  out.flush();
   stats.decode_s = seconds(Clock::now() - t0);
   need_seam_ = stats.end != ReplyEnd::kEog;
   return Ok{};

@@ -145,10 +145,7 @@ class Conversation {
   engine::Engine& engine_;
   const ChatRenderer& renderer_;
   ConversationOptions options_;
-  engine::TokenBytes token_bytes_;
-  engine::StopMatcher stop_;
-  std::vector<float> masked_;  // --ignore-eos: the logits with EOG ids at -inf
-  std::vector<TokenId> eog_ids_;
+  engine::TokenBytes token_bytes_;  // shared by every reply's SequenceState
 
   std::vector<Message> messages_;  // canonical history (system first if any)
   std::vector<TokenId> stream_;    // host mirror of KV positions [0, cursor)

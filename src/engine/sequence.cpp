@@ -165,6 +165,10 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
   } else if (options_.n_predict >= 0 && n_generated_ >= options_.n_predict) {
     stop_ = SeqStop::kNPredict;  // stop now: the forward of this token would be wasted
     finish_text();
+    if (options_.feed_last && static_cast<uint32_t>(pos_) < options_.n_ctx) {
+      ev.feed = true;  // ... unless the driver keeps the whole reply in the KV
+      ev.pos = pos_++;
+    }
   } else if (static_cast<uint32_t>(pos_) >= options_.n_ctx) {
     stop_ = SeqStop::kContext;  // the KV cannot take this token's position
     finish_text();

@@ -37,6 +37,9 @@ struct SequenceOptions {
   // End-of-generation tokens are never sampled (their logits count as -inf); the run
   // ends at n_predict, a stop string or the context (llama.cpp's --ignore-eos).
   bool ignore_eos = false;
+  // The n_predict-th token is fed too (the event has feed and stop kNPredict): a chat
+  // keeps its whole reply in the KV; single-shot and the server skip that forward.
+  bool feed_last = false;
 };
 
 struct TokenLogprob {

@@ -72,6 +72,26 @@ TEST(SequenceState, n_predict_stops_on_the_last_token_without_a_forward) {
   EXPECT_EQ(s->cursor(), 4);  // prompt 2 + the two fed tokens
 }
 
+TEST(SequenceState, feed_last_feeds_the_n_predict_th_token_and_stops) {
+  // A chat keeps its whole reply in the KV: the last token comes with feed and the stop.
+  Fixture f;
+  auto s = f.make({.n_predict = 3, .feed_last = true});
+  std::string text;
+  SeqEvent ev;
+  for (TokenId id : {6, 7, 6}) {
+    auto e = s->next(f.one_hot(id));
+    ASSERT_TRUE(e.ok());
+    text += e->text;
+    ev = *e;
+    EXPECT_TRUE(ev.feed) << id;
+  }
+  EXPECT_EQ(text, "aba");
+  EXPECT_EQ(ev.stop, SeqStop::kNPredict);
+  EXPECT_EQ(ev.pos, 4);
+  EXPECT_TRUE(s->done());
+  EXPECT_EQ(s->cursor(), 5);  // prompt 2 + all three tokens fed
+}
+
 TEST(SequenceState, eog_is_not_emitted_or_counted) {
   Fixture f;
   auto s = f.make({});
