@@ -5,7 +5,10 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+
+#include "commands.h"
 
 namespace minfer::cli {
 
@@ -240,6 +243,29 @@ std::string ArgParser::help() const {
   out.append(34 - 12, ' ');
   out += "this help\n";
   return out;
+}
+
+std::optional<int> parse_or_help(const ArgParser& p, const std::vector<std::string>& args,
+                                 ArgParser::Parsed& out) {
+  auto parsed = p.parse(args);
+  if (!parsed) return fail(parsed.error().message);
+  if (parsed->help) {
+    std::fputs(p.help().c_str(), stdout);
+    return 0;
+  }
+  out = std::move(*parsed);
+  return std::nullopt;
+}
+
+std::optional<int> parse_model_command(const ArgParser& p, const std::vector<std::string>& args,
+                                       const std::string& what, std::string& model_arg) {
+  ArgParser::Parsed parsed;
+  if (auto done = parse_or_help(p, args, parsed)) return done;
+  if (parsed.positionals.size() > 1 || (!parsed.positionals.empty() && !model_arg.empty())) {
+    return fail(what + ": one MODEL (positional or -m)");
+  }
+  if (!parsed.positionals.empty()) model_arg = parsed.positionals[0];
+  return std::nullopt;
 }
 
 }  // namespace minfer::cli

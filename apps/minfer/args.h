@@ -84,4 +84,16 @@ class ArgParser {
   std::vector<Spec> specs_;
 };
 
+// Parses `args` with `p` into `out`; prints the help for --help (exit code 0) and the
+// usage error otherwise (exit 1). Returns the exit code to leave with, or nullopt.
+std::optional<int> parse_or_help(const ArgParser& p, const std::vector<std::string>& args,
+                                 ArgParser::Parsed& out);
+
+// The common head of a subcommand that takes one MODEL (positional or -m): parses
+// `args` with `p`, prints the help for --help (exit code 0), refuses a second model
+// (a usage error, exit 1, "<what>: one MODEL ..."). Returns the exit code to leave with,
+// or nullopt to go on with `model_arg` set (empty: the default model).
+std::optional<int> parse_model_command(const ArgParser& p, const std::vector<std::string>& args,
+                                       const std::string& what, std::string& model_arg);
+
 }  // namespace minfer::cli

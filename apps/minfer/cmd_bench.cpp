@@ -134,16 +134,7 @@ int run_bench(const std::vector<std::string>& args) {
                      notices.push_back("-fa: ignored; the CPU attention always runs fused");
                      return Ok{};
                    });
-  auto parsed = p.parse(args);
-  if (!parsed) return fail(parsed.error().message);
-  if (parsed->help) {
-    std::fputs(p.help().c_str(), stdout);
-    return 0;
-  }
-  if (parsed->positionals.size() > 1 || (!parsed->positionals.empty() && !model_arg.empty())) {
-    return fail("bench: one MODEL (positional or -m)");
-  }
-  if (!parsed->positionals.empty()) model_arg = parsed->positionals[0];
+  if (auto done = parse_model_command(p, args, "bench", model_arg)) return *done;
   for (const std::string& n : notices) fmt::print(stderr, "notice: {}\n", n);
 
   auto path = resolve_model_path(model_arg);

@@ -55,13 +55,9 @@ int run_generate(const std::vector<std::string>& args) {
   ArgParser parser("minfer MODEL [PROMPT] [flags]");
   RunArgs a;
   add_run_flags(parser, a);
-  auto parsed = parser.parse(args);
-  if (!parsed) return fail(parsed.error().message);
-  if (parsed->help) {
-    std::fputs(parser.help().c_str(), stdout);
-    return 0;
-  }
-  a.positionals = std::move(parsed->positionals);
+  ArgParser::Parsed parsed;
+  if (auto done = parse_or_help(parser, args, parsed)) return *done;
+  a.positionals = std::move(parsed.positionals);
   if (a.mode == RunMode::kConversation) return run_chat(a);
   if (!a.session.empty()) return fail("--session needs the conversation mode (-cnv)");
   if (a.multiline)

@@ -37,16 +37,7 @@ int run_info(const std::vector<std::string>& args) {
   bool as_json = false;
   p.string_opt("-m,--model", "PATH", "GGUF file (default: the default model)", model_arg);
   p.flag("--json", "machine-readable output (full metadata arrays)", [&] { as_json = true; });
-  auto parsed = p.parse(args);
-  if (!parsed) return fail(parsed.error().message);
-  if (parsed->help) {
-    std::fputs(p.help().c_str(), stdout);
-    return 0;
-  }
-  if (parsed->positionals.size() > 1 || (!parsed->positionals.empty() && !model_arg.empty())) {
-    return fail("info: one MODEL at most");
-  }
-  if (!parsed->positionals.empty()) model_arg = parsed->positionals[0];
+  if (auto done = parse_model_command(p, args, "info", model_arg)) return *done;
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
   if (!model_arg.empty()) {

@@ -43,16 +43,7 @@ int run_serve(const std::vector<std::string>& args) {
                o.model_id);
   KvFlags kv;
   add_kv_flags(p, kv);
-  auto parsed = p.parse(args);
-  if (!parsed) return fail(parsed.error().message);
-  if (parsed->help) {
-    std::fputs(p.help().c_str(), stdout);
-    return 0;
-  }
-  if (parsed->positionals.size() > 1 || (!parsed->positionals.empty() && !model_arg.empty())) {
-    return fail("serve: one MODEL (positional or -m)");
-  }
-  if (!parsed->positionals.empty()) model_arg = parsed->positionals[0];
+  if (auto done = parse_model_command(p, args, "serve", model_arg)) return *done;
   o.port = port;
   o.drain_ms = drain_ms;
   o.scheduler.n_slots = static_cast<uint32_t>(slots);

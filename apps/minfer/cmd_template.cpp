@@ -49,13 +49,9 @@ int run_template(const std::vector<std::string>& args) {
     eos = v;
     return Status(Ok{});
   });
-  auto parsed = p.parse(args);
-  if (!parsed) return fail(parsed.error().message);
-  if (parsed->help) {
-    std::fputs(p.help().c_str(), stdout);
-    return 0;
-  }
-  const std::vector<std::string>& positionals = parsed->positionals;
+  ArgParser::Parsed parsed;
+  if (auto done = parse_or_help(p, args, parsed)) return *done;
+  const std::vector<std::string>& positionals = parsed.positionals;
   if (positionals.size() > 1) return fail("template: one MODEL at most");
   if (messages_file.empty()) return fail("template: --messages FILE.json is required");
   if (positionals.empty() == template_file.empty()) {

@@ -49,13 +49,9 @@ int run_tokenize(const std::vector<std::string>& args) {
   p.flag("--no-special", "add no BOS/EOS tokens", [&] { no_special = true; });
   p.flag("--parse-special", "parse special-token text (e.g. <|im_start|>) as those tokens",
          [&] { parse_special = true; });
-  auto parsed = p.parse(args);
-  if (!parsed) return fail(parsed.error().message);
-  if (parsed->help) {
-    std::fputs(p.help().c_str(), stdout);
-    return 0;
-  }
-  const std::vector<std::string>& positionals = parsed->positionals;
+  ArgParser::Parsed parsed;
+  if (auto done = parse_or_help(p, args, parsed)) return *done;
+  const std::vector<std::string>& positionals = parsed.positionals;
 
   std::string model_arg = model_opt;
   std::optional<std::string> text;
