@@ -190,7 +190,10 @@ Result<ArgParser::Parsed> ArgParser::parse(const std::vector<std::string>& args)
     } else if (s->optional) {
       if (i + 1 < args.size()) {
         for (const std::string& c : s->choices) {
-          if (args[i + 1] == c) value = args[++i];
+          if (args[i + 1] == c) {
+            value = args[++i];
+            break;  // i moved: args[i + 1] may be past the end now (ASan found it)
+          }
         }
       }
     } else {

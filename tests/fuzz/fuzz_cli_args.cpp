@@ -44,7 +44,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (!cur.empty()) args.push_back(std::move(cur));
   if (args.size() > 64) return 0;  // long command lines add nothing the parser has not seen
-  const int rc = minfer::cli::dispatch(args);
+  // An exactly sized copy (push_back leaves spare capacity): a read one past the last
+  // argument then lands outside the allocation, where ASan sees it.
+  const std::vector<std::string> argv(args.begin(), args.end());
+  const int rc = minfer::cli::dispatch(argv);
   if (rc != 0 && rc != 1) {
     std::fprintf(stderr, "fuzz_cli_args: exit code %d (only 0 and 1 are documented)\n", rc);
     std::abort();
