@@ -5,7 +5,7 @@
 #      models into the model cache (tools/make_test_models.sh), run every test, the
 #      slow golden tests (CTest label "golden") included — they run here only;
 #   3. the asan-ubsan preset (clang, ASan + UBSan): build, run the suite again without
-#      the labels "golden" and "no-sanitizer" (see ctest --print-labels);
+#      the labels "golden", "long" and "no-sanitizer" (see ctest --print-labels);
 #   4. scripts/fuzz.sh: each libFuzzer target for MINFER_FUZZ_SECONDS (default 60) on
 #      its seed corpus; a crash fails with the input saved and printed.
 # Arguments go to both ctest runs (e.g. -R tokenizer). MINFER_TEST_SANITIZE=0 stops
