@@ -4,6 +4,8 @@
 #include "chat/template/lexer.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 
 namespace minfer::chat_template {
 namespace {
@@ -332,10 +334,17 @@ class Lexer {
         for (size_t k = p; k < q; ++k)
           if (src_[k] != '_') num += src_[k];
         Token t{.kind = is_float ? TokKind::kFloat : TokKind::kInt, .text = num, .line = line_};
+        // std::strtod / strtoll, not stod / stoll: an out-of-range literal is an error
+        // here, not an exception out of compile() (fuzz_chat_template found one).
+        errno = 0;
+        char* end = nullptr;
         if (is_float)
-          t.float_value = std::stod(num);
+          t.float_value = std::strtod(num.c_str(), &end);
         else
-          t.int_value = std::stoll(num);
+          t.int_value = std::strtoll(num.c_str(), &end, 10);
+        if (errno == ERANGE || end != num.c_str() + num.size())
+          return make_error("line " + std::to_string(line_) + ": number literal '" + num +
+                            "' is out of range");
         toks_.push_back(std::move(t));
         p = q;
         continue;
