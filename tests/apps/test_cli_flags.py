@@ -137,6 +137,8 @@ def test_every_help_flag_is_in_usage_md_and_every_usage_flag_in_help():
             help_flags.add(word.rstrip(","))
     usage = (ROOT / "docs" / "USAGE.md").read_text()
     usage = re.sub(r"```.*?```", "", usage, flags=re.S)  # example output blocks
+    # The tests-and-CI section speaks of cmake's and ctest's flags, not minfer's.
+    usage = re.sub(r"^## Tests and CI\n.*?(?=^## |\Z)", "", usage, flags=re.S | re.M)
     # Flags in USAGE.md: every one written in backticks (the flag tables, the llama.cpp
     # mapping); numbers such as `-1` are values, not flags.
     usage_flags = set()
