@@ -12,6 +12,9 @@
 # after step 2 (a quick local run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache keys on relative paths below the checkout, so a clone in another folder reuses
+# the objects a previous build of the same sources left.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 start=$SECONDS
 times=()
 mark() { times+=("$1 $((SECONDS - t0))s"); }
