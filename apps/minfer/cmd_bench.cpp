@@ -5,7 +5,11 @@
 // Method (docs/PERFORMANCE.md): synthetic ids (i·7919 + 13) mod n_vocab; one untimed
 // warm-up rep per test; every rep restarts at position 0 in the same graph cache
 // (clear_kv: cells freed, regions untouched — attention reads only positions ≤ pos).
+// `--parallel N` (llama-batched-bench's -npl): tg<M>xN decodes N sequences side by side,
+// one Context::decode of N rows per step, each sequence in its own reserved cells (as
+// the server runs them); its t/s counts every sequence's tokens.
 #include <fmt/format.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,8 +25,10 @@
 
 #include "args.h"
 #include "commands.h"
+#include "engine/batch.h"
 #include "engine/engine.h"
 #include "engine_flags.h"
+#include "kv/cells.h"
 #include "model_path.h"
 #include "run_flags.h"
 
@@ -35,6 +41,8 @@ struct BenchResult {
   int32_t threads = 0;
   std::vector<double> samples;       // tok/s per rep
   std::vector<uint64_t> samples_ns;  // wall time per rep
+  std::vector<uint64_t> cpu_ns;      // process CPU time per rep (all threads)
+  int32_t n_parallel = 1;            // sequences decoded per step (tg only)
   double mean = 0.0, stddev = 0.0;
   double mean_ns = 0.0, stddev_ns = 0.0;
   double gbps = 0.0;  // tg: weight bytes per token × mean tok/s
@@ -57,6 +65,12 @@ void summarize(BenchResult& r) {
 }
 
 using Clock = std::chrono::steady_clock;
+
+uint64_t process_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 // Bytes of weights one decoded token reads: every matrix once, except the token
 // embedding table (one row per token) unless it doubles as the LM head (tied).
@@ -91,7 +105,7 @@ Result<std::vector<int32_t>> parse_list(const std::string& v, const char* what, 
 int run_bench(const std::vector<std::string>& args) {
   ArgParser p("minfer bench MODEL [flags]");
   std::string model_arg;
-  std::vector<int32_t> prompts{512}, gens{128}, threads{0};
+  std::vector<int32_t> prompts{512}, gens{128}, threads{0}, parallel{1};
   int32_t reps = 3;
   std::optional<uint32_t> n_ctx_opt;
   std::string format = "md";
@@ -108,6 +122,9 @@ int run_bench(const std::vector<std::string>& args) {
   p.option("-n,--n-gen", "N[,N...]", "generated tokens of the tg tests; 0 skips (128)",
            list(gens, "-n", 0));
   p.option("-t,--threads", "N[,N...]", "CPU threads; 0: every core (0)", list(threads, "-t", 0));
+  p.option("-npl,--parallel", "N[,N...]",
+           "tg tests decode N sequences per step, one batch (1); t/s counts all of them",
+           list(parallel, "--parallel", 1));
   p.int_opt("-r,--repetitions", "N", "measured reps per test (3)", reps, 1, INT32_MAX);
   p.option("-o,--output", "md|csv|json", "output format (md)", [&](const std::string& v) -> Status {
     if (v != "md" && v != "csv" && v != "json") {
@@ -193,31 +210,76 @@ int run_bench(const std::vector<std::string>& args) {
       summarize(r);
       results.push_back(std::move(r));
     }
-    for (const int32_t n_gen : gens) {
-      if (n_gen == 0) continue;
-      BenchResult r{.test = fmt::format("tg{}", n_gen), .n_gen = n_gen, .threads = e.n_threads()};
-      for (int rep = -1; rep < reps; ++rep) {
-        e.clear_kv();
-        engine::TokenId tok = synth(0);
-        const auto t0 = Clock::now();
-        for (int i = 0; i < n_gen; ++i) {
-          const int32_t pi = i;
-          auto out = e.forward(std::span<const engine::TokenId>(&tok, 1),
-                               std::span<const int32_t>(&pi, 1), 1);
-          if (!out) return fail(out.error().message);
-          // Greedy argmax: the tg rate includes sampling, as a generation would.
-          const std::span<const float> lg = *out;
-          tok = static_cast<engine::TokenId>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+    for (const int32_t npl : parallel) {
+      if (npl > 1) {
+        // N sequences in one arena, each reserving its n_gen cells (one window run).
+        const auto n_cells = static_cast<uint64_t>(npl) * static_cast<uint64_t>(max_n);
+        if (static_cast<uint32_t>(npl) > kv::kMaxSeqs || n_cells > UINT32_MAX) {
+          return fail(
+              fmt::format("bench: --parallel {} is beyond {} sequences", npl, kv::kMaxSeqs));
         }
-        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (rep >= 0) {
-          r.samples.push_back(n_gen / sec);
-          r.samples_ns.push_back(static_cast<uint64_t>(sec * 1e9));
-        }
+        const engine::ContextOptions co{.n_cells = static_cast<uint32_t>(n_cells),
+                                        .n_seq_max = static_cast<uint32_t>(npl),
+                                        .n_ctx_seq = static_cast<uint32_t>(max_n)};
+        if (auto st = e.set_context(co); !st.ok()) return fail(st.error().message);
       }
-      summarize(r);
-      r.gbps = static_cast<double>(weight_bytes_per_token(e.file())) * r.mean / 1e9;
-      results.push_back(std::move(r));
+      for (const int32_t n_gen : gens) {
+        if (n_gen == 0) continue;
+        BenchResult r{
+            .test = npl > 1 ? fmt::format("tg{}x{}", n_gen, npl) : fmt::format("tg{}", n_gen),
+            .n_gen = n_gen,
+            .threads = e.n_threads(),
+            .n_parallel = npl};
+        engine::Batch batch(static_cast<size_t>(npl));
+        std::vector<engine::TokenId> next(static_cast<size_t>(npl));
+        for (int rep = -1; rep < reps; ++rep) {
+          e.clear_kv();
+          const uint64_t c0 = process_cpu_ns();
+          const auto t0 = Clock::now();
+          if (npl == 1) {
+            engine::TokenId tok = synth(0);
+            for (int i = 0; i < n_gen; ++i) {
+              const int32_t pi = i;
+              auto out = e.forward(std::span<const engine::TokenId>(&tok, 1),
+                                   std::span<const int32_t>(&pi, 1), 1);
+              if (!out) return fail(out.error().message);
+              // Greedy argmax: the tg rate includes sampling, as a generation would.
+              const std::span<const float> lg = *out;
+              tok =
+                  static_cast<engine::TokenId>(std::max_element(lg.begin(), lg.end()) - lg.begin());
+            }
+          } else {
+            for (int32_t s = 0; s < npl; ++s) {
+              auto range = e.kv_cells()->reserve(s, static_cast<uint32_t>(n_gen));
+              if (!range) return fail(range.error().message);
+              next[static_cast<size_t>(s)] = synth(s);  // a different first token each
+            }
+            for (int i = 0; i < n_gen; ++i) {
+              batch.clear();
+              for (int32_t s = 0; s < npl; ++s) batch.add(next[static_cast<size_t>(s)], s, i, true);
+              auto out = e.decode(batch);
+              if (!out) return fail(out.error().message);
+              for (int32_t s = 0; s < npl; ++s) {
+                const std::span<const float> lg = out->row(static_cast<size_t>(s));
+                next[static_cast<size_t>(s)] = static_cast<engine::TokenId>(
+                    std::max_element(lg.begin(), lg.end()) - lg.begin());
+              }
+            }
+            for (int32_t s = 0; s < npl; ++s) e.kv_cells()->release(s);
+          }
+          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+          const uint64_t cpu = process_cpu_ns() - c0;
+          if (rep >= 0) {
+            r.samples.push_back(static_cast<double>(n_gen) * npl / sec);
+            r.samples_ns.push_back(static_cast<uint64_t>(sec * 1e9));
+            r.cpu_ns.push_back(cpu);
+          }
+        }
+        summarize(r);
+        // Weight bytes per step are those of one token: the step reads them once.
+        r.gbps = static_cast<double>(weight_bytes_per_token(e.file())) * r.mean / npl / 1e9;
+        results.push_back(std::move(r));
+      }
     }
     last_engine = std::move(*eng);
   }
@@ -247,6 +309,13 @@ int run_bench(const std::vector<std::string>& args) {
           {"backend", backend}, {"threads", r.threads},  {"test", r.test},
           {"ts_mean", r.mean},  {"ts_stddev", r.stddev}, {"samples_ts", r.samples}};
       if (r.gbps > 0) j["weight_gbps"] = r.gbps;
+      if (r.n_gen > 0) j["n_parallel"] = r.n_parallel;
+      if (!r.cpu_ns.empty()) {
+        // Process CPU time (every thread) per generated token: machine load from other
+        // processes does not enter it, unlike t/s.
+        const double cpu = mean_stddev(r.cpu_ns).first;
+        j["cpu_ms_per_token"] = cpu / 1e6 / (static_cast<double>(r.n_gen) * r.n_parallel);
+      }
       j["build_commit"] = MINFER_GIT_COMMIT;
       j["model_filename"] = *path;
       j["model_type"] = model::describe(e.hparams());
