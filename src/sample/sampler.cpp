@@ -63,10 +63,44 @@ std::span<const TokenId> Sampler::recent(size_t n) {
   return {window_.data(), n};
 }
 
+// Greedy with no stage that changes a logit (no bias, neutral penalties, no DRY): the
+// argmax of the raw logits, ties to the lowest id — what the full chain picks, without
+// writing the candidate array (a server step samples every running sequence).
+Result<TokenId> Sampler::sample_plain_greedy(std::span<const float> logits) {
+  size_t best = 0;
+  float best_logit = logits[0];
+  bool bad = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = logits[i];
+    bad |= std::isnan(l) || l == HUGE_VALF;
+    if (l > best_logit) {
+      best_logit = l;
+      best = i;
+    }
+  }
+  if (bad) {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (std::isnan(logits[i]) || logits[i] == HUGE_VALF) {
+        return make_error(fmt::format("sampler: logit of token {} is {}", i, logits[i]));
+      }
+    }
+  }
+  if (best_logit == -HUGE_VALF) return make_error("sampler: every logit is -inf");
+  candidates_[0] = Candidate{static_cast<TokenId>(best), best_logit, 1.0f, 0.0f};
+  last_size_ = 1;
+  return static_cast<TokenId>(best);
+}
+
 Result<TokenId> Sampler::sample(std::span<const float> logits) {
   MINFER_CHECK(logits.size() == static_cast<size_t>(n_vocab_),
                "sample() got %zu logits for a vocabulary of %d", logits.size(), n_vocab_);
   last_size_ = 0;
+  if (config_.greedy() && config_.logit_bias.empty() && config_.dry_multiplier <= 0.0f &&
+      (config_.repeat_last_n == 0 ||
+       (config_.repeat_penalty == 1.0f && config_.frequency_penalty == 0.0f &&
+        config_.presence_penalty == 0.0f))) {
+    return sample_plain_greedy(logits);
+  }
   bool any_finite = false;
   for (size_t i = 0; i < logits.size(); ++i) {
     const float l = logits[i];

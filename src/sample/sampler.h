@@ -52,6 +52,7 @@ class Sampler {
  private:
   Sampler(const SamplerConfig& config, int32_t n_vocab);
 
+  Result<TokenId> sample_plain_greedy(std::span<const float> logits);
   // Copies the last n history tokens, oldest first, into window_ (no allocation).
   std::span<const TokenId> recent(size_t n);
 

@@ -54,6 +54,49 @@ TEST(Greedy, UsesPenaltyAdjustedLogitsAndIgnoresTruncation) {
   EXPECT_EQ(s.sample(logits).value(), 1);
 }
 
+// Plain greedy (no bias, neutral penalties) skips the candidate array; a zero bias on
+// one id forces the full chain, which must pick the same id on every input: ties,
+// -inf masks, signed zeros, and the same errors for NaN / +inf / all -inf.
+TEST(Greedy, PlainFastPathPicksWhatTheFullChainPicks) {
+  const int32_t n = 257;
+  const SamplerConfig plain{.temp = 0.0f, .repeat_penalty = 1.0f};
+  const SamplerConfig full{
+      .temp = 0.0f, .repeat_penalty = 1.0f, .logit_bias = {{.id = 3, .bias = 0.0f}}};
+  uint32_t state = 12345;
+  auto rnd = [&] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> logits(static_cast<size_t>(n));
+    for (float& l : logits) {
+      const uint32_t r = rnd();
+      // few distinct values so ties are common; some masked
+      l = r % 7 == 0 ? -INFINITY : static_cast<float>(static_cast<int>(r % 5) - 2) * 0.5f;
+      if (r % 11 == 0) l = -0.0f;
+    }
+    Sampler a = make(plain, n), b = make(full, n);
+    EXPECT_EQ(a.sample(logits).value(), b.sample(logits).value()) << "trial " << trial;
+    ASSERT_EQ(a.last_candidates().size(), 1u);
+    EXPECT_EQ(a.last_candidates()[0].id, b.last_candidates()[0].id);
+    EXPECT_EQ(a.last_candidates()[0].p, 1.0f);
+  }
+  for (const float bad : {NAN, INFINITY}) {
+    std::vector<float> logits(static_cast<size_t>(n), 1.0f);
+    logits[100] = bad;
+    Sampler a = make(plain, n), b = make(full, n);
+    auto ra = a.sample(logits), rb = b.sample(logits);
+    ASSERT_FALSE(ra.ok());
+    ASSERT_FALSE(rb.ok());
+    EXPECT_EQ(ra.error().message, rb.error().message);
+  }
+  std::vector<float> masked(static_cast<size_t>(n), -INFINITY);
+  Sampler a = make(plain, n), b = make(full, n);
+  EXPECT_EQ(a.sample(masked).error().message, b.sample(masked).error().message);
+  masked[200] = -1e30f;
+  EXPECT_EQ(make(plain, n).sample(masked).value(), 200);
+}
+
 TEST(Greedy, ConsumesNoRandomness) {
   Sampler greedy = make({.temp = 0.0f}, 4);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(greedy.sample(std::vector<float>{1, 2, 3, 4}).value(), 3);
