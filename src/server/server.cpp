@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "server/routes.h"
+#include "server/web_assets.h"
 
 namespace minfer::server {
 namespace {
@@ -102,6 +103,23 @@ const char* error_type(int status) {
   }
 }
 
+// The pages themselves carry no data and need no key: the chat page asks for the key
+// when /v1 answers 401.
+bool public_route(const Request& req) {
+  return req.path == "/health" || req.method == "OPTIONS" ||
+         (req.method == "GET" && (req.path == "/" || req.path == "/index.html"));
+}
+
+void reply_page(Response& res, std::string_view html) {
+  res.set_content(html.data(), html.size(), "text/html; charset=utf-8");
+  res.set_header("Cache-Control", "no-cache");
+  // The pages load nothing from elsewhere; the policy makes that a rule of the browser.
+  res.set_header("Content-Security-Policy",
+                 "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                 "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'");
+  res.set_header("X-Content-Type-Options", "nosniff");
+}
+
 sigset_t shutdown_signals() {
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -179,7 +197,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
     request_log() = RequestLog{.t0 = Clock::now()};
-    if (!options.api_key.empty() && req.path != "/health" && req.method != "OPTIONS") {
+    if (!options.api_key.empty() && !public_route(req)) {
       const std::string want = "Bearer " + options.api_key;
       if (req.get_header_value("Authorization") != want) {
         metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -236,6 +254,9 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   });
 
   svr.Get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
+  for (const char* path : {"/", "/index.html"}) {
+    svr.Get(path, [](const Request&, Response& res) { reply_page(res, web::chat_html()); });
+  }
   svr.Get("/metrics", [&](const Request&, Response& res) {
     res.set_content(render_metrics(metrics, options.scheduler.n_slots),
                     "text/plain; version=0.0.4; charset=utf-8");
