@@ -183,7 +183,8 @@ int run_chat(RunArgs& a) {
                                  .sampler = a.sampler,
                                  .system = a.system,
                                  .ignore_eos = a.ignore_eos,
-                                 .n_batch = a.n_batch};
+                                 .n_batch = a.n_batch,
+                                 .make_constraint = constraint_factory(a, e.tokenizer())};
   auto conv_or = chat::Conversation::create(e, *choice->renderer, std::move(opts));
   if (!conv_or) return fail(conv_or.error().message);
   chat::Conversation& conv = **conv_or;

@@ -161,6 +161,7 @@ int run_generate(const std::vector<std::string>& args) {
   if (auto st = e.set_n_ctx(ctx); !st.ok()) return fail(st.error().message);
   if (auto st = finish_sampler(a, e, ctx); !st.ok()) return fail(st.error().message);
   gen.sampler = a.sampler;
+  gen.make_constraint = constraint_factory(a, e.tokenizer());
   if (a.verbose) {
     const sample::SamplerConfig& sc = gen.sampler;
     fmt::print(stderr,

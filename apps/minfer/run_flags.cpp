@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "files.h"
+#include "grammar/json_schema.h"
 #include "model_path.h"
+#include "server/constraint.h"
 
 namespace minfer::cli {
 namespace {
@@ -49,7 +51,56 @@ Status add_logit_bias(const std::string& v, RunArgs& a) {
   return Ok{};
 }
 
+// --grammar and its siblings: one kind per run; the same flag again replaces the value.
+Status set_constraint(RunArgs& a, const char* flag, const std::string& v) {
+  if (!a.constraint_flag.empty() && a.constraint_flag != flag) {
+    return make_error(fmt::format(
+        "{} and {} cannot be combined: give one of --grammar, --grammar-file, --json-schema "
+        "(-j) and --json-schema-file",
+        a.constraint_flag, flag));
+  }
+  a.constraint_flag = flag;
+  a.constraint_value = v;
+  return Ok{};
+}
+
+// The GBNF text of the constraint flag (files read, a schema converted), compiled.
+Status compile_constraint(RunArgs& a) {
+  if (a.constraint_flag.empty()) return Ok{};
+  const std::string& flag = a.constraint_flag;
+  std::string text = a.constraint_value;
+  if (flag == "--grammar-file" || flag == "--json-schema-file") {
+    auto f = read_input_file(text);
+    if (!f) return f.error().context(flag);
+    text = std::move(*f);
+  }
+  std::string gbnf;
+  if (flag == "--json-schema" || flag == "--json-schema-file") {
+    const std::string where =
+        flag == "--json-schema" ? flag : flag + " '" + a.constraint_value + "'";
+    auto g = grammar::json_schema_to_gbnf(text);
+    if (!g) return make_error(fmt::format("{}: {}", where, g.error().message));
+    gbnf = std::move(*g);
+  } else {
+    gbnf = std::move(text);
+  }
+  const std::string where = flag == "--grammar" ? flag : flag + " '" + a.constraint_value + "'";
+  auto g = grammar::Grammar::parse(gbnf);
+  if (!g) return make_error(fmt::format("{}: {}", where, g.error().message));
+  auto table = grammar::StateTable::create(*g);
+  if (!table) return make_error(fmt::format("{}: {}", where, table.error().message));
+  a.grammar_table = std::move(*table);
+  return Ok{};
+}
+
 }  // namespace
+
+std::function<std::unique_ptr<engine::TokenConstraint>()> constraint_factory(
+    const RunArgs& a, const tokenizer::Tokenizer& tok) {
+  if (!a.grammar_table) return {};
+  std::shared_ptr<const grammar::TokenVocab> vocab = grammar::TokenVocab::build(tok);
+  return [table = a.grammar_table, vocab] { return server::make_grammar_constraint(table, vocab); };
+}
 
 int32_t resolve_threads(int32_t requested) {
   const auto cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -134,6 +185,18 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
   p.flag("--ignore-eos", "keep generating past end-of-generation tokens",
          [&a] { a.ignore_eos = true; });
   add_kv_flags(p, a.kv);
+
+  p.section("constrained output");
+  p.option("--grammar", "GBNF",
+           "the output must match this GBNF grammar (llama.cpp's format; start rule root)",
+           [&a](const std::string& v) { return set_constraint(a, "--grammar", v); });
+  p.option("--grammar-file", "PATH", "the same, the grammar read from a file",
+           [&a](const std::string& v) { return set_constraint(a, "--grammar-file", v); });
+  p.option("-j,--json-schema", "JSON",
+           "the output must be JSON this JSON Schema validates (converted to a grammar)",
+           [&a](const std::string& v) { return set_constraint(a, "--json-schema", v); });
+  p.option("--json-schema-file", "PATH", "the same, the schema read from a file",
+           [&a](const std::string& v) { return set_constraint(a, "--json-schema-file", v); });
 
   p.section("sampling");
   p.option("-s,--seed", "N", "sampling seed; -1: a random one, printed on stderr (42)",
@@ -331,6 +394,7 @@ Status prepare_run(RunArgs& a) {
   for (const auto& [path, flag] : outputs) {
     if (!path->empty()) MINFER_TRY_STATUS(check_writable(*path, flag));
   }
+  MINFER_TRY_STATUS(compile_constraint(a));
   for (const std::string& n : a.notices) fmt::print(stderr, "notice: {}\n", n);
   return Ok{};
 }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,7 +14,9 @@
 #include "chat/renderer.h"
 #include "core/result.h"
 #include "engine/engine.h"
+#include "engine/sequence.h"
 #include "engine_flags.h"
+#include "grammar/grammar.h"
 #include "sample/sampler_config.h"
 
 namespace minfer::cli {
@@ -47,7 +51,17 @@ struct RunArgs {
   bool escape = false;               // -e: \n \t ... in the prompt, system prompt and stop strings
   std::vector<std::string> notices;  // accepted flags this build cannot honour
   std::string dump_dot, dump_graph_json, dump_logits, dump_json;
+  // --grammar, --grammar-file, --json-schema (-j), --json-schema-file: at most one kind
+  // (`constraint_flag` is the one given; a second kind is a usage error at parse time).
+  std::string constraint_flag, constraint_value;
+  // Compiled by prepare_run (before the model loads); null: unconstrained.
+  std::shared_ptr<grammar::StateTable> grammar_table;
 };
+
+// The output constraint of a run (compiled grammar → one constraint per run or reply)
+// for GenerateOptions / ConversationOptions; empty when no grammar flag was given.
+std::function<std::unique_ptr<engine::TokenConstraint>()> constraint_factory(
+    const RunArgs& a, const tokenizer::Tokenizer& tok);
 
 void add_run_flags(ArgParser& p, RunArgs& a);
 

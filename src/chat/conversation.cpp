@@ -165,13 +165,15 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
   sample::SamplerConfig sc = options_.sampler;
   sc.seed = reply_seed(sc.seed, stats.turn, stats.attempt);
   MINFER_TRY(std::unique_ptr<engine::SequenceState> state,
-             engine::SequenceState::create(engine_.tokenizer(), token_bytes_,
-                                           {.n_predict = options_.n_predict,
-                                            .stop = options_.stop,
-                                            .sampler = sc,
-                                            .n_ctx = engine_.n_ctx(),
-                                            .ignore_eos = options_.ignore_eos,
-                                            .feed_last = true}));
+             engine::SequenceState::create(
+                 engine_.tokenizer(), token_bytes_,
+                 {.n_predict = options_.n_predict,
+                  .stop = options_.stop,
+                  .sampler = sc,
+                  .n_ctx = engine_.n_ctx(),
+                  .ignore_eos = options_.ignore_eos,
+                  .feed_last = true},
+                 options_.make_constraint ? options_.make_constraint() : nullptr));
   // The penalty window starts with the tail of the whole KV stream (llama.cpp feeds
   // the prompt to the sampler), seeded after the delta is in; the cursor is its end.
   state->reset(stream_);

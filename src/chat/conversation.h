@@ -21,6 +21,7 @@
 #include "chat/renderer.h"
 #include "core/result.h"
 #include "engine/engine.h"
+#include "engine/sequence.h"
 #include "engine/text.h"
 #include "sample/sampler_config.h"
 
@@ -36,6 +37,9 @@ struct ConversationOptions {
   std::string system;             // first message when non-empty (--system)
   bool ignore_eos = false;        // --ignore-eos: EOG logits at -inf (replies end at -n)
   int32_t n_batch = 0;            // -b: prefill chunk in tokens; 0: a turn's delta at once
+  // --grammar / --json-schema: each reply gets a fresh constraint from this (so it
+  // applies to every reply on its own, from its start); none when unset.
+  std::function<std::unique_ptr<engine::TokenConstraint>()> make_constraint;
   // Called with the raw logits (F32 [n_vocab]) each time a reply samples, before the
   // sampler — step 0 is the last token of the turn's delta. Tests and tracing.
   std::function<void(std::span<const float>)> on_logits;

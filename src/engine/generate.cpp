@@ -21,12 +21,14 @@ Result<std::unique_ptr<Generator>> Generator::create(Engine& engine, const Gener
                                                      TextSink sink) {
   if (!engine.has_tokenizer()) return make_error("generate: the model has no tokenizer");
   auto g = std::unique_ptr<Generator>(new Generator(engine, options, std::move(sink)));
-  MINFER_TRY(g->state_, SequenceState::create(engine.tokenizer(), g->token_bytes_,
-                                              {.n_predict = options.n_predict,
-                                               .stop = options.stop,
-                                               .sampler = options.sampler,
-                                               .n_ctx = engine.n_ctx_seq(),
-                                               .ignore_eos = options.ignore_eos}));
+  MINFER_TRY(g->state_,
+             SequenceState::create(engine.tokenizer(), g->token_bytes_,
+                                   {.n_predict = options.n_predict,
+                                    .stop = options.stop,
+                                    .sampler = options.sampler,
+                                    .n_ctx = engine.n_ctx_seq(),
+                                    .ignore_eos = options.ignore_eos},
+                                   options.make_constraint ? options.make_constraint() : nullptr));
   return g;
 }
 

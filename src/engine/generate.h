@@ -44,6 +44,8 @@ struct GenerateOptions {
   // -b/-ub: prompt tokens per prefill forward; 0: the whole prompt in one. The
   // output bytes do not depend on it (ARCHITECTURE §2 invariant 8).
   int32_t n_batch = 0;
+  // --grammar / --json-schema: makes the run's token constraint (none when unset).
+  std::function<std::unique_ptr<TokenConstraint>()> make_constraint;
   bool timing = false;  // MINFER_TIMING: split sampling vs forward time
   // Called with the raw logits (F32 [n_vocab]) each time the loop samples, before the
   // sampler sees them — step 0 is the last prompt position; the step that samples an

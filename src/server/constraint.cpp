@@ -1,10 +1,30 @@
-// Stage 17 (HTTP): grammar constraint (src/grammar's matcher and token masks).
+// Stage 17 (HTTP) / 18 (CLI): grammar constraint (src/grammar's matcher and token masks).
 #include "server/constraint.h"
 
+#include <fmt/format.h>
+
+#include <cmath>
 #include <limits>
 
 namespace minfer::server {
 namespace {
+
+// The last bytes of the output, printable, for the "[grammar]" error.
+std::string tail_for_error(const std::string& out) {
+  constexpr size_t kTail = 48;
+  const std::string t = out.size() > kTail ? out.substr(out.size() - kTail) : out;
+  std::string s;
+  for (unsigned char c : t) {
+    if (c == '\n') {
+      s += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      s += fmt::format("\\x{:02x}", c);
+    } else {
+      s += static_cast<char>(c);
+    }
+  }
+  return (out.size() > kTail ? "..." : "") + s;
+}
 
 class GrammarConstraint final : public engine::TokenConstraint {
  public:
@@ -13,24 +33,56 @@ class GrammarConstraint final : public engine::TokenConstraint {
       : matcher_(table), masker_(table, std::move(vocab)) {}
 
   Status apply(std::span<float> logits) override {
-    MINFER_TRY(const grammar::TokenMask* mask, masker_.mask(matcher_));
+    auto mask_or = masker_.mask(matcher_);
+    if (!mask_or.ok()) return make_error("[grammar] " + mask_or.error().message);
+    const grammar::TokenMask* mask = *mask_or;
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     const auto n = static_cast<tokenizer::TokenId>(logits.size());
     const auto n_mask = static_cast<tokenizer::TokenId>(mask->bits.size() * 64);
+    bool any = false;
     for (tokenizer::TokenId id = 0; id < n; ++id) {
-      if (id >= n_mask || !mask->test(id)) logits[static_cast<size_t>(id)] = kNegInf;
+      float& l = logits[static_cast<size_t>(id)];
+      if (id >= n_mask || !mask->test(id)) {
+        l = kNegInf;
+      } else if (!std::isnan(l) && l != kNegInf) {
+        any = true;
+      }
+    }
+    if (!any) {
+      // Nothing the sampler could draw: say why instead of letting it fail (or pick).
+      bool eog_allowed = false;
+      for (tokenizer::TokenId e : masker_.vocab().eog_ids()) {
+        if (e < n_mask && mask->test(e)) eog_allowed = true;
+      }
+      const std::string at = output_.empty() ? "at the start of the output"
+                                             : fmt::format("after \"{}\"", tail_for_error(output_));
+      if (eog_allowed) {
+        return make_error(fmt::format(
+            "[grammar] no token is allowed {}: the grammar is complete and only "
+            "end-of-generation may come next, but end-of-generation is banned (ignore_eos / "
+            "--ignore-eos, or a logit bias)",
+            at));
+      }
+      return make_error(fmt::format(
+          "[grammar] no token is allowed {}: no token of the vocabulary continues the grammar "
+          "(or every token that does has a -inf logit)",
+          at));
     }
     return Ok{};
   }
   void accept(tokenizer::TokenId token) override {
     // The token came from the mask, so it is allowed; a refusal would leave the state.
-    masker_.accept_token(matcher_, token);
+    if (masker_.accept_token(matcher_, token)) output_ += masker_.vocab().bytes(token);
   }
-  void reset() override { matcher_.reset(); }
+  void reset() override {
+    matcher_.reset();
+    output_.clear();
+  }
 
  private:
   grammar::Matcher matcher_;
   grammar::TokenMasker masker_;
+  std::string output_;  // the accepted bytes (for the error message)
 };
 
 }  // namespace
@@ -39,6 +91,11 @@ Result<std::unique_ptr<engine::TokenConstraint>> make_grammar_constraint(
     const std::string& gbnf, std::shared_ptr<const grammar::TokenVocab> vocab) {
   MINFER_TRY(std::shared_ptr<const grammar::Grammar> g, grammar::Grammar::parse(gbnf));
   MINFER_TRY(std::shared_ptr<grammar::StateTable> table, grammar::StateTable::create(g));
+  return make_grammar_constraint(std::move(table), std::move(vocab));
+}
+
+std::unique_ptr<engine::TokenConstraint> make_grammar_constraint(
+    std::shared_ptr<grammar::StateTable> table, std::shared_ptr<const grammar::TokenVocab> vocab) {
   return std::unique_ptr<engine::TokenConstraint>(
       new GrammarConstraint(std::move(table), std::move(vocab)));
 }
