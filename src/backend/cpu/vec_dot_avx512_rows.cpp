@@ -314,6 +314,43 @@ void gemv(const GemmArgs& a) {
           }
         }
         const RowScales sc = gather_scales<F>(blk, offs);
+        if constexpr (NX >= 2) {
+          // Several activation rows: transpose the codes once per block so that dword
+          // lane r of t[k] holds row r's elements 4k..4k+3 (t[4 + k]: 16 + 4k..), then
+          // each row's block sum is 8 vpdpbusd against broadcast dwords of its
+          // activation — no per-row transpose on the shuffle port. The same exact
+          // integers, so the same bits.
+          __m512i t[8];
+          auto transpose4 = [](const __m512i* v, __m512i* out) {
+            const __m512i u0 = _mm512_unpacklo_epi32(v[0], v[1]);
+            const __m512i u1 = _mm512_unpackhi_epi32(v[0], v[1]);
+            const __m512i u2 = _mm512_unpacklo_epi32(v[2], v[3]);
+            const __m512i u3 = _mm512_unpackhi_epi32(v[2], v[3]);
+            out[0] = _mm512_unpacklo_epi64(u0, u2);
+            out[1] = _mm512_unpackhi_epi64(u0, u2);
+            out[2] = _mm512_unpacklo_epi64(u1, u3);
+            out[3] = _mm512_unpackhi_epi64(u1, u3);
+          };
+          transpose4(lo, t);
+          transpose4(hi, t + 4);
+          for (int j = 0; j < NX; ++j) {
+            const XB& xj = xb[static_cast<size_t>(j)][b];
+            // broadcast straight from memory (a load-port uop, not a shuffle)
+            auto xd = [&](int k) { return _mm512_broadcastd_epi32(_mm_loadu_si32(xj.qs + 4 * k)); };
+            __m512i i0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), t[0], xd(0));
+            __m512i i1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), t[4], xd(4));
+            for (int k = 1; k < 4; ++k) {
+              i0 = _mm512_dpbusd_epi32(i0, t[k], xd(k));
+              i1 = _mm512_dpbusd_epi32(i1, t[4 + k], xd(4 + k));
+            }
+            __m512i isum = _mm512_add_epi32(i0, i1);
+            const XBlockSum& xv = xs[static_cast<size_t>(j)][static_cast<size_t>(b - s0)];
+            if constexpr (F::kGemvOffset != 0)
+              isum = _mm512_add_epi32(isum, _mm512_set1_epi32(xv.corr));
+            acc[j] = F::step(acc[j], isum, sc.d, sc.m, xv.d, xv.s);
+          }
+          continue;
+        }
         for (int j = 0; j < NX; ++j) {
           const XB& xj = xb[static_cast<size_t>(j)][b];
           const __m512i xlo = _mm512_broadcast_i32x4(load128(xj.qs));
