@@ -19,6 +19,8 @@ int run_tokenize(const std::vector<std::string>& args);
 int run_template(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);  // `minfer bench MODEL [flags]`
 int run_serve(const std::vector<std::string>& args);  // `minfer serve MODEL [flags]`
+// `minfer perplexity MODEL -f TEXT`: llama-perplexity's method and output.
+int run_perplexity(const std::vector<std::string>& args);
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
 int run_generate(const std::vector<std::string>& args);
 std::string generate_help();  // the generation flags, for `minfer --help`

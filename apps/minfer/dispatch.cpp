@@ -24,6 +24,7 @@ constexpr const char* kUsage =
     "                                         print a chat template's exact render\n"
     "  minfer bench MODEL [flags]             llama-bench style throughput\n"
     "  minfer serve MODEL [flags]             OpenAI-compatible HTTP server\n"
+    "  minfer perplexity MODEL -f TEXT [flags] llama-perplexity's perplexity / KL divergence\n"
     "  minfer COMMAND --help                  the flags of a command\n"
     "\n"
     "  -h, --help                             this text and the generation flags\n"
@@ -80,6 +81,7 @@ int dispatch(const std::vector<std::string>& args) {
   if (cmd == "template") return run_template(rest);
   if (cmd == "bench") return run_bench(rest);
   if (cmd == "serve") return run_serve(rest);
+  if (cmd == "perplexity") return run_perplexity(rest);
   return run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }
 
