@@ -9,6 +9,7 @@
 #include "args.h"
 #include "commands.h"
 #include "engine_flags.h"
+#include "files.h"
 #include "model_path.h"
 #include "server/server.h"
 
@@ -41,9 +42,20 @@ int run_serve(const std::vector<std::string>& args) {
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
                o.model_id);
+  std::string template_file;
+  p.string_opt("--chat-template-file", "PATH",
+               "Jinja chat template file instead of the model's (its tool-call format too)",
+               template_file);
+  p.flag("--jinja", "accepted for llama.cpp compatibility: templates are always Jinja", [] {});
   KvFlags kv;
   add_kv_flags(p, kv);
   if (auto done = parse_model_command(p, args, "serve", model_arg)) return *done;
+  if (!template_file.empty()) {
+    auto text = read_input_file(template_file);
+    if (!text) return fail(text.error().message);
+    if (text->empty()) return fail("--chat-template-file '" + template_file + "' is empty");
+    o.chat_template = std::move(*text);
+  }
   o.port = port;
   o.drain_ms = drain_ms;
   o.scheduler.n_slots = static_cast<uint32_t>(slots);

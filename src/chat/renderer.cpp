@@ -47,6 +47,13 @@ Result<std::string> ChatMlRenderer::render(std::span<const Message> messages,
   return out;
 }
 
+Result<std::string> ChatMlRenderer::render_json(const nlohmann::ordered_json& messages,
+                                                const nlohmann::ordered_json& /*tools*/,
+                                                bool add_generation_prompt) const {
+  MINFER_TRY(std::vector<Message> m, messages_from_json(messages));
+  return render(m, add_generation_prompt);
+}
+
 Status validate_renderer(const ChatRenderer& renderer) {
   const std::vector<Message> example = {{.role = "system", .content = "s"},
                                         {.role = "user", .content = "u"},

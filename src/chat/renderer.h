@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -35,6 +36,15 @@ class ChatRenderer {
                                      bool add_generation_prompt) const = 0;
   // A one-word description for notices ("model template", "ChatML fallback").
   virtual std::string name() const = 0;
+  // OpenAI-shaped messages as the template sees them (assistant `tool_calls`, tool
+  // `tool_call_id` kept) and the template's `tools` variable (null: left undefined).
+  // The ChatML renderer ignores both extras.
+  virtual Result<std::string> render_json(const nlohmann::ordered_json& messages,
+                                          const nlohmann::ordered_json& tools,
+                                          bool add_generation_prompt) const = 0;
+  // The Jinja source ("" for the built-in ChatML): what the server reads the template's
+  // tool-call format from.
+  virtual std::string_view source() const { return {}; }
 };
 
 // <|im_start|>ROLE\nCONTENT<|im_end|>\n per message, then <|im_start|>assistant\n.
@@ -43,6 +53,9 @@ class ChatMlRenderer final : public ChatRenderer {
   Result<std::string> render(std::span<const Message> messages,
                              bool add_generation_prompt) const override;
   std::string name() const override { return "ChatML fallback"; }
+  Result<std::string> render_json(const nlohmann::ordered_json& messages,
+                                  const nlohmann::ordered_json& tools,
+                                  bool add_generation_prompt) const override;
 };
 
 // A Jinja chat template (tokenizer.chat_template or a file) rendered by

@@ -33,7 +33,20 @@ class TemplateRenderer final : public ChatRenderer {
     ctx.eos_token = spec_.eos_token;
     return compiled_->render(ctx);
   }
+  Result<std::string> render_json(const nlohmann::ordered_json& messages,
+                                  const nlohmann::ordered_json& tools,
+                                  bool add_generation_prompt) const override {
+    if (!compiled_) return compile_error_;
+    chat_template::ChatContext ctx;
+    ctx.messages = messages;
+    ctx.add_generation_prompt = add_generation_prompt;
+    ctx.bos_token = spec_.bos_token;
+    ctx.eos_token = spec_.eos_token;
+    if (!tools.is_null()) ctx.extra["tools"] = tools;
+    return compiled_->render(ctx);
+  }
   std::string name() const override { return "model template"; }
+  std::string_view source() const override { return spec_.source; }
 
  private:
   TemplateSpec spec_;
@@ -47,6 +60,10 @@ class TemplateRenderer final : public ChatRenderer {
  public:
   explicit TemplateRenderer(TemplateSpec) {}
   Result<std::string> render(std::span<const Message>, bool) const override {
+    return make_error("this build has no Jinja chat-template interpreter (src/chat/template)");
+  }
+  Result<std::string> render_json(const nlohmann::ordered_json&, const nlohmann::ordered_json&,
+                                  bool) const override {
     return make_error("this build has no Jinja chat-template interpreter (src/chat/template)");
   }
   std::string name() const override { return "model template"; }

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "grammar/json_schema.h"
+#include "server/tools.h"
 
 namespace minfer::server {
 namespace {
@@ -89,7 +90,8 @@ Opt content_text(const json& c, size_t index, const std::string& role, std::stri
   return {};
 }
 
-Opt parse_messages(const json& j, std::vector<chat::Message>& out) {
+Opt parse_messages(const json& j, std::vector<chat::Message>& out, json& out_json,
+                   bool& tool_history) {
   const json* m = field(j, "messages");
   if (!m) return bad_request("'messages' is required");
   if (!m->is_array()) return bad_request("'messages' must be an array");
@@ -113,6 +115,26 @@ Opt parse_messages(const json& j, std::vector<chat::Message>& out) {
                               out_msg.content)) {
       return e;
     }
+    // The template's view: content as text, plus the tool fields OpenAI defines.
+    json mj{{"role", role}, {"content", out_msg.content}};
+    if (role == "assistant" && field(msg, "tool_calls")) {
+      if (auto e = check_history_tool_calls(msg["tool_calls"], i)) return e;
+      if (!msg["tool_calls"].empty()) {
+        mj["tool_calls"] = msg["tool_calls"];
+        tool_history = true;
+      }
+    }
+    if (role == "tool") {
+      tool_history = true;
+      for (const char* k : {"tool_call_id", "name"}) {
+        if (const json* v = field(msg, k)) {
+          if (!v->is_string())
+            return bad_request(fmt::format("messages[{}].{} must be a string", i, k));
+          mj[k] = *v;
+        }
+      }
+    }
+    out_json.push_back(std::move(mj));
     out.push_back(std::move(out_msg));
   }
   return {};
@@ -288,7 +310,8 @@ std::optional<ApiError> parse_completion(const std::string& body, Endpoint endpo
     out.model = m->get<std::string>();
   }
   if (endpoint == Endpoint::kChat) {
-    if (auto e = parse_messages(j, out.messages)) return e;
+    if (auto e = parse_messages(j, out.messages, out.messages_json, out.tool_history)) return e;
+    if (auto e = parse_tools(j, out.tools)) return e;
   } else {
     if (auto e = parse_prompt(j, n_vocab, out)) return e;
   }

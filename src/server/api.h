@@ -35,12 +35,32 @@ sample::SamplerConfig default_sampler();
 
 enum class Endpoint : uint8_t { kChat, kCompletion };
 
+// OpenAI tools (server/tools.h parses, renders and enforces them).
+enum class ToolChoice : uint8_t { kAuto, kNone, kRequired, kNamed };
+struct ToolSpec {
+  std::string name;
+  json parameters;  // a JSON Schema (an object schema; {"type":"object"} when none given)
+};
+struct ToolRequest {
+  std::vector<ToolSpec> tools;
+  json tools_json = nullptr;  // the request's `tools` as given (the template's variable)
+  ToolChoice choice = ToolChoice::kAuto;
+  std::string named;      // kNamed: the function
+  bool parallel = false;  // parallel_tool_calls (llama-server's default: false)
+  bool active() const { return !tools.empty() && choice != ToolChoice::kNone; }
+};
+
 struct CompletionRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;                    // echoed back
   std::vector<chat::Message> messages;  // chat
-  std::optional<std::string> prompt;    // completions: text
-  std::vector<int32_t> prompt_tokens;   // completions: token ids instead of text
+  // chat: the messages as OpenAI JSON for the template (assistant tool_calls, tool
+  // messages' tool_call_id kept); tool_history: some message has them.
+  json messages_json = json::array();
+  bool tool_history = false;
+  ToolRequest tools;
+  std::optional<std::string> prompt;   // completions: text
+  std::vector<int32_t> prompt_tokens;  // completions: token ids instead of text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;

@@ -6,6 +6,7 @@
 
 #include "server/constraint.h"
 #include "server/routes.h"
+#include "server/tools.h"
 
 namespace minfer::server {
 namespace {
@@ -90,7 +91,23 @@ struct StreamState {
   bool sent_head = false;
   bool finished = false;
   TextLogprobs text_lp;
+  std::unique_ptr<ToolCallParser> tools;  // tools in play: content and calls split
 };
+
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& c : calls) {
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+// Content before the first call that is only whitespace is not content.
+bool blank(const std::string& s) {
+  return s.find_first_not_of(" \t\r\n") == std::string::npos;
+}
 
 json chunk_base(const StreamState& s) {
   json j{{"id", s.id},
@@ -115,11 +132,16 @@ std::string frames_for(StreamState& s, const JobEvent& ev) {
                             .type = ev.error_status == 503 ? "unavailable_error" : "server_error",
                             .message = ev.error}));
   }
-  if (!ev.text.empty() || !ev.logprobs.empty()) {
+  std::string text = s.tools ? s.tools->feed(ev.text) : ev.text;
+  if (s.tools && ev.final) {
+    text += s.tools->finish();
+    if (!s.tools->calls().empty() && blank(text)) text.clear();
+  }
+  if (!text.empty() || !ev.logprobs.empty()) {
     json c = chunk_base(s);
     json choice{{"index", 0}};
     if (chat) {
-      choice["delta"] = {{"content", ev.text}};
+      choice["delta"] = {{"content", text}};
       if (s.logprobs) {
         json content = json::array();
         append_chat_logprobs(content, ev.logprobs);
@@ -128,7 +150,7 @@ std::string frames_for(StreamState& s, const JobEvent& ev) {
         choice["logprobs"] = nullptr;
       }
     } else {
-      choice["text"] = ev.text;
+      choice["text"] = text;
       if (s.logprobs) {
         TextLogprobs lp;
         lp.offset = s.text_lp.offset;
@@ -143,6 +165,27 @@ std::string frames_for(StreamState& s, const JobEvent& ev) {
     c["choices"] = json::array({std::move(choice)});
     out += sse(c);
   }
+  const bool called = s.tools && !s.tools->calls().empty();
+  if (ev.final && called) {
+    // As OpenAI streams a call: its id, type and name with empty arguments, then the
+    // arguments (here in one piece: they are known once the call is parsed).
+    const std::vector<ToolCall>& calls = s.tools->calls();
+    for (size_t i = 0; i < calls.size(); ++i) {
+      json head{{"index", i},
+                {"id", calls[i].id},
+                {"type", "function"},
+                {"function", {{"name", calls[i].name}, {"arguments", ""}}}};
+      json args{{"index", i}, {"function", {{"arguments", calls[i].arguments}}}};
+      for (json* tc : {&head, &args}) {
+        json c = chunk_base(s);
+        c["choices"] = json::array({json{{"index", 0},
+                                         {"delta", {{"tool_calls", json::array({*tc})}}},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}});
+        out += sse(c);
+      }
+    }
+  }
   if (ev.final) {
     json c = chunk_base(s);
     json choice{{"index", 0}};
@@ -152,7 +195,7 @@ std::string frames_for(StreamState& s, const JobEvent& ev) {
       choice["text"] = "";
     }
     choice["logprobs"] = nullptr;
-    choice["finish_reason"] = finish_reason(ev.stop);
+    choice["finish_reason"] = called ? "tool_calls" : finish_reason(ev.stop);
     c["choices"] = json::array({std::move(choice)});
     out += sse(c);
     if (s.include_usage) {
@@ -228,12 +271,30 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
     reply_error(res, e);
   };
+  // Tools: the template's call format; required / named choice (and the generic
+  // format) become the request's grammar.
+  const ToolFormat format = tool_format(ctx.renderer.source());
+  if (endpoint == Endpoint::kChat && r.tools.active()) {
+    auto g = tool_grammar(r.tools, format);
+    if (!g.ok()) return reject(bad_request("tools: " + g.error().message));
+    if (!g->empty()) {
+      if (!r.grammar.empty()) {
+        return reject(bad_request(fmt::format(
+            "tools: the tool call format ({}) constrains the output here; it cannot be combined "
+            "with 'grammar', 'json_schema' or a JSON response_format",
+            tool_format_name(format))));
+      }
+      r.grammar = std::move(*g);
+    }
+  }
   // Prompt tokens: the chat template's render, or the prompt text, or given ids.
   std::vector<engine::TokenId> prompt;
   if (endpoint == Endpoint::kChat || r.prompt) {
     std::string text;
     if (endpoint == Endpoint::kChat) {
-      auto rendered = ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
+      auto rendered = r.tools.active() || r.tool_history
+                          ? render_tool_prompt(ctx.renderer, r.messages_json, r.tools, format)
+                          : ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
       if (!rendered.ok()) {
         return reject(bad_request("the chat template cannot render these messages: " +
                                   rendered.error().message));
@@ -303,6 +364,9 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
     st->created = created;
     st->logprobs = r.logprobs;
     st->include_usage = r.include_usage;
+    if (endpoint == Endpoint::kChat && r.tools.active()) {
+      st->tools = std::make_unique<ToolCallParser>(format, true);
+    }
     return reply_stream(res, std::move(st));
   }
 
@@ -331,14 +395,27 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
                       .message = ev.error});
   }
   json choice{{"index", 0}};
-  if (endpoint == Endpoint::kChat) {
+  std::vector<ToolCall> calls;
+  if (endpoint == Endpoint::kChat && r.tools.active()) {
+    ToolCallParser parser(format, true);
+    std::string content = parser.feed(text);
+    content += parser.finish();
+    calls = parser.calls();
+    text = std::move(content);
+  }
+  if (endpoint == Endpoint::kChat && !calls.empty()) {
+    choice["message"] = {{"role", "assistant"},
+                         {"content", blank(text) ? json(nullptr) : json(text)},
+                         {"tool_calls", tool_calls_json(calls)}};
+    choice["logprobs"] = r.logprobs ? json{{"content", std::move(chat_lp)}} : json(nullptr);
+  } else if (endpoint == Endpoint::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
     choice["logprobs"] = r.logprobs ? json{{"content", std::move(chat_lp)}} : json(nullptr);
   } else {
     choice["text"] = text;
     choice["logprobs"] = r.logprobs ? text_lp.to_json() : json(nullptr);
   }
-  choice["finish_reason"] = finish_reason(ev.stop);
+  choice["finish_reason"] = calls.empty() ? finish_reason(ev.stop) : "tool_calls";
   json body{{"id", id},
             {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
             {"created", created},

@@ -152,7 +152,7 @@ void reply_error(Response& res, const ApiError& e) {
 Status serve(engine::Engine& engine, const ServerOptions& options) {
   if (!engine.has_tokenizer()) return make_error("serve: the model has no tokenizer");
   const tokenizer::Tokenizer& tok = engine.tokenizer();
-  chat::RendererChoice renderer = chat::renderer_for(tok);
+  chat::RendererChoice renderer = chat::renderer_for(tok, options.chat_template);
   if (Status st = chat::validate_renderer(*renderer.renderer); !st.ok()) {
     return st.error().context("serve: the chat template cannot be used");
   }

@@ -24,6 +24,7 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies → 413
   int drain_ms = 30000;                     // in-flight requests get this long after a signal
   int http_threads = 0;                     // 0: enough for slots + queue
+  std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
 };
 
 // Blocks SIGINT and SIGTERM in the calling thread, so every thread it starts later
