@@ -185,6 +185,9 @@ class Context {
   const graph::CacheStats& cache_stats() const;
   const sched::SchedStats& sched_stats() const { return sched_.stats(); }
   size_t scheduler_plans() const { return sched_.n_plans(); }
+  // Per-op timing of every forward from now on (the viz live panel, --dump-trace);
+  // nullptr turns it off. The hook runs on the thread that drives this context.
+  void set_profile_hook(sched::ProfileHook hook) { sched_.set_profile_hook(std::move(hook)); }
   // The cache of the current context (null before set_n_ctx); tests inspect it.
   graph::GraphCache* cache() { return cache_.get(); }
   alloc::Allocator* allocator();

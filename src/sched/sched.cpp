@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "core/check.h"
@@ -18,6 +19,17 @@ using graph::ComputeGraph;
 using graph::Node;
 using graph::NodeId;
 using graph::Op;
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Aliases share their source's bytes: no work to time.
+bool timed(Op op) {
+  return op != Op::kReshape && op != Op::kView;
+}
 
 // A plan cache far larger than the graph cache's MRU (8) is a leak of stale uids.
 constexpr size_t kMaxCachedPlans = 32;
@@ -157,6 +169,9 @@ Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
         fmt::format("execute: graph uid {} is not the graph the allocator has mapped (uid {})",
                     g.uid(), allocator.current_uid()));
   }
+  const bool profiling = static_cast<bool>(profile_hook_);
+  const uint64_t t_start = profiling ? now_ns() : 0;
+  if (profiling) profile_.ops.clear();
   const uint64_t built_before = stats_.plans_built;
   MINFER_TRY(const SplitPlan* p, plan(g));
   if (trace_) {
@@ -192,9 +207,29 @@ Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
           s.first, s.last, s.backend, s.foreign_srcs.size()));
     }
     backend::Backend* b = backend(s.backend);
-    MINFER_TRY_STATUS(b->execute(g, s.nodes, data));
+    if (!profiling) {
+      MINFER_TRY_STATUS(b->execute(g, s.nodes, data));
+      continue;
+    }
+    for (const NodeId& id : s.nodes) {
+      const Node& n = g.node(id);
+      const uint64_t t0 = timed(n.op) ? now_ns() : 0;
+      MINFER_TRY_STATUS(b->execute(g, std::span<const NodeId>(&id, 1), data));
+      if (!timed(n.op)) continue;
+      MINFER_TRY_STATUS(b->synchronize());
+      profile_.ops.push_back(OpSpan{
+          .node = id, .op = n.op, .layer = n.layer, .start_ns = t0, .dur_ns = now_ns() - t0});
+    }
   }
   for (const auto& b : backends_) MINFER_TRY_STATUS(b->synchronize());
+  if (profiling) {
+    profile_.uid = g.uid();
+    profile_.execute_index = stats_.executes - 1;
+    profile_.planned_now = stats_.plans_built != built_before;
+    profile_.start_ns = t_start;
+    profile_.dur_ns = now_ns() - t_start;
+    profile_hook_(profile_);
+  }
   return Ok{};
 }
 

@@ -61,6 +61,27 @@ using TraceHook = std::function<void(const ExecTrace&)>;
 std::string format_trace(const ExecTrace& trace, const graph::ComputeGraph& graph,
                          const std::function<std::string_view(graph::BackendId)>& backend_name);
 
+// Per-op timing of one execute (the profile hook, MINFER_OP_TIMING-style): one span per
+// compute node that does work (leaves and the aliasing reshape/view are not timed),
+// in execution order. Times are steady-clock nanoseconds; the CPU backend runs a node
+// to completion before the next, so a span is that node's wall time.
+struct OpSpan {
+  graph::NodeId node = graph::kNoNode;
+  graph::Op op = graph::Op::kInput;
+  int32_t layer = -1;
+  uint64_t start_ns = 0;  // steady_clock, since its epoch
+  uint64_t dur_ns = 0;
+};
+struct ExecProfile {
+  uint64_t uid = 0;
+  uint64_t execute_index = 0;
+  bool planned_now = false;
+  uint64_t start_ns = 0;  // the whole execute (planning, every split, synchronize)
+  uint64_t dur_ns = 0;
+  std::vector<OpSpan> ops;
+};
+using ProfileHook = std::function<void(const ExecProfile&)>;
+
 struct AssignStats {
   int32_t n_kept = 0;        // compute nodes left on the builder's placement
   int32_t n_reassigned = 0;  // moved to a higher-priority-order backend that supports them
@@ -105,6 +126,10 @@ class Scheduler {
 
   // Called once per execute, after planning and before running (nullptr: off).
   void set_trace_hook(TraceHook hook) { trace_ = std::move(hook); }
+  // Called after each execute with its per-op timing (nullptr: off, no clock is read).
+  // While set, each node runs as its own backend call between two clock reads.
+  void set_profile_hook(ProfileHook hook) { profile_hook_ = std::move(hook); }
+  bool profiling() const { return static_cast<bool>(profile_hook_); }
   // Plans of graphs no longer cached may be dropped (GraphCache eviction).
   void forget(uint64_t uid) { plans_.erase(uid); }
   size_t n_plans() const { return plans_.size(); }  // cached split plans
@@ -118,6 +143,8 @@ class Scheduler {
   SplitPlan scratch_plan_;  // uid-0 graphs
   std::vector<DType> src_dtypes_;
   TraceHook trace_;
+  ProfileHook profile_hook_;
+  ExecProfile profile_;  // reused: a profiled step allocates nothing once warm
   SchedStats stats_;
 };
 

@@ -35,8 +35,13 @@ bool JobStream::pop(JobEvent& out, std::chrono::milliseconds timeout) {
   return true;
 }
 
-Scheduler::Scheduler(engine::Engine& engine, const SchedulerOptions& options, Metrics& metrics)
-    : engine_(engine), options_(options), metrics_(metrics), token_bytes_(engine.tokenizer()) {}
+Scheduler::Scheduler(engine::Engine& engine, const SchedulerOptions& options, Metrics& metrics,
+                     VizState* viz)
+    : engine_(engine),
+      options_(options),
+      metrics_(metrics),
+      viz_(viz),
+      token_bytes_(engine.tokenizer()) {}
 
 Scheduler::~Scheduler() {
   drain(Clock::now());
@@ -57,6 +62,13 @@ Status Scheduler::start() {
   batch_ = engine::Batch(options_.step_tokens + options_.n_slots);
   row_slot_.reserve(options_.step_tokens + options_.n_slots);
   metrics_.kv_cells_total.store(ctx.n_cells, std::memory_order_relaxed);
+  if (viz_ != nullptr) {
+    // The graph a decode step of one sequence runs, placed and fused (the view's picture).
+    auto g = engine_.runtime_graph(1, 1);
+    if (!g.ok()) return g.error().context("viz: the decode graph");
+    viz_->set_graph(*g);
+    publish_kv();
+  }
   thread_ = std::thread([this] { loop(); });
   return Ok{};
 }
@@ -294,9 +306,22 @@ Status Scheduler::step() {
     }
   }
 
+  if (viz_ != nullptr && viz_->want_profile() != profiling_) {
+    profiling_ = !profiling_;
+    engine_.set_profile_hook(profiling_ ? sched::ProfileHook([this](const sched::ExecProfile& p) {
+      viz_->record_ops(p);
+    })
+                                        : sched::ProfileHook());
+  }
+  const uint64_t rebuilds_before = engine_.stats().rebuilds;
   const auto t0 = Clock::now();
   MINFER_TRY(const engine::BatchLogits logits, engine_.decode(batch_));
   const uint64_t dt = ns_since(t0);
+  if (viz_ != nullptr) {
+    const engine::EngineStats es = engine_.stats();
+    viz_->record_step(n_prefill, n_decode, dt, es.graph_uid, es.rebuilds != rebuilds_before,
+                      es.rebuilds, es.reuses);
+  }
   const uint64_t n_rows = n_rows_step;
   metrics_.prefill_ns.fetch_add(dt * n_prefill / n_rows, std::memory_order_relaxed);
   metrics_.decode_ns.fetch_add(dt * n_decode / n_rows, std::memory_order_relaxed);
@@ -399,14 +424,34 @@ void Scheduler::fail_batch(const std::string& message) {
 void Scheduler::publish_kv() {
   const kv::KvCells& kv = *engine_.kv_cells();
   uint64_t shared = 0;
+  const bool per_seq = viz_ != nullptr;
+  std::vector<SeqKv> seqs(per_seq ? slots_.size() : 0);
   for (uint32_t c = 0; c < kv.n_ctx(); ++c) {
     if (kv.pos(static_cast<int32_t>(c)) < 0) continue;
     uint32_t readers = 0;
     for (const Slot& s : slots_) readers += kv.has_seq(static_cast<int32_t>(c), s.seq) ? 1U : 0U;
     shared += readers > 1 ? 1U : 0U;
+    if (!per_seq) continue;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!kv.has_seq(static_cast<int32_t>(c), slots_[i].seq)) continue;
+      seqs[i].cells++;
+      seqs[i].shared += readers > 1 ? 1U : 0U;
+    }
   }
   metrics_.kv_cells_used.store(kv.n_used(), std::memory_order_relaxed);
   metrics_.kv_cells_shared.store(shared, std::memory_order_relaxed);
+  if (!per_seq) return;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    seqs[i].seq = s.seq;
+    seqs[i].state = s.state == SlotState::kEmpty     ? "empty"
+                    : s.state == SlotState::kIdle    ? "idle"
+                    : s.state == SlotState::kPrefill ? "prefill"
+                                                     : "decode";
+    seqs[i].n_past = static_cast<uint32_t>(s.n_past);
+    seqs[i].generated = s.job.state ? s.job.state->n_generated() : 0;
+  }
+  viz_->record_kv(std::move(seqs), kv.n_ctx(), kv.n_used(), static_cast<uint32_t>(shared));
 }
 
 }  // namespace minfer::server

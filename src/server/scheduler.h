@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "engine/sequence.h"
 #include "server/metrics.h"
+#include "server/viz.h"
 
 namespace minfer::server {
 
@@ -78,7 +79,9 @@ enum class SubmitResult : uint8_t { kQueued, kQueueFull, kDraining };
 
 class Scheduler {
  public:
-  Scheduler(engine::Engine& engine, const SchedulerOptions& options, Metrics& metrics);
+  // `viz` (optional): the engine view's state, fed by the inference thread.
+  Scheduler(engine::Engine& engine, const SchedulerOptions& options, Metrics& metrics,
+            VizState* viz = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -125,6 +128,8 @@ class Scheduler {
   engine::Engine& engine_;
   SchedulerOptions options_;
   Metrics& metrics_;
+  VizState* viz_ = nullptr;
+  bool profiling_ = false;  // the engine's profile hook is set (a viz client watches)
   engine::TokenBytes token_bytes_;
 
   std::mutex mu_;

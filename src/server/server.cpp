@@ -107,7 +107,41 @@ const char* error_type(int status) {
 // when /v1 answers 401.
 bool public_route(const Request& req) {
   return req.path == "/health" || req.method == "OPTIONS" ||
-         (req.method == "GET" && (req.path == "/" || req.path == "/index.html"));
+         (req.method == "GET" && (req.path == "/" || req.path == "/index.html" ||
+                                  req.path == "/viz" || req.path == "/chat"));
+}
+
+// The engine view's live panel: one SSE event per step batch (at most ~10 a second,
+// at least one every 250 ms), until the client leaves or the server drains.
+void handle_viz_events(VizState& viz, const Metrics& metrics, uint32_t n_slots, Response& res) {
+  viz.client_connected();
+  struct Cursor {
+    uint64_t seen = 0;
+    bool first = true;
+    Clock::time_point last{};
+  };
+  auto cur = std::make_shared<Cursor>();
+  cur->seen = viz.steps();
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [&viz, &metrics, n_slots, cur](size_t, httplib::DataSink& sink) {
+        if (metrics.draining.load(std::memory_order_relaxed) != 0) {
+          sink.done();
+          return true;
+        }
+        if (!sink.is_writable()) return false;  // the viewer left: stop timing steps soon
+        if (!cur->first) {
+          const auto next = cur->last + std::chrono::milliseconds(100);
+          if (Clock::now() < next) std::this_thread::sleep_until(next);
+        }
+        std::string ev =
+            "data: " + viz.snapshot(metrics, n_slots, &cur->seen, cur->first ? 0 : 250) + "\n\n";
+        cur->first = false;
+        cur->last = Clock::now();
+        return sink.write(ev.data(), ev.size());
+      },
+      [&viz](bool) { viz.client_gone(); });
 }
 
 void reply_page(Response& res, std::string_view html) {
@@ -165,7 +199,8 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   const sigset_t sigs = shutdown_signals();
 
   Metrics metrics;
-  Scheduler scheduler(engine, options.scheduler, metrics);
+  VizState viz(options.model_id);
+  Scheduler scheduler(engine, options.scheduler, metrics, &viz);
   MINFER_TRY_STATUS(scheduler.start());
 
   ServerContext ctx{.engine = engine,
@@ -199,7 +234,10 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     request_log() = RequestLog{.t0 = Clock::now()};
     if (!options.api_key.empty() && !public_route(req)) {
       const std::string want = "Bearer " + options.api_key;
-      if (req.get_header_value("Authorization") != want) {
+      // EventSource cannot send headers: the view's data routes take ?api_key= too.
+      const bool query_key = req.path.rfind("/viz/", 0) == 0 && req.has_param("api_key") &&
+                             req.get_param_value("api_key") == options.api_key;
+      if (req.get_header_value("Authorization") != want && !query_key) {
         metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
         reply_error(res, ApiError{.status = 401,
                                   .type = "authentication_error",
@@ -254,9 +292,29 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   });
 
   svr.Get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
+  const std::string_view home = options.viz_home ? web::viz_html() : web::chat_html();
   for (const char* path : {"/", "/index.html"}) {
-    svr.Get(path, [](const Request&, Response& res) { reply_page(res, web::chat_html()); });
+    svr.Get(path, [home](const Request&, Response& res) { reply_page(res, home); });
   }
+  svr.Get("/chat", [](const Request&, Response& res) { reply_page(res, web::chat_html()); });
+  svr.Get("/viz", [](const Request&, Response& res) { reply_page(res, web::viz_html()); });
+  svr.Get("/viz/graph.svg", [&](const Request&, Response& res) {
+    auto svg = viz.svg();
+    if (!svg.ok()) {
+      return reply_error(
+          res,
+          ApiError{.status = 501, .type = "not_implemented_error", .message = svg.error().message});
+    }
+    // With a charset the type is not one cpp-httplib gzips: its deflate takes seconds
+    // for the ~1 MB picture, while loopback moves the bytes in milliseconds.
+    res.set_content(*svg, "image/svg+xml; charset=utf-8");
+  });
+  svr.Get("/viz/graph.json", [&](const Request&, Response& res) {
+    res.set_content(viz.graph_json(), "application/json; charset=utf-8");
+  });
+  svr.Get("/viz/events", [&](const Request&, Response& res) {
+    handle_viz_events(viz, metrics, options.scheduler.n_slots, res);
+  });
   svr.Get("/metrics", [&](const Request&, Response& res) {
     res.set_content(render_metrics(metrics, options.scheduler.n_slots),
                     "text/plain; version=0.0.4; charset=utf-8");

@@ -25,6 +25,7 @@ struct ServerOptions {
   int drain_ms = 30000;                     // in-flight requests get this long after a signal
   int http_threads = 0;                     // 0: enough for slots + queue
   std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
+  bool viz_home = false;      // GET / serves the engine view (`minfer viz`), not the chat page
 };
 
 // Blocks SIGINT and SIGTERM in the calling thread, so every thread it starts later

@@ -10,10 +10,16 @@ namespace minfer::server::web {
 
 extern const unsigned char chat_bytes[];
 extern const size_t chat_size;
+extern const unsigned char viz_bytes[];
+extern const size_t viz_size;
 
 // GET /: the chat page (web/chat.html).
 inline std::string_view chat_html() {
   return {reinterpret_cast<const char*>(chat_bytes), chat_size};
+}
+// GET /viz: the engine view (web/viz.html).
+inline std::string_view viz_html() {
+  return {reinterpret_cast<const char*>(viz_bytes), viz_size};
 }
 
 }  // namespace minfer::server::web

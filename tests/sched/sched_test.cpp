@@ -144,6 +144,50 @@ TEST(Sched, ExecuteRunsEveryComputeNodeOnceAndReusesThePlanPerUid) {
   EXPECT_NE(traces[0].find("split cpu [1..3] 3 nodes"), std::string::npos) << traces[0];
 }
 
+TEST(Sched, ProfileHookTimesEachComputeNodeInOrderAndIsOffByDefault) {
+  auto alloc_owner = std::make_unique<alloc::Allocator>();
+  alloc::Allocator* allocator = alloc_owner.get();
+  graph::GraphCache cache(std::move(alloc_owner));
+  Scheduler s;
+  auto fake =
+      std::make_unique<FakeBackend>(0, "cpu", std::vector<Op>{Op::kSilu, Op::kScale, Op::kSoftmax});
+  FakeBackend* f = fake.get();
+  s.add_backend(std::move(fake));
+  graph::GraphParams params;
+  params.n_tokens = 1;
+  params.n_out = 1;
+  params.cparams.n_ctx = 8;
+  auto g = cache.replace_graph(chain(), params);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_FALSE(s.profiling());
+  ASSERT_TRUE(s.execute(**g, *allocator).ok());
+  std::vector<ExecProfile> seen;
+  s.set_profile_hook([&](const ExecProfile& p) { seen.push_back(p); });
+  EXPECT_TRUE(s.profiling());
+  ASSERT_TRUE(s.execute(**g, *allocator).ok());
+  ASSERT_TRUE(s.execute(**g, *allocator).ok());
+  s.set_profile_hook(nullptr);
+  ASSERT_TRUE(s.execute(**g, *allocator).ok());
+  EXPECT_EQ(f->ran, (std::vector<NodeId>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3}));  // same work
+  ASSERT_EQ(seen.size(), 2u);  // the untimed executes called nothing
+  for (size_t k = 0; k < seen.size(); ++k) {
+    const ExecProfile& p = seen[k];
+    EXPECT_EQ(p.uid, (*g)->uid());
+    EXPECT_EQ(p.execute_index, k + 1);
+    EXPECT_FALSE(p.planned_now);  // planned by the first, untimed execute
+    ASSERT_EQ(p.ops.size(), 3u);  // one span per compute node, none for the input leaf
+    const Op want[3] = {Op::kSilu, Op::kScale, Op::kSoftmax};
+    uint64_t prev_end = p.start_ns;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(p.ops[i].node, static_cast<NodeId>(i + 1));
+      EXPECT_EQ(p.ops[i].op, want[i]);
+      EXPECT_GE(p.ops[i].start_ns, prev_end);  // in order, not overlapping
+      prev_end = p.ops[i].start_ns + p.ops[i].dur_ns;
+    }
+    EXPECT_LE(prev_end, p.start_ns + p.dur_ns);  // inside the execute's span
+  }
+}
+
 TEST(Sched, ExecuteRefusesAGraphTheAllocatorHasNotMapped) {
   alloc::Allocator allocator;
   Scheduler s;
