@@ -21,6 +21,8 @@ int run_bench(const std::vector<std::string>& args);  // `minfer bench MODEL [fl
 int run_serve(const std::vector<std::string>& args);  // `minfer serve MODEL [flags]`
 // `minfer perplexity MODEL -f TEXT`: llama-perplexity's method and output.
 int run_perplexity(const std::vector<std::string>& args);
+// `minfer quantize IN.gguf OUT.gguf TYPE`: llama-quantize's type mix and bytes.
+int run_quantize(const std::vector<std::string>& args);
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
 int run_generate(const std::vector<std::string>& args);
 std::string generate_help();  // the generation flags, for `minfer --help`

@@ -25,6 +25,7 @@ constexpr const char* kUsage =
     "  minfer bench MODEL [flags]             llama-bench style throughput\n"
     "  minfer serve MODEL [flags]             OpenAI-compatible HTTP server\n"
     "  minfer perplexity MODEL -f TEXT [flags] llama-perplexity's perplexity / KL divergence\n"
+    "  minfer quantize IN.gguf OUT.gguf TYPE  llama-quantize's type mix and bytes\n"
     "  minfer COMMAND --help                  the flags of a command\n"
     "\n"
     "  -h, --help                             this text and the generation flags\n"
@@ -82,6 +83,7 @@ int dispatch(const std::vector<std::string>& args) {
   if (cmd == "bench") return run_bench(rest);
   if (cmd == "serve") return run_serve(rest);
   if (cmd == "perplexity") return run_perplexity(rest);
+  if (cmd == "quantize") return run_quantize(rest);
   return run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }
 

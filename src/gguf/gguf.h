@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <span>
@@ -181,6 +182,8 @@ class Model {
   std::map<std::string, size_t, std::less<>> tensor_index_;
 };
 
+class StreamWriter;
+
 // Writer for GGUF v3 files that llama.cpp reads. Keys keep insertion order; tensor
 // data is aligned to `general.alignment` (default 32) and padded with zeros.
 class Writer {
@@ -207,15 +210,59 @@ class Writer {
     std::vector<uint64_t> dims;
     std::vector<uint8_t> data;
   };
+  // Sizes to use in place of each tensor's data size (StreamWriter declares tensors
+  // without their data).
+  struct SizeOverride {
+    const std::vector<uint64_t>* sizes = nullptr;
+  };
+  friend class StreamWriter;
   // Serialises the header (everything before the data section, padding included)
   // for `tensors` of this writer plus `kvs`; tensor data follows, each padded.
   Result<std::vector<uint8_t>> header_bytes(const std::vector<KeyValue>& kvs,
-                                            std::span<const PendingTensor* const> tensors) const;
+                                            std::span<const PendingTensor* const> tensors,
+                                            const SizeOverride* sizes = nullptr) const;
   Status write_file(const std::string& path, const std::vector<KeyValue>& kvs,
                     std::span<const PendingTensor* const> tensors) const;
   std::vector<KeyValue> kvs_;
   std::vector<PendingTensor> tensors_;
   uint64_t alignment_ = kDefaultAlignment;
+};
+
+// A GGUF v3 file written front to back without holding the tensor data: the header
+// (metadata, every tensor's info and offset) first, then each tensor's bytes in the
+// declared order, each padded with zeros to the alignment (general.alignment among
+// `kvs`, else 32). Writes go to `path + ".tmp"`, renamed over `path` by finish(); a
+// writer destroyed before finish() removes the temporary file, so a failed run never
+// leaves a half file under the final name.
+class StreamWriter {
+ public:
+  struct TensorDecl {
+    std::string name;
+    DType type = DType::kF32;
+    std::vector<uint64_t> dims;
+  };
+  static Result<std::unique_ptr<StreamWriter>> create(const std::string& path,
+                                                      const std::vector<KeyValue>& kvs,
+                                                      const std::vector<TensorDecl>& tensors);
+  ~StreamWriter();
+  StreamWriter(const StreamWriter&) = delete;
+  StreamWriter& operator=(const StreamWriter&) = delete;
+  // Appends `data` to the current tensor; the tensor is complete (and padded) once its
+  // byte size is reached. Error: more bytes than the tensors declared, a write error.
+  Status write(std::span<const uint8_t> data);
+  // Checks that every tensor is complete, flushes, closes and renames into place.
+  Status finish();
+  uint64_t bytes_written() const { return written_; }
+
+ private:
+  StreamWriter() = default;
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+  std::vector<uint64_t> sizes_;
+  size_t current_ = 0;
+  uint64_t in_tensor_ = 0;
+  uint64_t alignment_ = kDefaultAlignment;
+  uint64_t written_ = 0;
 };
 
 // `<prefix>-%05d-of-%05d.gguf` with a 1-based part number (split_no is 0-based,

@@ -165,8 +165,9 @@ Status Writer::add_tensor(std::string name, DType type, std::vector<uint64_t> di
   return Ok{};
 }
 
-Result<std::vector<uint8_t>> Writer::header_bytes(
-    const std::vector<KeyValue>& kvs, std::span<const PendingTensor* const> tensors) const {
+Result<std::vector<uint8_t>> Writer::header_bytes(const std::vector<KeyValue>& kvs,
+                                                  std::span<const PendingTensor* const> tensors,
+                                                  const SizeOverride* sizes) const {
   uint64_t align = alignment_;
   std::set<std::string_view> seen;
   for (const auto& kv : kvs) {
@@ -202,15 +203,16 @@ Result<std::vector<uint8_t>> Writer::header_bytes(
     MINFER_TRY_STATUS(put_value(b, kv.value, "key '" + kv.key + "'", 0));
   }
   uint64_t offset = 0;
-  for (const PendingTensor* t : tensors) {
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const PendingTensor* t = tensors[k];
+    const uint64_t data_size = sizes != nullptr ? (*sizes->sizes)[k] : t->data.size();
     b.put_string(t->name);
     b.put<uint32_t>(static_cast<uint32_t>(t->dims.size()));
     for (uint64_t d : t->dims) b.put<uint64_t>(d);
     b.put<uint32_t>(static_cast<uint32_t>(t->type));
     b.put<uint64_t>(offset);
     uint64_t padded = 0;
-    if (!checked_align_up(t->data.size(), align, &padded) ||
-        !checked_add(offset, padded, &offset)) {
+    if (!checked_align_up(data_size, align, &padded) || !checked_add(offset, padded, &offset)) {
       return make_error("gguf writer: data section size overflows");
     }
   }
@@ -296,6 +298,125 @@ Status Writer::write_split(const std::string& prefix, uint32_t n_parts) const {
 
 std::string split_path(std::string_view prefix, uint32_t split_no, uint32_t split_count) {
   return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, split_no + 1, split_count);
+}
+
+Result<std::unique_ptr<StreamWriter>> StreamWriter::create(const std::string& path,
+                                                           const std::vector<KeyValue>& kvs,
+                                                           const std::vector<TensorDecl>& tensors) {
+  // The header is the Writer's, built from declarations with empty data.
+  Writer w;
+  for (const auto& kv : kvs) {
+    if (kv.key == kKeyAlignment) {
+      if (kv.value.type != ValueType::kUint32 || !is_pow2(kv.value.u)) {
+        return make_error(
+            fmt::format("gguf writer: '{}' must be a u32 power of two", kKeyAlignment));
+      }
+      w.alignment_ = kv.value.u;
+    }
+  }
+  std::vector<Writer::PendingTensor> decl;
+  decl.reserve(tensors.size());
+  std::vector<uint64_t> sizes;
+  std::set<std::string_view> names;
+  for (const auto& t : tensors) {
+    if (std::string why = detail::tensor_name_problem(t.name); !why.empty()) {
+      return make_error("gguf writer: " + why);
+    }
+    if (!names.insert(t.name).second) {
+      return make_error("gguf writer: duplicate tensor name '" + t.name + "'");
+    }
+    if (t.dims.empty() || t.dims.size() > kMaxDims) {
+      return make_error(fmt::format("gguf writer: tensor '{}' has {} dims, expected 1..{}", t.name,
+                                    t.dims.size(), kMaxDims));
+    }
+    auto nbytes = tensor_nbytes(t.type, t.dims);
+    if (!nbytes.ok()) return nbytes.error().context("gguf writer: tensor '" + t.name + "'");
+    sizes.push_back(nbytes.value());
+    decl.push_back(Writer::PendingTensor{t.name, t.type, t.dims, {}});
+  }
+  std::vector<const Writer::PendingTensor*> ptrs;
+  for (const auto& d : decl) ptrs.push_back(&d);
+  Writer::SizeOverride sizes_for_header{&sizes};
+  MINFER_TRY(std::vector<uint8_t> header, w.header_bytes(kvs, ptrs, &sizes_for_header));
+  std::unique_ptr<StreamWriter> sw(new StreamWriter());
+  sw->path_ = path;
+  sw->tmp_ = path + ".tmp";
+  sw->sizes_ = std::move(sizes);
+  sw->alignment_ = w.alignment_;
+  sw->f_ = std::fopen(sw->tmp_.c_str(), "wb");
+  if (sw->f_ == nullptr) {
+    return make_error("cannot create '" + sw->tmp_ + "': " + std::strerror(errno));
+  }
+  if (std::fwrite(header.data(), 1, header.size(), sw->f_) != header.size()) {
+    return make_error("cannot write '" + sw->tmp_ + "': " + std::strerror(errno));
+  }
+  sw->written_ = header.size();
+  // Zero-sized tensors are complete from the start.
+  while (sw->current_ < sw->sizes_.size() && sw->sizes_[sw->current_] == 0) ++sw->current_;
+  return sw;
+}
+
+StreamWriter::~StreamWriter() {
+  if (f_ != nullptr) {
+    std::fclose(f_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+Status StreamWriter::write(std::span<const uint8_t> data) {
+  static const uint8_t kZeros[256] = {};
+  size_t at = 0;
+  while (at < data.size()) {
+    if (current_ >= sizes_.size()) {
+      return make_error(
+          fmt::format("gguf writer: {} bytes beyond the declared tensors", data.size() - at));
+    }
+    const uint64_t left = sizes_[current_] - in_tensor_;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(left, data.size() - at));
+    if (std::fwrite(data.data() + at, 1, n, f_) != n) {
+      return make_error("cannot write '" + tmp_ + "': " + std::strerror(errno));
+    }
+    at += n;
+    in_tensor_ += n;
+    written_ += n;
+    if (in_tensor_ == sizes_[current_]) {
+      uint64_t pad = (alignment_ - sizes_[current_] % alignment_) % alignment_;
+      while (pad > 0) {
+        const size_t k = static_cast<size_t>(std::min<uint64_t>(pad, sizeof(kZeros)));
+        if (std::fwrite(kZeros, 1, k, f_) != k) {
+          return make_error("cannot write '" + tmp_ + "': " + std::strerror(errno));
+        }
+        pad -= k;
+        written_ += k;
+      }
+      in_tensor_ = 0;
+      ++current_;
+      while (current_ < sizes_.size() && sizes_[current_] == 0) ++current_;
+    }
+  }
+  return Ok{};
+}
+
+Status StreamWriter::finish() {
+  if (f_ == nullptr) return make_error("gguf writer: finish() called twice");
+  if (current_ < sizes_.size()) {
+    return make_error(
+        fmt::format("gguf writer: {} of {} tensors written", current_, sizes_.size()));
+  }
+  const bool flushed = std::fflush(f_) == 0;
+  const int err = errno;
+  const bool closed = std::fclose(f_) == 0;
+  f_ = nullptr;
+  if (!flushed || !closed) {
+    std::remove(tmp_.c_str());
+    return make_error("cannot write '" + tmp_ + "': " + std::strerror(flushed ? errno : err));
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp_.c_str());
+    return make_error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + std::strerror(e));
+  }
+  return Ok{};
 }
 
 }  // namespace minfer::gguf
