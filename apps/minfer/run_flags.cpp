@@ -438,9 +438,8 @@ Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::
   }
   chat::RendererChoice choice = chat::renderer_for(tok, source);
   if (choice.fallback) {
-    fmt::print(stderr,
-               "Notice: this GGUF has no tokenizer.chat_template; using the generic ChatML "
-               "renderer\n");
+    fmt::print(stderr, "Notice: this GGUF has no tokenizer.chat_template; using {}\n",
+               choice.fallback_name);
   }
   MINFER_TRY_STATUS(chat::validate_renderer(*choice.renderer));
   return choice;

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "chat/builtin_templates.h"
+
 namespace minfer::chat {
 
 nlohmann::ordered_json to_json(std::span<const Message> messages) {
@@ -66,13 +68,26 @@ Status validate_renderer(const ChatRenderer& renderer) {
 
 RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source) {
   if (template_source.empty()) template_source = tok.chat_template();
-  if (template_source.empty())
-    return {.renderer = std::make_unique<ChatMlRenderer>(), .fallback = true};
+  bool fallback = false;
+  std::string_view fallback_name;
+  if (template_source.empty()) {
+    // A vocabulary with Gemma's turn tokens is a Gemma model: its own turn format, not
+    // ChatML (whose <|im_start|> would be plain text to it).
+    if (tok.find_token("<start_of_turn>") == tokenizer::kNoToken ||
+        tok.find_token("<end_of_turn>") == tokenizer::kNoToken) {
+      return {.renderer = std::make_unique<ChatMlRenderer>(), .fallback = true};
+    }
+    template_source = std::string(kGemma3Template);
+    fallback = true;
+    fallback_name = "the built-in Gemma 3 template";
+  }
   const tokenizer::SpecialIds& sp = tok.special();
   TemplateSpec spec{.source = std::move(template_source)};
   if (sp.bos != tokenizer::kNoToken) spec.bos_token = tok.token_text(sp.bos);
   if (sp.eos != tokenizer::kNoToken) spec.eos_token = tok.token_text(sp.eos);
-  return {.renderer = make_template_renderer(std::move(spec)), .fallback = false};
+  RendererChoice choice{.renderer = make_template_renderer(std::move(spec)), .fallback = fallback};
+  if (fallback) choice.fallback_name = fallback_name;
+  return choice;
 }
 
 Result<std::vector<tokenizer::TokenId>> tokenize_prompt(const tokenizer::Tokenizer& tok,

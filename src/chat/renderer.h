@@ -76,7 +76,8 @@ Status validate_renderer(const ChatRenderer& renderer);
 // A non-empty `template_source` (a template file) replaces the model's.
 struct RendererChoice {
   std::unique_ptr<ChatRenderer> renderer;
-  bool fallback = false;
+  bool fallback = false;  // the GGUF has no template: a built-in one is used
+  std::string_view fallback_name = "the generic ChatML renderer";  // which, for the notice
 };
 RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source = {});
 

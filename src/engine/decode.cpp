@@ -104,6 +104,15 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
       !st.ok()) {
     return undo(st.error());
   }
+  const auto n_swa = static_cast<int32_t>(model_->hparams().n_swa);
+  if (n_swa > 0) {  // the sliding layers' window: the same runs cut to the last n_swa positions
+    window_swa_.assign(stride * nt, 0);
+    if (Status st = kv_->window_into(batch_, {.n_runs = n_runs, .causal = causal, .sliding = n_swa},
+                                     std::span<int32_t>(window_swa_).first(stride * n));
+        !st.ok()) {
+      return undo(st.error());
+    }
+  }
 
   const graph::GraphParams params = params_for(nt, n_out, n_runs);
   auto prepared = prepare(params);
@@ -115,6 +124,8 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
     MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputPositions, positions_));
     MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvCells, cells_));
     MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindow, window_));
+    if (n_swa > 0)
+      MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindowSwa, window_swa_));
     if (n_out < nt) MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTailIds, tail_));
     return Ok{};
   }();

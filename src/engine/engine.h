@@ -229,6 +229,7 @@ class Context {
 // method is the Context's; shared_model() hands the model to further contexts.
 class Engine final : public Context {
  public:
+  std::vector<int32_t> window_swa_;  // sliding-window layers' runs (hparams().n_swa > 0)
   static Result<std::unique_ptr<Engine>> open(const std::string& path,
                                               const EngineOptions& options = {});
   static Result<std::unique_ptr<Engine>> create(gguf::Model file,

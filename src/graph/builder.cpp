@@ -238,6 +238,19 @@ NodeId GraphBuilder::swiglu(NodeId gate, NodeId up) {
   return push(make(Op::kSwiglu, {gate, up}, src(gate).shape, DType::kF32));
 }
 
+NodeId GraphBuilder::geglu(NodeId gate, NodeId up) {
+  check_f32(gate, "geglu");
+  check_f32(up, "geglu");
+  MINFER_CHECK(src(gate).shape == src(up).shape, "geglu: gate %s and up %s differ",
+               nm(src(gate)).c_str(), nm(src(up)).c_str());
+  return push(make(Op::kGeglu, {gate, up}, src(gate).shape, DType::kF32));
+}
+
+NodeId GraphBuilder::tanh(NodeId x) {
+  check_f32(x, "tanh");
+  return push(make(Op::kTanh, {x}, src(x).shape, DType::kF32));
+}
+
 NodeId GraphBuilder::softmax(NodeId x, float s) {
   check_f32(x, "softmax");
   Node n = make(Op::kSoftmax, {x}, src(x).shape, DType::kF32);

@@ -76,6 +76,8 @@ class GraphBuilder {
   NodeId attention(NodeId q, NodeId k, NodeId v, NodeId window, const AttentionParams& p);
   NodeId silu(NodeId x);                         // F32 → same shape
   NodeId swiglu(NodeId gate, NodeId up);         // F32, equal shapes → same shape
+  NodeId geglu(NodeId gate, NodeId up);          // F32, equal shapes → same shape
+  NodeId tanh(NodeId x);                         // F32 → same shape
   NodeId softmax(NodeId x, float scale = 1.0f);  // over ne0
   NodeId scale(NodeId x, float s);
   NodeId cont(NodeId x);                  // contiguous copy (cpy/cont)

@@ -49,6 +49,10 @@ std::string_view op_name(Op op) {
       return "view";
     case Op::kRmsNormMul:
       return "rms_norm_mul";
+    case Op::kGeglu:
+      return "geglu";
+    case Op::kTanh:
+      return "tanh";
     case Op::kCount:
       break;
   }

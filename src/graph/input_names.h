@@ -18,6 +18,9 @@ inline constexpr std::string_view kInputKvCells = "kv_cells";
 // attention kernel reads exactly these cells, so the graph never depends on how far
 // the cache has grown (src/kv/cells.h builds it; CParams::window sets n_runs).
 inline constexpr std::string_view kInputKvWindow = "kv_window";
+// I32 [2 * n_runs, n_tokens]: the same runs cut to a sliding window (positions
+// > pos - n_swa), read by the sliding-window layers of models that have them (gemma3).
+inline constexpr std::string_view kInputKvWindowSwa = "kv_window_swa";
 // I32 [n_out]: rows kept for the output tail when n_out < n_tokens (prefill).
 inline constexpr std::string_view kInputTailIds = "tail_ids";
 

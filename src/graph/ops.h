@@ -47,6 +47,8 @@ enum class Op : uint8_t {
   kReshape,     // same elements, new shape; aliases src0
   kView,        // contiguous window of src0 at an element offset; aliases src0
   kRmsNormMul,  // fused rms_norm(x) * w, produced only by the fusion pass
+  kGeglu,       // gelu_tanh(gate) · up, gelu as ggml's CPU table (f16 in, f16 out)
+  kTanh,        // tanh(x) (logit soft-capping: cap · tanh(x / cap))
   kCount,
 };
 

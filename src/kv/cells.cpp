@@ -232,6 +232,10 @@ Status KvCells::window_into(std::span<const KvToken> queries, const WindowOption
                                   out.size(), queries.size(), stride));
   }
   std::fill(out.begin(), out.end(), 0);
+  if (o.sliding < 0 || (o.sliding > 0 && !o.causal)) {
+    return make_error(fmt::format("KV window: sliding {} needs causal and >= 0", o.sliding));
+  }
+  if (o.sliding > 0) return sliding_window_into(queries, o, out);
   // Runs are written straight into the query's row (no scratch, so the decode loop
   // allocates nothing). Consecutive queries of one sequence with rising positions (a
   // prefill) copy the previous row's runs and extend them instead of rescanning from
@@ -283,6 +287,52 @@ Status KvCells::window_into(std::span<const KvToken> queries, const WindowOption
       return make_error(fmt::format(
           "KV window: query (sequence {}, position {}) needs {} runs; the window layout has {} "
           "(raise CParams::window.n_runs or reserve contiguous cells)",
+          t.seq, t.pos, n_needed, o.n_runs));
+    }
+  }
+  return Ok{};
+}
+
+// The sliding form rescans each query's [pos - sliding + 1, pos] (the window's start
+// moves with the query, so the prefill shortcut above does not apply): O(sliding) cell
+// lookups per query, each O(1).
+Status KvCells::sliding_window_into(std::span<const KvToken> queries, const WindowOptions& o,
+                                    std::span<int32_t> out) const {
+  const size_t stride = 2 * static_cast<size_t>(o.n_runs);
+  for (size_t q = 0; q < queries.size(); ++q) {
+    const KvToken& t = queries[q];
+    MINFER_TRY_STATUS(check_seq(t.seq));
+    if (t.pos < 0 || static_cast<uint32_t>(t.pos) >= n_ctx_) {
+      return make_error(fmt::format("KV window: query position {} outside the context (n_ctx {})",
+                                    t.pos, n_ctx_));
+    }
+    int32_t* row = out.data() + q * stride;
+    size_t n_needed = 0;
+    int32_t last_end = -1;
+    for (Pos p = std::max<Pos>(0, t.pos - o.sliding + 1); p <= t.pos; ++p) {
+      auto cell = find(t.seq, p);
+      if (!cell) continue;
+      if (n_needed > 0 && last_end == *cell) {
+        if (n_needed <= static_cast<size_t>(o.n_runs)) row[2 * (n_needed - 1) + 1]++;
+      } else {
+        if (n_needed < static_cast<size_t>(o.n_runs)) {
+          row[2 * n_needed] = *cell;
+          row[2 * n_needed + 1] = 1;
+        }
+        n_needed++;
+      }
+      last_end = *cell + 1;
+    }
+    if (n_needed == 0) {
+      return make_error(
+          fmt::format("KV window: query (sequence {}, position {}) sees no cell "
+                      "(place the batch first)",
+                      t.seq, t.pos));
+    }
+    if (n_needed > static_cast<size_t>(o.n_runs)) {
+      return make_error(fmt::format(
+          "KV window: query (sequence {}, position {}) needs {} runs in its sliding window; the "
+          "window layout has {}",
           t.seq, t.pos, n_needed, o.n_runs));
     }
   }

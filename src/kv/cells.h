@@ -46,6 +46,10 @@ struct CellRange {
 struct WindowOptions {
   int32_t n_runs = 1;  // = CParams::window.n_runs (the input's shape)
   bool causal = true;  // a query reads positions <= its own; false: the whole sequence
+  // > 0: sliding-window attention — a query at position p reads only positions
+  // > p - sliding (llama.cpp's LLAMA_SWA_TYPE_STANDARD: masked when p - p_cell >= n_swa).
+  // Needs causal. 0: no lower bound.
+  int32_t sliding = 0;
 };
 
 // Element type of a region for a KV format: f32 or f16 (Error for the reserved q8_0).
@@ -122,6 +126,8 @@ class KvCells {
  private:
   KvCells() = default;
   Status check_seq(SeqId seq) const;
+  Status sliding_window_into(std::span<const KvToken> queries, const WindowOptions& options,
+                             std::span<int32_t> out) const;
   bool reserved_for_other(int32_t cell, SeqId seq) const;
   void set_index(SeqId seq, Pos pos, int32_t cell);
   void remove_from_cell(int32_t cell, uint64_t mask);

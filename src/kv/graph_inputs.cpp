@@ -18,6 +18,12 @@ KvGraphInputs declare_kv_inputs(graph::GraphBuilder& b, const graph::GraphParams
   return in;
 }
 
+graph::NodeId declare_swa_window(graph::GraphBuilder& b, const graph::GraphParams& p) {
+  const int64_t n_runs = p.cparams.window.n_runs;
+  return b.input(graph::kInputKvWindowSwa, DType::kI32,
+                 {2 * n_runs, int64_t{p.n_tokens}});  // I32 [2·n_runs, n_tokens]
+}
+
 KvLayerRegions declare_kv_regions(graph::GraphBuilder& b, const graph::GraphParams& p,
                                   int32_t layer, int64_t n_embd_k, int64_t n_embd_v) {
   auto dtype = kv_dtype(p.cparams.kv_format);

@@ -17,6 +17,8 @@ struct KvGraphInputs {
 };
 
 KvGraphInputs declare_kv_inputs(graph::GraphBuilder& b, const graph::GraphParams& params);
+// The sliding-window twin of KvGraphInputs::window (kInputKvWindowSwa), same shape.
+graph::NodeId declare_swa_window(graph::GraphBuilder& b, const graph::GraphParams& params);
 
 struct KvLayerRegions {
   graph::NodeId k = graph::kNoNode;  // [n_embd_k, n_ctx]

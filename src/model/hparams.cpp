@@ -120,6 +120,39 @@ Result<HParams> read_hparams(const gguf::Model& f, uint32_t n_vocab_fallback) {
   return hp;
 }
 
+Status read_swa(const gguf::Model& f, HParams& hp, uint32_t default_period) {
+  const std::string& a = hp.arch;
+  MINFER_TRY(hp.n_swa, get_u32_or(f, a + ".attention.sliding_window", 0));
+  MINFER_TRY(hp.rope_freq_base_swa, get_f32_or(f, a + ".rope.freq_base_swa", 10000.0f));
+  MINFER_TRY_STATUS(
+      check(hp.rope_freq_base_swa > 0.0f && std::isfinite(hp.rope_freq_base_swa),
+            fmt::format("{}.rope.freq_base_swa = {} must be > 0", a, hp.rope_freq_base_swa)));
+  hp.is_swa.assign(hp.n_layer, 0);
+  if (hp.n_swa == 0) return Ok{};
+  const std::string pkey = a + ".attention.sliding_window_pattern";
+  uint32_t period = default_period;
+  if (const gguf::Value* v = f.find(pkey); v != nullptr && v->type == gguf::ValueType::kArray) {
+    if (v->array.size() != hp.n_layer) {
+      return make_error(
+          fmt::format("{} has {} entries for {} layers", pkey, v->array.size(), hp.n_layer));
+    }
+    for (uint32_t il = 0; il < hp.n_layer; ++il) {
+      const gguf::Value& e = v->array[il];
+      hp.is_swa[il] =
+          (e.type == gguf::ValueType::kBool ? e.u != 0 : (e.u != 0 || e.i != 0)) ? 1 : 0;
+    }
+    return Ok{};
+  } else if (v != nullptr) {
+    MINFER_TRY(period, get_u32(f, pkey));
+  }
+  // llama.cpp's set_swa_pattern(n, dense_first = false): period 0 slides every layer,
+  // else layer il slides when il % n < n - 1 (the last of every n is global).
+  for (uint32_t il = 0; il < hp.n_layer; ++il) {
+    hp.is_swa[il] = (period == 0 || il % period < period - 1) ? 1 : 0;
+  }
+  return Ok{};
+}
+
 std::string describe(const HParams& hp) {
   return fmt::format(
       "{}: {} layers, n_embd {}, n_ff {}, heads {}/{} (head size {}, rope {} dims, base {}{}), "

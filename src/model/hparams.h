@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 #include "gguf/gguf.h"
@@ -29,6 +30,26 @@ struct HParams {
   float rope_freq_scale = 1.0f;     // 1 / <arch>.rope.scaling.factor for linear scaling
   graph::RopeMode rope_mode = graph::RopeMode::kNormal;  // set by the architecture
 
+  // Sliding-window attention (llama.cpp's LLAMA_SWA_TYPE_STANDARD), gemma3 and phi3:
+  // layer il attends only the last n_swa positions when is_swa[il]. The window size
+  // is <arch>.attention.sliding_window; the layer pattern is
+  // <arch>.attention.sliding_window_pattern (a bool per layer, or a period n: layers
+  // with il % n < n - 1 slide) or the architecture's default period (swa_period).
+  uint32_t n_swa = 0;
+  std::vector<uint8_t> is_swa;          // [n_layer], 1 = sliding-window layer
+  float rope_freq_base_swa = 10000.0f;  // <arch>.rope.freq_base_swa (sliding layers)
+  float rope_freq_scale_swa = 1.0f;     // sliding layers keep the trained scale (1)
+  float attn_scale = 0.0f;              // KQ scale; 0 = 1/sqrt(n_embd_head)
+  float final_logit_softcap = 0.0f;     // <arch>.final_logit_softcapping; 0 = none
+
+  uint32_t n_expert = 0;       // <arch>.expert_count (0: dense)
+  uint32_t n_expert_used = 0;  // <arch>.expert_used_count
+  uint32_t n_ff_exp = 0;       // <arch>.expert_feed_forward_length
+
+  bool layer_is_swa(int il) const {
+    return n_swa > 0 && static_cast<size_t>(il) < is_swa.size() && is_swa[il] != 0;
+  }
+
   uint32_t n_embd_kv() const { return n_embd_head * n_head_kv; }  // K (= V) row width
 };
 
@@ -36,6 +57,11 @@ struct HParams {
 // `<arch>.vocab_size` nor `tokenizer.ggml.tokens` is present (the token_embd rows).
 // Errors name the key (missing, wrong type, inconsistent value) and the file.
 Result<HParams> read_hparams(const gguf::Model& file, uint32_t n_vocab_fallback);
+
+// Reads the sliding-window keys (above) into hp: `default_period` is the architecture's
+// pattern when the file names none (gemma3: 6, llama.cpp's load_swa_pattern default;
+// 1 with dense_first false would make no layer slide, so phi3 passes 0 = every layer).
+Status read_swa(const gguf::Model& file, HParams& hp, uint32_t default_period);
 
 // One line for the load banner: "llama: 30 layers, n_embd 576, 9/3 heads, ...".
 std::string describe(const HParams& hp);

@@ -13,7 +13,8 @@ namespace minfer::model {
 
 using graph::NodeId;
 
-StepInputs declare_step_inputs(graph::GraphBuilder& b, const graph::GraphParams& p) {
+StepInputs declare_step_inputs(graph::GraphBuilder& b, const HParams& hp,
+                               const graph::GraphParams& p) {
   const int64_t nt = p.n_tokens;
   StepInputs in;
   in.token_ids = b.input(graph::kInputTokenIds, DType::kI32, {nt});   // I32 [n_tokens]
@@ -24,6 +25,7 @@ StepInputs declare_step_inputs(graph::GraphBuilder& b, const graph::GraphParams&
   if (p.n_out < p.n_tokens) {
     in.tail_ids = b.input(graph::kInputTailIds, DType::kI32, {int64_t{p.n_out}});  // I32 [n_out]
   }
+  if (hp.n_swa > 0) in.kv_window_swa = kv::declare_swa_window(b, p);  // I32 [2·n_runs, n_tokens]
   return in;
 }
 
@@ -50,16 +52,29 @@ NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& 
   if (lw.bv.present()) v = b.add(v, weight_node(b, lw.bv));  // F32 [n_embd_kv, n_tokens]
   b.name(v, "Vcur", il);
 
+  const bool swa = hp.layer_is_swa(il);
   const graph::RopeParams rope{.mode = hp.rope_mode,
                                .n_rot = static_cast<int32_t>(hp.n_rot),
-                               .freq_base = hp.rope_freq_base,
-                               .freq_scale = hp.rope_freq_scale};
+                               .freq_base = swa ? hp.rope_freq_base_swa : hp.rope_freq_base,
+                               .freq_scale = swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale};
   q = b.reshape(q, {hd, hp.n_head, nt});  // F32 [hd, n_head, n_tokens]
-  q = b.rope(q, in.positions, rope);      // F32 [hd, n_head, n_tokens]
+  if (lw.attn_q_norm.present()) {
+    q = norm(b, q, lw.attn_q_norm, hp.rms_eps, "Qcur_normed", il);  // F32 [hd, n_head, n_tokens]
+  }
+  q = b.rope(q, in.positions, rope);  // F32 [hd, n_head, n_tokens]
   b.name(q, "Qrope", il);
   k = b.reshape(k, {hd, hp.n_head_kv, nt});  // F32 [hd, n_head_kv, n_tokens]
-  k = b.rope(k, in.positions, rope);         // F32 [hd, n_head_kv, n_tokens]
+  if (lw.attn_k_norm.present()) {
+    k = norm(b, k, lw.attn_k_norm, hp.rms_eps, "Kcur_normed", il);  // F32 [hd, n_head_kv, n_tokens]
+  }
+  k = b.rope(k, in.positions, rope);  // F32 [hd, n_head_kv, n_tokens]
   b.name(k, "Krope", il);
+  float kq_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (hp.attn_scale != 0.0f) {
+    q = b.scale(q, hp.attn_scale);  // F32 [hd, n_head, n_tokens]
+    b.name(q, "Qscaled", il);
+    kq_scale = 1.0f;
+  }
 
   // KV: this step's rows go to the cells the KV store chose (data); attention reads
   // the cells the window lists (data). The regions themselves outlive the graph.
@@ -68,10 +83,10 @@ NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& 
   NodeId ks = b.kv_store(kv.k, k, in.kv_cells);  // [n_embd_kv, n_ctx] (alias)
   NodeId vs = b.kv_store(kv.v, v, in.kv_cells);  // [n_embd_kv, n_ctx] (alias)
   NodeId att =
-      b.attention(q, ks, vs, in.kv_window,
+      b.attention(q, ks, vs, swa ? in.kv_window_swa : in.kv_window,
                   {.n_head = static_cast<int32_t>(hp.n_head),
                    .n_head_kv = static_cast<int32_t>(hp.n_head_kv),
-                   .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                   .scale = kq_scale,
                    .causal = true,
                    .layer = il,
                    .ggml_f16 = p.cparams.attn_numerics ==
@@ -94,15 +109,42 @@ NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, NodeId cur, in
   return out;
 }
 
+NodeId ffn_geglu(graph::GraphBuilder& b, const LayerWeights& lw, NodeId cur, int il) {
+  NodeId gate = b.mul_mat(weight_node(b, lw.ffn_gate), cur);  // F32 [n_ff, rows]
+  b.name(gate, "ffn_gate", il);
+  NodeId up = b.mul_mat(weight_node(b, lw.ffn_up), cur);  // F32 [n_ff, rows]
+  b.name(up, "ffn_up", il);
+  NodeId act = b.geglu(gate, up);  // F32 [n_ff, rows]
+  b.name(act, "ffn_geglu", il);
+  NodeId out = b.mul_mat(weight_node(b, lw.ffn_down), act);  // F32 [n_embd, rows]
+  b.name(out, "ffn_out", il);
+  return out;
+}
+
 NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const ModelWeights& w,
                    NodeId tok_embd, NodeId cur) {
   cur = b.mul(b.rms_norm(cur, hp.rms_eps), weight_node(b, w.output_norm));  // F32 [n_embd, n_out]
   b.name(cur, "result_norm");
   NodeId head = w.output_tied ? tok_embd : weight_node(b, w.output);  // [n_embd, n_vocab]
   NodeId logits = b.mul_mat(head, cur);                               // F32 [n_vocab, n_out]
+  if (hp.final_logit_softcap > 0.0f) {
+    // llama.cpp: scale by 1/c, tanh, scale by c (three roundings, reproduced).
+    logits = b.scale(logits, 1.0f / hp.final_logit_softcap);  // F32 [n_vocab, n_out]
+    logits = b.tanh(logits);                                  // F32 [n_vocab, n_out]
+    logits = b.scale(logits, hp.final_logit_softcap);         // F32 [n_vocab, n_out]
+  }
   b.name(logits, "result_output");
   b.mark_output(logits);
   return logits;
+}
+
+Result<WeightRef> require_f32(const WeightBinder& wb, const std::string& name, int64_t n) {
+  MINFER_TRY(WeightRef w, wb.require(name, {n}));
+  if (w.dtype != DType::kF32) {
+    return make_error(
+        fmt::format("tensor '{}' has type {}, expected f32", name, dtype_name(w.dtype)));
+  }
+  return w;
 }
 
 Result<ModelWeights> bind_llama_family(const WeightBinder& wb, const HParams& hp, QkvBias bias) {
@@ -161,7 +203,7 @@ Result<ModelWeights> bind_llama_family(const WeightBinder& wb, const HParams& hp
 graph::ComputeGraph build_llama_family(const HParams& hp, const ModelWeights& w,
                                        const graph::GraphParams& p) {
   graph::GraphBuilder b;
-  const StepInputs in = declare_step_inputs(b, p);
+  const StepInputs in = declare_step_inputs(b, hp, p);
   NodeId tok_embd = weight_node(b, w.tok_embd);     // [n_embd, n_vocab]
   NodeId inp = b.get_rows(tok_embd, in.token_ids);  // F32 [n_embd, n_tokens]
   b.name(inp, "inp_embd");

@@ -14,31 +14,40 @@ namespace minfer::model {
 
 // The per-step input nodes (graph/input_names.h). Shapes depend on params only.
 struct StepInputs {
-  graph::NodeId token_ids = graph::kNoNode;  // I32 [n_tokens]
-  graph::NodeId positions = graph::kNoNode;  // I32 [n_tokens]
-  graph::NodeId kv_cells = graph::kNoNode;   // I32 [n_tokens]
-  graph::NodeId kv_window = graph::kNoNode;  // I32 [2 * n_runs, n_tokens]
-  graph::NodeId tail_ids = graph::kNoNode;   // I32 [n_out], only when n_out < n_tokens
+  graph::NodeId token_ids = graph::kNoNode;      // I32 [n_tokens]
+  graph::NodeId positions = graph::kNoNode;      // I32 [n_tokens]
+  graph::NodeId kv_cells = graph::kNoNode;       // I32 [n_tokens]
+  graph::NodeId kv_window = graph::kNoNode;      // I32 [2 * n_runs, n_tokens]
+  graph::NodeId tail_ids = graph::kNoNode;       // I32 [n_out], only when n_out < n_tokens
+  graph::NodeId kv_window_swa = graph::kNoNode;  // I32 [2 * n_runs, n_tokens], hp.n_swa > 0
 };
-StepInputs declare_step_inputs(graph::GraphBuilder& b, const graph::GraphParams& p);
+StepInputs declare_step_inputs(graph::GraphBuilder& b, const HParams& hp,
+                               const graph::GraphParams& p);
 
 // rms_norm(x) * w, named `<name>-<il>`.  F32 [n_embd, rows]
 graph::NodeId norm(graph::GraphBuilder& b, graph::NodeId x, const WeightRef& w, float eps,
                    const char* name, int il);
 
 // Self-attention of block `il` on the normed input `cur` F32 [n_embd, n_tokens]: Q/K/V
-// projections (+ biases when present), RoPE, K/V stored into the layer's persistent
-// regions at the kv_cells input, attention over the kv_window input, output projection.
-// Returns F32 [n_embd, n_tokens].
+// projections (+ biases when present; phi3's fused tensors arrive as row slices), per-head
+// RMSNorm of Q and K when attn_q_norm/attn_k_norm are bound (qwen3, gemma3), RoPE (the
+// sliding-window base on sliding layers), K/V stored into the layer's persistent
+// regions at the kv_cells input, attention over the kv_window input (kv_window_swa on
+// sliding layers), output projection. hp.attn_scale != 0 scales Q by it before
+// attention, as llama.cpp's gemma3 graph does (so f16-rounded Q matches), else the
+// kernel scales by 1/sqrt(n_embd_head). Returns F32 [n_embd, n_tokens].
 graph::NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& lw,
                         const StepInputs& in, const graph::GraphParams& p, graph::NodeId cur,
                         int il);
 
 // SwiGLU feed-forward: down(silu(gate(x)) * up(x)). F32 [n_embd, rows]
 graph::NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur, int il);
+// GeGLU feed-forward (gemma): down(gelu_tanh(gate(x)) * up(x)). F32 [n_embd, rows]
+graph::NodeId ffn_geglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur, int il);
 
 // Final norm and LM head, marked as the graph output: F32 [n_vocab, n_out]. A tied
-// output reads `tok_embd`, the embedding's own weight node.
+// output reads `tok_embd`, the embedding's own weight node. hp.final_logit_softcap
+// c > 0 caps the logits: c · tanh(logits / c) (gemma2-style soft-capping).
 graph::NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const ModelWeights& w,
                           graph::NodeId tok_embd, graph::NodeId cur);
 
@@ -46,6 +55,8 @@ graph::NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const Model
 // tied, and per block: norms, Q/K/V/O, gate/up/down); Q/K/V biases when `qkv_bias`.
 enum class QkvBias : uint8_t { kNone, kRequired };
 Result<ModelWeights> bind_llama_family(const WeightBinder& binder, const HParams& hp, QkvBias bias);
+// Binds a required F32 norm weight of `n` elements (an error names a wrong type).
+Result<WeightRef> require_f32(const WeightBinder& binder, const std::string& name, int64_t n);
 
 // The llama-family forward graph (llama.cpp's llm_build_llama / llm_build_qwen2): pre-norm
 // blocks of attention and SwiGLU FFN added to the residual stream, the last block cut to

@@ -6,8 +6,10 @@
 
 #include "core/check.h"
 #include "kv/cells.h"
+#include "model/arch/gemma3/gemma3.h"
 #include "model/arch/llama/llama.h"
 #include "model/arch/qwen2/qwen2.h"
+#include "model/arch/qwen3/qwen3.h"
 
 namespace minfer::model {
 namespace {
@@ -15,6 +17,8 @@ namespace {
 const Arch kArchs[] = {
     llama::kArch,
     qwen2::kArch,
+    qwen3::kArch,
+    gemma3::kArch,
 };
 
 }  // namespace
@@ -47,7 +51,7 @@ Result<std::unique_ptr<Model>> Model::load(const gguf::Model& file) {
   auto m = std::unique_ptr<Model>(new Model());
   m->arch_ = arch;
   MINFER_TRY(m->hp_, read_hparams(file, n_vocab_fallback));
-  MINFER_TRY_STATUS(arch->adjust(m->hp_));
+  MINFER_TRY_STATUS(arch->adjust(file, m->hp_));
   MINFER_TRY(m->weights_, arch->bind(WeightBinder(file), m->hp_));
   return m;
 }

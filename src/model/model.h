@@ -22,8 +22,9 @@ namespace minfer::model {
 // One architecture: how to finish the hparams, bind the weights and build the graph.
 // Each lives in src/model/arch/<name>/ and registers itself in model.cpp's table.
 struct Arch {
-  std::string_view name;          // general.architecture
-  Status (*adjust)(HParams& hp);  // arch-specific hparams (rope mode, checks)
+  std::string_view name;  // general.architecture
+  // arch-specific hparams (rope mode, sliding window, checks); may read more keys
+  Status (*adjust)(const gguf::Model& file, HParams& hp);
   Result<ModelWeights> (*bind)(const WeightBinder& binder, const HParams& hp);
   // Unfused, unplaced graph; MINFER_CHECKs params already checked by check_params.
   graph::ComputeGraph (*build)(const HParams& hp, const ModelWeights& w,

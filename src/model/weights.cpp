@@ -32,8 +32,26 @@ void ModelWeights::for_each(const std::function<void(const WeightRef&)>& fn) con
   fn(output_norm);
   if (!output_tied) fn(output);
   for (const LayerWeights& l : layers) {
-    for (const WeightRef* w : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv,
-                               &l.ffn_norm, &l.ffn_gate, &l.ffn_up, &l.ffn_down}) {
+    for (const WeightRef* w : {&l.attn_norm,
+                               &l.wq,
+                               &l.wk,
+                               &l.wv,
+                               &l.wo,
+                               &l.bq,
+                               &l.bk,
+                               &l.bv,
+                               &l.ffn_norm,
+                               &l.ffn_gate,
+                               &l.ffn_up,
+                               &l.ffn_down,
+                               &l.attn_q_norm,
+                               &l.attn_k_norm,
+                               &l.attn_post_norm,
+                               &l.ffn_post_norm,
+                               &l.ffn_gate_inp,
+                               &l.ffn_gate_exps,
+                               &l.ffn_up_exps,
+                               &l.ffn_down_exps}) {
       if (w->present()) fn(*w);
     }
   }

@@ -41,6 +41,13 @@ struct LayerWeights {
   WeightRef ffn_gate;    // [n_embd, n_ff]
   WeightRef ffn_up;      // [n_embd, n_ff]
   WeightRef ffn_down;    // [n_ff, n_embd]
+  // Optional per architecture (absent: data == nullptr).
+  WeightRef attn_q_norm, attn_k_norm;    // F32 [n_embd_head]: QK-norm (qwen3, gemma3)
+  WeightRef attn_post_norm;              // F32 [n_embd]: gemma3 post-attention norm
+  WeightRef ffn_post_norm;               // F32 [n_embd]: gemma3 post-FFN norm
+  WeightRef ffn_gate_inp;                // [n_embd, n_expert]: MoE router (qwen3moe)
+  WeightRef ffn_gate_exps, ffn_up_exps;  // [n_embd, n_ff_exp, n_expert]
+  WeightRef ffn_down_exps;               // [n_ff_exp, n_embd, n_expert]
 };
 
 struct ModelWeights {

@@ -242,3 +242,34 @@ TEST(KvCells, RunsNeededCountsContiguousPiecesOfEachSequence) {
 
 }  // namespace
 }  // namespace minfer::kv
+
+namespace minfer::kv {
+namespace {
+
+// Sliding-window attention (gemma3's local layers): a query at p reads positions
+// (p - sliding, p], as llama.cpp masks LLAMA_SWA_TYPE_STANDARD (p - p_cell >= n_swa).
+TEST(KvCells, SlidingWindowReadsOnlyTheLastNPositions) {
+  KvCells c = make(16);
+  auto batch = seq_tokens(0, 0, 6);
+  place_ok(c, batch);
+  auto w = c.window(batch, {.n_runs = 1, .sliding = 3});
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  EXPECT_EQ(*w, (std::vector<int32_t>{0, 1, 0, 2, 0, 3, 1, 3, 2, 3, 3, 3}));
+  // a sliding window wider than the sequence is the full causal window
+  EXPECT_EQ(*c.window(batch, {.n_runs = 1, .sliding = 100}), *c.window(batch, {.n_runs = 1}));
+  // shared prefix + private cells: the window drops the prefix once it slides past it
+  KvCells s = make(16, 2);
+  place_ok(s, seq_tokens(0, 0, 4));
+  ASSERT_TRUE(s.seq_cp(0, 1, 0, 3).ok());  // sequence 1 shares positions 0..2 (cells 0..2)
+  place_ok(s, std::vector<KvToken>{{1, 3}, {1, 4}, {1, 5}});  // cells 4, 5, 6
+  auto two = s.window(std::vector<KvToken>{{1, 3}, {1, 5}}, {.n_runs = 2, .sliding = 3});
+  ASSERT_TRUE(two.ok()) << two.error().message;
+  EXPECT_EQ(*two, (std::vector<int32_t>{1, 2, 4, 1, 4, 3, 0, 0}));
+  // a non-causal sliding window is refused by name
+  auto bad = c.window(batch, {.n_runs = 1, .causal = false, .sliding = 3});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("sliding"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace minfer::kv

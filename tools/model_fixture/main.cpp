@@ -1,4 +1,4 @@
-// Tool (fixtures): `minfer-model-fixture --arch qwen2|llama --preset NAME --type TYPE
+// Tool (fixtures): `minfer-model-fixture --arch qwen2|llama|qwen3|gemma3 --preset NAME --type TYPE
 // --vocab VOCAB.gguf [--seed N] -o OUT.gguf` writes a model GGUF with deterministic
 // pseudo-random weights (random.h) and the vocabulary metadata of VOCAB.gguf, with
 // the tensor names, metadata keys and per-tensor types llama.cpp uses (model_spec.h).
@@ -84,7 +84,10 @@ void set_hparams(minfer::gguf::Writer& w, const fx::Shape& s, const fx::FtypeInf
   w.set(a + ".attention.head_count_kv", u32(s.n_head_kv));
   w.set(a + ".rope.freq_base", Value::f32(static_cast<float>(s.rope_freq_base)));
   w.set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(s.rms_eps)));
-  if (s.n_embd_head * s.n_head != s.n_embd) {
+  if (s.sliding_window > 0) {  // conversion/gemma.py Gemma3Model
+    w.set(a + ".attention.sliding_window", u32(s.sliding_window));
+  }
+  if (s.n_embd_head * s.n_head != s.n_embd || s.arch == fx::Arch::kGemma3) {
     // convert_hf_to_gguf.py writes these only when config.json has head_dim.
     w.set(a + ".attention.key_length", u32(s.n_embd_head));
     w.set(a + ".attention.value_length", u32(s.n_embd_head));
@@ -107,8 +110,8 @@ int main(int argc, char** argv) {
   std::optional<uint64_t> n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
   std::optional<double> rope_base, rms_eps;
   std::optional<bool> tied, qkv_bias;
-  app.add_option("--arch", arch_s, "qwen2 | llama")->capture_default_str();
-  app.add_option("--preset", preset_s, "tiny | qwen2.5-0.5b")->capture_default_str();
+  app.add_option("--arch", arch_s, "qwen2 | llama | qwen3 | gemma3")->capture_default_str();
+  app.add_option("--preset", preset_s, "tiny | qwen2.5-0.5b | qwen3-0.6b")->capture_default_str();
   app.add_option("--type", type_s,
                  "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k_s q4_k_m q5_k_m q6_k")
       ->capture_default_str();
@@ -133,9 +136,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const auto arch = fx::arch_from_name(arch_s);
-  if (!arch) return fail("unknown --arch '" + arch_s + "' (qwen2, llama)");
+  if (!arch) return fail("unknown --arch '" + arch_s + "' (qwen2, llama, qwen3, gemma3)");
   auto shape = fx::preset(preset_s, *arch);
-  if (!shape) return fail("unknown --preset '" + preset_s + "' (tiny, qwen2.5-0.5b)");
+  if (!shape) {
+    return fail("unknown --preset '" + preset_s + "' for --arch " + arch_s +
+                " (tiny, qwen2.5-0.5b, qwen3-0.6b (qwen3 only))");
+  }
   const auto ft = fx::ftype_from_name(type_s);
   if (!ft) return fail("unknown --type '" + type_s + "'");
   fx::Shape& s = *shape;

@@ -109,21 +109,36 @@ DType choose_type(const TensorPlan& t, const Shape& s, const FtypeInfo& ft) {
 std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "llama") return Arch::kLlama;
+  if (name == "qwen3") return Arch::kQwen3;
+  if (name == "gemma3") return Arch::kGemma3;
   return std::nullopt;
 }
 
 std::string_view arch_name(Arch a) {
-  return a == Arch::kQwen2 ? "qwen2" : "llama";
+  switch (a) {
+    case Arch::kQwen2:
+      return "qwen2";
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kQwen3:
+      return "qwen3";
+    case Arch::kGemma3:
+      return "gemma3";
+  }
+  return "?";
 }
 
 std::optional<Shape> preset(std::string_view name, Arch arch) {
   Shape s;
   s.arch = arch;
   const bool qwen = arch == Arch::kQwen2;
-  s.tied_embeddings = qwen;
+  const bool modern = arch == Arch::kQwen3 || arch == Arch::kGemma3;
+  s.tied_embeddings = qwen || modern;
   s.qkv_bias = qwen;
-  s.rope_freq_base = qwen ? 1e6 : 1e4;
-  s.rms_eps = qwen ? 1e-6 : 1e-5;
+  s.qk_norm = modern;
+  s.gemma_norms = arch == Arch::kGemma3;
+  s.rope_freq_base = qwen || modern ? 1e6 : 1e4;
+  s.rms_eps = qwen || modern ? 1e-6 : 1e-5;
   if (name == "tiny") {
     s.n_embd = 256;
     s.n_layer = 2;
@@ -132,6 +147,23 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
     s.n_embd_head = 64;
     s.n_ff = 512;
     s.n_ctx_train = 2048;
+    if (arch == Arch::kGemma3) {
+      s.n_layer = 6;  // layers 0-4 slide, layer 5 is global (llama.cpp's period 6)
+      s.n_head_kv = 1;
+      s.n_embd_head = 128;
+      s.sliding_window = 32;
+    }
+    return s;
+  }
+  if (name == "qwen3-0.6b") {
+    if (arch != Arch::kQwen3) return std::nullopt;
+    s.n_embd = 1024;
+    s.n_layer = 28;
+    s.n_head = 16;
+    s.n_head_kv = 8;
+    s.n_embd_head = 128;
+    s.n_ff = 3072;
+    s.n_ctx_train = 40960;
     return s;
   }
   if (name == "qwen2.5-0.5b") {
@@ -152,7 +184,7 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "qwen2.5-0.5b"};
+  return {"tiny", "qwen2.5-0.5b", "qwen3-0.6b"};
 }
 
 std::optional<FtypeInfo> ftype_from_name(std::string_view name) {
@@ -217,10 +249,20 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype) {
     add(p + "attn_v.weight", Role::kAttnV, l, {s.n_embd, n_kv}, 0, lin(s.n_embd));
     if (s.qkv_bias) add(p + "attn_v.bias", Role::kAttnVBias, l, {n_kv}, 0, kBiasStd);
     add(p + "attn_output.weight", Role::kAttnOut, l, {n_q, s.n_embd}, 0, lin(n_q));
+    if (s.qk_norm) {
+      add(p + "attn_q_norm.weight", Role::kAttnQNorm, l, {s.n_embd_head}, 1, kNormJitter);
+      add(p + "attn_k_norm.weight", Role::kAttnKNorm, l, {s.n_embd_head}, 1, kNormJitter);
+    }
+    if (s.gemma_norms) {
+      add(p + "post_attention_norm.weight", Role::kAttnPostNorm, l, {s.n_embd}, 1, kNormJitter);
+    }
     add(p + "ffn_norm.weight", Role::kFfnNorm, l, {s.n_embd}, 1, kNormJitter);
     add(p + "ffn_gate.weight", Role::kFfnGate, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
     add(p + "ffn_up.weight", Role::kFfnUp, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
     add(p + "ffn_down.weight", Role::kFfnDown, l, {s.n_ff, s.n_embd}, 0, lin(s.n_ff));
+    if (s.gemma_norms) {
+      add(p + "post_ffw_norm.weight", Role::kFfnPostNorm, l, {s.n_embd}, 1, kNormJitter);
+    }
   }
   add("output_norm.weight", Role::kOutputNorm, -1, {s.n_embd}, 1, kNormJitter);
   if (!s.tied_embeddings)

@@ -18,7 +18,7 @@
 
 namespace minfer::fixture {
 
-enum class Arch { kQwen2, kLlama };
+enum class Arch { kQwen2, kLlama, kQwen3, kGemma3 };
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string_view arch_name(Arch a);
 
@@ -36,13 +36,20 @@ struct Shape {
   double rms_eps = 1e-5;
   bool tied_embeddings = false;  // no output.weight: the output reuses token_embd
   bool qkv_bias = false;         // attn_{q,k,v}.bias (Qwen2)
+  bool qk_norm = false;          // attn_{q,k}_norm.weight [head_dim] (Qwen3, Gemma 3)
+  bool gemma_norms = false;      // post_attention_norm / post_ffw_norm (Gemma 3)
+  uint64_t sliding_window = 0;   // <arch>.attention.sliding_window (Gemma 3; 0 = none)
 };
 
 // Presets: "tiny" (n_embd 256 so every k-quant's 256-block fits a row, 2 layers,
 // 4 heads / 2 KV heads of 64, n_ff 512) and "qwen2.5-0.5b" (n_embd 896, 24 layers,
 // 14 / 2 heads of 64, n_ff 4864, context 32768, rope base 1e6, eps 1e-6, tied
 // embeddings, QKV bias). Arch defaults: qwen2 → tied + QKV bias + base 1e6 + eps 1e-6;
-// llama → untied, no bias, base 10000, eps 1e-5. n_vocab stays 0 (set from the vocab).
+// llama → untied, no bias, base 10000, eps 1e-5; qwen3 → tied, QK-norm, no bias, base
+// 1e6, eps 1e-6; gemma3 → tied, QK-norm, post-norms, head dim 256 (the "tiny" preset: 6
+// layers so layer 5 is global, sliding window 32), base 1e6, eps 1e-6.
+// "qwen3-0.6b": Qwen3-0.6B's shape (n_embd 1024, 28 layers, 16 / 8 heads of 128,
+// n_ff 3072, context 40960, tied). n_vocab stays 0 (set from the vocab).
 std::optional<Shape> preset(std::string_view name, Arch arch);
 std::vector<std::string> preset_names();
 
@@ -87,6 +94,10 @@ enum class Role {
   kFfnGate,
   kFfnUp,
   kFfnDown,
+  kAttnQNorm,
+  kAttnKNorm,
+  kAttnPostNorm,
+  kFfnPostNorm,
 };
 
 struct TensorPlan {

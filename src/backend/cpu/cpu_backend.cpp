@@ -12,6 +12,7 @@
 #include <cpuid.h>
 #endif
 
+#include "backend/cpu/geglu.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/pool.h"
 #include "quant/quant.h"
@@ -74,7 +75,8 @@ IsaKernels scalar_kernels() {
                     .attn_scores_f32 = attn_scores_f32_scalar,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_scalar,
                     .f16_to_f32 = f16_to_f32_scalar,
-                    .silu_poly = silu_poly_scalar};
+                    .silu_poly = silu_poly_scalar,
+                    .geglu = geglu_scalar};
 }
 
 namespace {
@@ -105,7 +107,8 @@ IsaKernels llamacpp_kernels() {
                     .attn_scores_f32 = attn_scores_f32_avx2,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx2,
                     .f16_to_f32 = f16_to_f32_avx2,
-                    .silu_poly = silu_poly_avx2};
+                    .silu_poly = silu_poly_avx2,
+                    .geglu = geglu_avx2};
 }
 
 IsaKernels avx512_kernels() {
@@ -115,7 +118,8 @@ IsaKernels avx512_kernels() {
                     .attn_scores_f32 = attn_scores_f32_avx2,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx512,
                     .f16_to_f32 = f16_to_f32_avx2,
-                    .silu_poly = silu_poly_avx2};
+                    .silu_poly = silu_poly_avx2,
+                    .geglu = geglu_avx2};
 }
 
 IsaKernels avx2_kernels() {
@@ -125,7 +129,8 @@ IsaKernels avx2_kernels() {
                     .attn_scores_f32 = attn_scores_f32_avx2,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx2,
                     .f16_to_f32 = f16_to_f32_avx2,
-                    .silu_poly = silu_poly_avx2};
+                    .silu_poly = silu_poly_avx2,
+                    .geglu = geglu_avx2};
 }
 
 bool cpu_supports(const Node& n, std::span<const DType> dts) {
@@ -169,6 +174,8 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
       return false;  // leaves and unknown ops have no kernel
   }
 }
+    case Op::kGeglu:
+    case Op::kTanh:
 
 struct CpuBackend::Impl {
   CpuIsa isa;
@@ -294,6 +301,8 @@ Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId>
       default:
         return make_error(fmt::format("cpu backend: no kernel for node {} '{}' (op {})", id, n.name,
                                       graph::op_name(n.op)));
+      case Op::kGeglu:
+      case Op::kTanh:
     }
     if (!st.ok()) return st.error().context(fmt::format("cpu backend, node {}", id));
     if (!impl_->dump_dir.empty()) dump_node(impl_->dump_dir, impl_->dump_seq++, n, data, id);

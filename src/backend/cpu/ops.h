@@ -32,6 +32,7 @@ struct IsaKernels {
 };
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();
+  void (*geglu)(int64_t n, const float* gate, const float* up, float* y) = nullptr;  // geglu.h
 IsaKernels avx512_kernels();
 IsaKernels llamacpp_kernels();  // AVX2 + llama.cpp's f16 dot orders
 
@@ -56,8 +57,9 @@ struct OpCtx {
 // What the CPU kernels accept (CpuBackend::supports_op).
 bool cpu_supports(const graph::Node& node, std::span<const DType> src_dtypes);
 
-Status op_elementwise(const OpCtx& c, graph::NodeId id);  // add mul scale silu swiglu cont
-Status op_norm(const OpCtx& c, graph::NodeId id);         // rms_norm rms_norm_mul softmax
+// add mul scale silu swiglu geglu tanh cont
+Status op_elementwise(const OpCtx& c, graph::NodeId id);
+Status op_norm(const OpCtx& c, graph::NodeId id);  // rms_norm rms_norm_mul softmax
 Status op_get_rows(const OpCtx& c, graph::NodeId id);
 Status op_kv_store(const OpCtx& c, graph::NodeId id);
 Status op_rope(const OpCtx& c, graph::NodeId id);

@@ -1,7 +1,8 @@
 // Stage 12 (kernels): elementwise ops — add, mul (with ggml broadcasting of b), scale,
-// silu, swiglu, cont. Scalar only: memory bound, and one rounding per element, so any
-// vectorisation the compiler does is bitwise identical. silu follows ggml's CPU kernel
-// bit for bit (polynomial e^x on 16-lane row bodies), so llama.cpp's results reproduce.
+// silu, swiglu, geglu, tanh, cont. Scalar only (geglu: its table kernel, geglu.h): memory bound,
+// and one rounding per element, so any vectorisation the compiler does is bitwise identical. silu
+// follows ggml's CPU kernel bit for bit (polynomial e^x on 16-lane row bodies), so llama.cpp's
+// results reproduce.
 #include <cmath>
 #include <cstring>
 
@@ -95,6 +96,24 @@ Status op_elementwise(const OpCtx& c, NodeId id) {
                      rows_body);
       return Ok{};
     }
+    case Op::kGeglu: {
+      // gelu(gate) · up through ggml's f16 table (geglu.h), per row so a row's result
+      // is the same alone or in a batch.
+      const float* gate = c.data.as<const float>(n.src[0]);
+      const float* up = c.data.as<const float>(n.src[1]);
+      float* o = c.data.as<float>(id);
+      const int64_t ne0 = n.shape.ne[0];
+      const auto geglu = c.k.geglu;
+      auto rows_body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
+        for (int64_t r = lo; r < hi; ++r) geglu(ne0, gate + r * ne0, up + r * ne0, o + r * ne0);
+      };
+      parallel_range(c.pool, n.shape.n_rows(),
+                     std::max<int64_t>(1, 16384 / std::max<int64_t>(ne0, 1)), rows_body);
+      return Ok{};
+    }
+    case Op::kTanh:
+      unary(c, id, [](float x) { return std::tanh(x); });  // tanhf, as ggml_vec_tanh_f32
+      return Ok{};
     case Op::kCont: {
       const uint64_t bytes = graph::tensor_bytes(n.dtype, n.shape);
       const std::byte* src = c.data[n.src[0]];

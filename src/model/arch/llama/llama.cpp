@@ -7,7 +7,7 @@
 
 namespace minfer::model::llama {
 
-Status adjust(HParams& hp) {
+Status adjust(const gguf::Model& /*file*/, HParams& hp) {
   hp.rope_mode = graph::RopeMode::kNormal;
   return Ok{};
 }

@@ -6,7 +6,7 @@
 
 namespace minfer::model::qwen2 {
 
-Status adjust(HParams& hp) {
+Status adjust(const gguf::Model& /*file*/, HParams& hp) {
   hp.rope_mode = graph::RopeMode::kNeox;
   return Ok{};
 }

@@ -9,7 +9,7 @@
 
 namespace minfer::model::qwen2 {
 
-Status adjust(HParams& hp);
+Status adjust(const gguf::Model& file, HParams& hp);
 Result<ModelWeights> bind(const WeightBinder& binder, const HParams& hp);
 
 inline constexpr Arch kArch{

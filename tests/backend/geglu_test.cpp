@@ -1,0 +1,114 @@
+// Tests for stage 12 (kernels): GeGLU (ggml's f16 gelu table) and tanh — the scalar
+// reference against the formula, the AVX2 twin against the scalar one bit for bit,
+// and the graph ops through the CPU backend (batch- and thread-independent).
+#include "backend/cpu/geglu.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/fp16.h"
+#include "graph/builder.h"
+#include "harness.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+using graph::GraphBuilder;
+using graph::NodeId;
+using testing::CpuRig;
+using testing::random_floats;
+
+// The table rounds x to f16 (relative 2^-11) and gelu(x) to f16 (another 2^-11); gelu's
+// slope is at most ~1.13, so |table - gelu(x)| <= ~2.5·2^-11 relative to max(|x|, 1)
+// plus the f32 evaluation of the formula.
+constexpr double kTableRel = 3.0 / 2048.0;
+
+double gelu_exact(double x) {
+  return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x)));
+}
+
+TEST(Geglu, FormulaIsTheTanhApproximation_within1e6Rel) {
+  for (float x : random_floats(2000, 5, -12.0f, 12.0f)) {
+    ASSERT_NEAR(gelu_tanh_f32(x), gelu_exact(x), 1e-6 * std::max(1.0, std::fabs(double{x}))) << x;
+  }
+}
+
+TEST(Geglu, ScalarKernelIsGgmlTableLookup) {
+  std::vector<float> x = random_floats(4096, 11, -12.0f, 12.0f);
+  for (float v : {-10.0f, -9.999f, 10.0f, 9.999f, 0.0f, -0.0f, 1e-8f, -1e-8f, 65504.0f, -1e6f}) {
+    x.push_back(v);
+  }
+  std::vector<float> up = random_floats(x.size(), 12, -2.0f, 2.0f);
+  std::vector<float> y(x.size());
+  geglu_scalar(static_cast<int64_t>(x.size()), x.data(), up.data(), y.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = x[i];
+    float want;
+    if (v <= -10.0f) {
+      want = 0.0f;  // ggml: exactly 0, not 0 · up
+    } else if (v >= 10.0f) {
+      want = v * up[i];
+    } else {
+      const float t = fp16_to_fp32(fp32_to_fp16(gelu_tanh_f32(fp16_to_fp32(fp32_to_fp16(v)))));
+      want = t * up[i];
+    }
+    ASSERT_EQ(fp32_to_bits(y[i]), fp32_to_bits(want)) << "x " << v;
+    if (std::fabs(v) < 10.0f) {
+      ASSERT_NEAR(y[i], gelu_exact(v) * up[i],
+                  kTableRel * std::max(1.0, std::fabs(double{v})) * std::fabs(double{up[i]}))
+          << v;
+    }
+  }
+}
+
+TEST(Geglu, Avx2EqualsScalar_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  std::vector<float> x = random_floats(4099, 21, -14.0f, 14.0f);  // ragged tail
+  for (float v : {-10.0f, 10.0f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65520.0f, -65520.0f}) {
+    x.push_back(v);
+  }
+  std::vector<float> up = random_floats(x.size(), 22, -3.0f, 3.0f);
+  std::vector<float> a(x.size()), b(x.size());
+  geglu_scalar(static_cast<int64_t>(x.size()), x.data(), up.data(), a.data());
+  geglu_avx2(static_cast<int64_t>(x.size()), x.data(), up.data(), b.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(fp32_to_bits(a[i]), fp32_to_bits(b[i])) << "x " << x[i];
+  }
+}
+
+// The ops through the backend: geglu rows are independent of the thread count and of
+// how many rows share the node; tanh is tanhf.
+TEST(Geglu, GraphOpsThreadAndBatchInvariant_bitwise) {
+  auto run = [](int threads, int64_t rows, const std::vector<float>& g,
+                const std::vector<float>& u) {
+    CpuRig rig(threads);
+    GraphBuilder b;
+    NodeId gate = b.input("g", DType::kF32, {96, rows});  // F32 [96, rows]
+    NodeId up = b.input("u", DType::kF32, {96, rows});    // F32 [96, rows]
+    NodeId y = b.geglu(gate, up);                         // F32 [96, rows]
+    NodeId t = b.tanh(gate);                              // F32 [96, rows]
+    b.mark_output(y);
+    b.mark_output(t);
+    const graph::ComputeGraph& graph = rig.load(b.finish());
+    rig.fill_f32(graph, "g", std::vector<float>(g.begin(), g.begin() + 96 * rows));
+    rig.fill_f32(graph, "u", std::vector<float>(u.begin(), u.begin() + 96 * rows));
+    EXPECT_TRUE(rig.run(graph).ok());
+    return std::make_pair(rig.read(graph, y), rig.read(graph, t));
+  };
+  const auto g = random_floats(96 * 7, 31, -6.0f, 6.0f), u = random_floats(96 * 7, 32);
+  const auto [y7, t7] = run(3, 7, g, u);
+  const auto [y1, t1] = run(1, 1, g, u);
+  std::vector<float> ref(96);
+  geglu_scalar(96, g.data(), u.data(), ref.data());
+  for (int i = 0; i < 96; ++i) {
+    EXPECT_EQ(fp32_to_bits(y7[i]), fp32_to_bits(y1[i])) << i;
+    EXPECT_EQ(fp32_to_bits(t7[i]), fp32_to_bits(std::tanh(g[i]))) << i;
+  }
+  for (int i = 0; i < 96 * 7; ++i) EXPECT_NEAR(y7[i], gelu_exact(g[i]) * u[i], 0.02) << i;
+}
+
+}  // namespace
+}  // namespace minfer::backend::cpu
