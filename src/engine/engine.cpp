@@ -317,9 +317,6 @@ Result<std::span<const float>> Context::forward(std::span<const TokenId> tokens,
   MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputPositions, positions));
   MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvCells, cells_));
   MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindow, window_));
-  if (n_out < nt) {
-    tail_.resize(n_out);
-    for (uint32_t i = 0; i < n_out; ++i) tail_[i] = static_cast<int32_t>(nt - n_out + i);
   if (const auto n_swa = static_cast<int32_t>(model_->hparams().n_swa); n_swa > 0) {
     window_swa_.resize(window_.size());
     MINFER_TRY_STATUS(kv_->window_into(
@@ -327,6 +324,9 @@ Result<std::span<const float>> Context::forward(std::span<const TokenId> tokens,
         window_swa_));
     MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindowSwa, window_swa_));
   }
+  if (n_out < nt) {
+    tail_.resize(n_out);
+    for (uint32_t i = 0; i < n_out; ++i) tail_[i] = static_cast<int32_t>(nt - n_out + i);
     MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTailIds, tail_));
   }
 

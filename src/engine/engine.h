@@ -219,6 +219,7 @@ class Context {
   std::vector<kv::KvToken> batch_;
   std::vector<int32_t> cells_;
   std::vector<int32_t> window_;
+  std::vector<int32_t> window_swa_;  // sliding-window layers' runs (hparams().n_swa > 0)
   std::vector<int32_t> tail_;
   std::vector<TokenId> tokens_;       // decode(): padded token ids
   std::vector<int32_t> positions_;    // decode(): padded positions
@@ -229,7 +230,6 @@ class Context {
 // method is the Context's; shared_model() hands the model to further contexts.
 class Engine final : public Context {
  public:
-  std::vector<int32_t> window_swa_;  // sliding-window layers' runs (hparams().n_swa > 0)
   static Result<std::unique_ptr<Engine>> open(const std::string& path,
                                               const EngineOptions& options = {});
   static Result<std::unique_ptr<Engine>> create(gguf::Model file,

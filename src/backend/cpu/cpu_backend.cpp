@@ -148,6 +148,8 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
     case Op::kAdd:
     case Op::kSilu:
     case Op::kSwiglu:
+    case Op::kGeglu:
+    case Op::kTanh:
     case Op::kSoftmax:
     case Op::kScale:
       return all_f32();
@@ -174,8 +176,6 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
       return false;  // leaves and unknown ops have no kernel
   }
 }
-    case Op::kGeglu:
-    case Op::kTanh:
 
 struct CpuBackend::Impl {
   CpuIsa isa;
@@ -275,6 +275,8 @@ Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId>
       case Op::kScale:
       case Op::kSilu:
       case Op::kSwiglu:
+      case Op::kGeglu:
+      case Op::kTanh:
       case Op::kCont:
         st = op_elementwise(c, id);
         break;
@@ -301,8 +303,6 @@ Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId>
       default:
         return make_error(fmt::format("cpu backend: no kernel for node {} '{}' (op {})", id, n.name,
                                       graph::op_name(n.op)));
-      case Op::kGeglu:
-      case Op::kTanh:
     }
     if (!st.ok()) return st.error().context(fmt::format("cpu backend, node {}", id));
     if (!impl_->dump_dir.empty()) dump_node(impl_->dump_dir, impl_->dump_seq++, n, data, id);
