@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "engine/trace.h"
 #include "engine_flags.h"
 #include "files.h"
 #include "graph/export.h"
@@ -58,7 +59,10 @@ int run_generate(const std::vector<std::string>& args) {
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(parser, args, parsed)) return *done;
   a.positionals = std::move(parsed.positionals);
-  if (a.mode == RunMode::kConversation) return run_chat(a);
+  if (a.mode == RunMode::kConversation) {
+    if (!a.dump_trace.empty()) return fail("--dump-trace traces single-shot runs, not -cnv");
+    return run_chat(a);
+  }
   if (!a.session.empty()) return fail("--session needs the conversation mode (-cnv)");
   if (a.multiline)
     fmt::print(stderr, "notice: -mli only applies to the conversation mode (-cnv)\n");
@@ -230,7 +234,15 @@ int run_generate(const std::vector<std::string>& args) {
   auto gen_or = engine::Generator::create(e, gen, sink);
   if (!gen_or) return fail(gen_or.error().message);
   engine::Generator& g = **gen_or;
+  // --dump-trace: every forward's per-op spans, prefill then decode steps.
+  std::optional<engine::TraceWriter> trace;
+  const char* phase = "prefill";
+  if (!a.dump_trace.empty()) {
+    trace.emplace("minfer " + model_arg);
+    e.set_profile_hook([&](const sched::ExecProfile& p) { trace->add(p, phase); });
+  }
   if (auto st = g.prefill(*ids); !st.ok()) return fail(st.error().message);
+  phase = "decode";
   const engine::GenerateStats& s = g.stats();
   fmt::print(stderr, "Prefill: {} tokens in {:.3f} s ({:.1f} tok/s)\n", s.n_prompt, s.prefill_s,
              rate(s.n_prompt, s.prefill_s));
@@ -244,6 +256,7 @@ int run_generate(const std::vector<std::string>& args) {
     if (!*more) break;
   }
   g.finish();
+  e.set_profile_hook(nullptr);
   if (color && wrote) std::fputs("\x1b[0m", stdout);
   if (out_tty && last != '\n') std::fputc('\n', stdout);
   std::fflush(stdout);
@@ -260,6 +273,11 @@ int run_generate(const std::vector<std::string>& args) {
   fmt::print(stderr, "Generated: {} tokens in {:.3f} s ({:.1f} tok/s), stop: {}\n", s.n_generated,
              s.decode_s, rate(s.n_generated, s.decode_s), engine::stop_reason_name(s.stop));
   fmt::print(stderr, "rebuilds: {}, reuses: {}\n", s.decode_rebuilds, s.decode_reuses);
+  if (trace) {
+    if (auto st = trace->write(a.dump_trace); !st.ok()) return fail(st.error().message);
+    fmt::print(stderr, "wrote trace ({} forwards, {} op spans) to {}\n", trace->n_steps(),
+               trace->n_spans(), a.dump_trace);
+  }
   if (config.timing && s.n_samples > 0) {
     const double n = s.n_samples;
     const double total = s.decode_s > 0 ? s.decode_s : 1.0;

@@ -278,6 +278,9 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
                "write the raw f32 logits of every sampling step to this file", a.dump_logits);
   p.string_opt("--dump-json", "FILE",
                "write {prompt_ids, generated_ids, stopped_at_eog, stop} of the run", a.dump_json);
+  p.string_opt("--dump-trace", "FILE",
+               "write the per-op timing of every forward as Chrome trace-event JSON (Perfetto)",
+               a.dump_trace);
 
   p.section("accepted for llama.cpp compatibility");
   p.option("-ngl,--gpu-layers,--n-gpu-layers", "N", "no GPU backend in this build: ignored",
@@ -386,11 +389,9 @@ Status prepare_run(RunArgs& a) {
   if (a.dry_penalty_last_n > 0) a.sampler.dry_penalty_last_n = a.dry_penalty_last_n;
   if (auto st = a.sampler.validate(); !st.ok()) return st;
   const std::pair<const std::string*, const char*> outputs[] = {
-      {&a.session, "--session"},
-      {&a.dump_json, "--dump-json"},
-      {&a.dump_logits, "--dump-logits"},
-      {&a.dump_dot, "--dump-graph"},
-      {&a.dump_graph_json, "--dump-graph-json"}};
+      {&a.session, "--session"},       {&a.dump_json, "--dump-json"},
+      {&a.dump_trace, "--dump-trace"}, {&a.dump_logits, "--dump-logits"},
+      {&a.dump_dot, "--dump-graph"},   {&a.dump_graph_json, "--dump-graph-json"}};
   for (const auto& [path, flag] : outputs) {
     if (!path->empty()) MINFER_TRY_STATUS(check_writable(*path, flag));
   }

@@ -51,6 +51,7 @@ struct RunArgs {
   bool escape = false;               // -e: \n \t ... in the prompt, system prompt and stop strings
   std::vector<std::string> notices;  // accepted flags this build cannot honour
   std::string dump_dot, dump_graph_json, dump_logits, dump_json;
+  std::string dump_trace;  // --dump-trace: Chrome trace-event JSON of the run's per-op profile
   // --grammar, --grammar-file, --json-schema (-j), --json-schema-file: at most one kind
   // (`constraint_flag` is the one given; a second kind is a usage error at parse time).
   std::string constraint_flag, constraint_value;

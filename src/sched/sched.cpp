@@ -223,6 +223,7 @@ Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
   }
   for (const auto& b : backends_) MINFER_TRY_STATUS(b->synchronize());
   if (profiling) {
+    profile_.graph = &g;
     profile_.uid = g.uid();
     profile_.execute_index = stats_.executes - 1;
     profile_.planned_now = stats_.plans_built != built_before;

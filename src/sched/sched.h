@@ -73,6 +73,7 @@ struct OpSpan {
   uint64_t dur_ns = 0;
 };
 struct ExecProfile {
+  const graph::ComputeGraph* graph = nullptr;  // the graph run (valid during the hook)
   uint64_t uid = 0;
   uint64_t execute_index = 0;
   bool planned_now = false;
