@@ -21,6 +21,7 @@ run() {  # NAME MODEL PROMPTS [extra args]
 }
 
 run smollm2-135m-instruct-q4_1 "$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf" "$REF/prompts/smollm2.json"
+run gemma-3-270m-q4_k_m "$CACHE/models/gemma-3-270m-q4_k_m.gguf" "$REF/prompts/gemma3.json"
 while IFS=$'\t' read -r name _ _ _ _ _ _; do
   case "$name" in ''|'#'*) continue ;; esac
   run "$name" "$CACHE/models/minfer-fixture-$name.gguf" "$REF/prompts/fixture.json" --fixture "$name"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A plain numpy forward pass in f64 for llama/qwen2 GGUFs: an independent oracle that
+"""A plain numpy forward pass in f64 for llama/qwen2/qwen3/gemma3 GGUFs: an independent oracle that
 reads top to bottom, for debugging an engine layer by layer and for the exact logits of
 the goldens (tools/reference/exact_logits.py).
 
@@ -27,7 +27,7 @@ class Model:
         r = gguf.GGUFReader(path)
         kv = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.")}
         arch = self.arch = kv["general.architecture"]
-        assert arch in ("llama", "qwen2"), f"{arch}: llama and qwen2 only"
+        assert arch in ("llama", "qwen2", "qwen3", "gemma3"), f"{arch}: llama, qwen2, qwen3, gemma3 only"
         if not dequantize:
             bad = [t.name for t in r.tensors if t.tensor_type.name != "F32"]
             assert not bad, f"F32 models only without --dequantize ({bad[0]} is not F32)"
@@ -42,14 +42,21 @@ class Model:
         self.emb = self.W["token_embd.weight"]                 # [n_vocab, n_embd]
         self.out_w = self.W.get("output.weight", self.emb)      # tied when absent
         self.d = self.W["blk.0.attn_q.weight"].shape[0] // self.n_head  # head dim
-        self.neox = arch == "qwen2"                             # llama.cpp: qwen2 NEOX, llama NORM
+        self.neox = arch != "llama"                             # llama.cpp: llama NORM, the others NEOX
+        # Gemma 3: sliding-window layers (every 6th global, llama.cpp's default pattern)
+        # with their own rope base; embeddings scaled by sqrt(n_embd); Q scaled by
+        # 1/sqrt(head dim); GeGLU with the tanh gelu; norms stored as 1 + w (as used).
+        self.gemma = arch == "gemma3"
+        self.n_swa = kv.get(f"{arch}.attention.sliding_window", 0) if self.gemma else 0
+        self.base_swa = kv.get(f"{arch}.rope.freq_base_swa", 10000.0)
+        self.is_swa = [self.n_swa > 0 and il % 6 < 5 for il in range(self.n_layer)]
 
     def norm(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):                                     # x [T, H, d]
+    def rope(self, x, pos, base=None):                          # x [T, H, d]
         d = self.d
-        inv = self.base ** (-np.arange(0, d, 2) / d)           # [d/2]
+        inv = (base or self.base) ** (-np.arange(0, d, 2) / d)  # [d/2]
         ang = pos[:, None] * inv[None, :]                       # [T, d/2]
         c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         if self.neox:
@@ -65,26 +72,44 @@ class Model:
         T = len(ids)
         pos = np.arange(T, dtype=np.float64)
         x = self.emb[list(ids)]                                 # [T, n_embd]
+        if self.gemma:
+            x = x * np.sqrt(x.shape[1])
         mask = np.triu(np.full((T, T), -np.inf), 1)
+        ti, tj = np.arange(T)[:, None], np.arange(T)[None, :]
+        swa_mask = np.where(ti - tj >= max(self.n_swa, 1), -np.inf, 0.0) + mask
         for il in range(self.n_layer):
             p = f"blk.{il}."
             h = self.norm(x, W[p + "attn_norm.weight"])
             q = h @ W[p + "attn_q.weight"].T + W.get(p + "attn_q.bias", 0)
             k = h @ W[p + "attn_k.weight"].T + W.get(p + "attn_k.bias", 0)
             v = h @ W[p + "attn_v.weight"].T + W.get(p + "attn_v.bias", 0)
-            q = self.rope(q.reshape(T, n_head, d), pos)
-            k = self.rope(k.reshape(T, n_head_kv, d), pos)
+            q, k = q.reshape(T, n_head, d), k.reshape(T, n_head_kv, d)
+            if p + "attn_q_norm.weight" in W:                  # QK-norm (qwen3, gemma3)
+                q = self.norm(q, W[p + "attn_q_norm.weight"])
+                k = self.norm(k, W[p + "attn_k_norm.weight"])
+            base = self.base_swa if self.is_swa[il] else self.base
+            q = self.rope(q, pos, base)
+            k = self.rope(k, pos, base)
             v = v.reshape(T, n_head_kv, d)
             g = n_head // n_head_kv
             k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
-            s = np.einsum("thd,uhd->htu", q, k) / np.sqrt(d) + mask
+            m = swa_mask if self.is_swa[il] else mask
+            s = np.einsum("thd,uhd->htu", q, k) / np.sqrt(d) + m
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             o = np.einsum("htu,uhd->thd", s, v).reshape(T, n_head * d)
-            x = x + o @ W[p + "attn_output.weight"].T
+            a = o @ W[p + "attn_output.weight"].T
+            if self.gemma:
+                a = self.norm(a, W[p + "post_attention_norm.weight"])
+            x = x + a
             h = self.norm(x, W[p + "ffn_norm.weight"])
             gt, up = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T
-            x = x + (gt / (1 + np.exp(-gt)) * up) @ W[p + "ffn_down.weight"].T
+            if self.gemma:
+                act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
+                f = self.norm((act * up) @ W[p + "ffn_down.weight"].T, W[p + "post_ffw_norm.weight"])
+            else:
+                f = (gt / (1 + np.exp(-gt)) * up) @ W[p + "ffn_down.weight"].T
+            x = x + f
         return self.norm(x[-1], W["output_norm.weight"]) @ self.out_w.T
 
 
