@@ -144,6 +144,11 @@ class StateTable {
     bool can_end = false;
     std::vector<int32_t> ascii;  // 128 memoised transitions (kUnknown until computed)
     std::unordered_map<uint32_t, int32_t> other;  // the same for code points >= 0x80
+    // Transitions by which top classes contain the code point (bit i: top_classes[i]):
+    // the next set depends on nothing else, so a code point first seen in this set
+    // costs a few class lookups instead of a closure (vocabularies have tens of
+    // thousands of distinct code points). Only when there are at most 64 top classes.
+    std::vector<std::pair<uint64_t, int32_t>> by_signature;
   };
   static constexpr int32_t kUnknown = -2;
 

@@ -128,6 +128,24 @@ MatchState StateTable::step_code_point(int32_t set_id, uint32_t cp) {
   }
   const Grammar& g = *grammar_;
   const auto& elems = g.elems();
+  // The classes of the tops that contain cp decide the next set.
+  uint64_t signature = 0;
+  const bool by_signature = sets_[static_cast<size_t>(set_id)].top_classes.size() <= 64;
+  if (by_signature) {
+    Set& s = sets_[static_cast<size_t>(set_id)];
+    for (size_t i = 0; i < s.top_classes.size(); ++i) {
+      if (g.char_class(s.top_classes[i]).contains(cp)) signature |= uint64_t{1} << i;
+    }
+    for (const auto& [sig, next] : s.by_signature) {
+      if (sig != signature) continue;
+      if (cp < 0x80) {
+        s.ascii[cp] = next;
+      } else {
+        s.other.emplace(cp, next);
+      }
+      return MatchState{next, {}};
+    }
+  }
   std::vector<Stack> seeds;
   for (const Stack& st : sets_[static_cast<size_t>(set_id)].stacks) {
     if (st.empty()) continue;
@@ -140,6 +158,7 @@ MatchState StateTable::step_code_point(int32_t set_id, uint32_t cp) {
   const int32_t next = seeds.empty() ? -1 : close_and_intern(std::move(seeds));
   if (error_) return MatchState{};
   Set& s = sets_[static_cast<size_t>(set_id)];  // sets_ may have grown
+  if (by_signature) s.by_signature.emplace_back(signature, next);
   if (cp < 0x80) {
     s.ascii[cp] = next;
   } else {

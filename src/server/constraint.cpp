@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -37,17 +38,30 @@ class GrammarConstraint final : public engine::TokenConstraint {
     if (!mask_or.ok()) return make_error("[grammar] " + mask_or.error().message);
     const grammar::TokenMask* mask = *mask_or;
     constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-    const auto n = static_cast<tokenizer::TokenId>(logits.size());
-    const auto n_mask = static_cast<tokenizer::TokenId>(mask->bits.size() * 64);
+    // Word by word: a word with no allowed token is 64 stores, a full one none.
+    const size_t n = logits.size();
+    const size_t n_words = std::min(mask->bits.size(), (n + 63) / 64);
+    float* l = logits.data();
     bool any = false;
-    for (tokenizer::TokenId id = 0; id < n; ++id) {
-      float& l = logits[static_cast<size_t>(id)];
-      if (id >= n_mask || !mask->test(id)) {
-        l = kNegInf;
-      } else if (!std::isnan(l) && l != kNegInf) {
-        any = true;
+    for (size_t w = 0; w < n_words; ++w) {
+      const uint64_t bits = mask->bits[w];
+      const size_t base = w * 64;
+      const size_t len = std::min<size_t>(64, n - base);
+      if (bits == 0) {
+        std::fill(l + base, l + base + len, kNegInf);
+        continue;
+      }
+      if (any && len == 64 && bits == ~uint64_t{0}) continue;
+      for (size_t k = 0; k < len; ++k) {
+        if ((bits >> k) & 1) {
+          if (!any && !std::isnan(l[base + k]) && l[base + k] != kNegInf) any = true;
+        } else {
+          l[base + k] = kNegInf;
+        }
       }
     }
+    if (n_words * 64 < n) std::fill(l + n_words * 64, l + n, kNegInf);
+    const auto n_mask = static_cast<tokenizer::TokenId>(mask->bits.size() * 64);
     if (!any) {
       // Nothing the sampler could draw: say why instead of letting it fail (or pick).
       bool eog_allowed = false;
