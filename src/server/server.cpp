@@ -309,6 +309,12 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     // for the ~1 MB picture, while loopback moves the bytes in milliseconds.
     res.set_content(*svg, "image/svg+xml; charset=utf-8");
   });
+  svr.Get("/viz/config", [&](const Request&, Response& res) {
+    reply_json(res, {{"mode", options.viz_home ? "viz" : "serve"},
+                     {"model", options.model_id},
+                     {"prompt", options.viz_prompt},
+                     {"autorun", !options.viz_prompt.empty()}});
+  });
   svr.Get("/viz/graph.json", [&](const Request&, Response& res) {
     res.set_content(viz.graph_json(), "application/json; charset=utf-8");
   });

@@ -25,6 +25,7 @@ struct ServerOptions {
   int drain_ms = 30000;                     // in-flight requests get this long after a signal
   int http_threads = 0;                     // 0: enough for slots + queue
   std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
+  std::string viz_prompt;     // the view's prompt box text, run once when opened (`minfer viz -p`)
   bool viz_home = false;      // GET / serves the engine view (`minfer viz`), not the chat page
 };
 

@@ -24,9 +24,9 @@ needs_model = pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} not presen
 class Server:
     """One `minfer serve` process; .url once it listens; stderr kept in a file."""
 
-    def __init__(self, *args, model=MODEL, startup_s=120):
+    def __init__(self, *args, model=MODEL, startup_s=120, command="serve"):
         self.log = tempfile.NamedTemporaryFile(prefix="minfer-serve-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen([BIN, "serve", str(model), "--port", "0", *map(str, args)],
+        self.proc = subprocess.Popen([BIN, command, str(model), "--port", "0", *map(str, args)],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.url = None
         line_box = []

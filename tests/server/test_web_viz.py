@@ -125,3 +125,32 @@ def test_view_data_needs_the_api_key():
         assert s.request("GET", "/metrics?api_key=k3y")[0] == 401  # the query key is for /viz/* only
     finally:
         s.kill()
+
+
+@needs_browser
+def test_minfer_viz_serves_the_view_and_runs_its_prompt():
+    """`minfer viz MODEL -p TEXT`: one slot, the view at /, the prompt run once on opening."""
+    from pathlib import Path
+
+    from selenium.webdriver.common.by import By
+
+    s = Server("-t", 2, "-c", 512, "-p", "Name three colours.", command="viz")
+    d = make_driver(1280, 900)
+    try:
+        page = (Path(__file__).resolve().parents[2] / "src" / "server" / "web" / "viz.html").read_bytes()
+        assert s.request("GET", "/")[1] == page
+        cfg = json.loads(s.request("GET", "/viz/config")[1])
+        assert cfg == {"mode": "viz", "model": MODEL.name, "prompt": "Name three colours.", "autorun": True}
+        d.get(s.url + "/")
+        assert wait_until(d, "window.minferViz.nodes.size", 30, what="the graph") > 400
+        assert d.find_element(By.ID, "prompt").get_attribute("value") == "Name three colours."
+        wait_until(d, "window.minferViz.last && window.minferViz.last.requests.completed >= 1", 60,
+                   what="the prompt's run to complete")
+        wait_until(d, "document.getElementById('out').textContent.trim().length > 0", 10)
+        last = d.execute_script("return window.minferViz.last")
+        assert last["requests"]["slots"] == 1 and last["graph"]["steps"] > 1
+        assert last["ops"]["profiled_steps"] > 0
+        screenshot(d, "minfer-viz.png")
+    finally:
+        d.quit()
+        s.kill()
