@@ -18,6 +18,11 @@ namespace {
 constexpr double kLogitGain = 3.0;
 constexpr double kNormJitter = 0.1;  // norm weights: 1 + 0.1·N(0,1)
 constexpr double kBiasStd = 0.1;     // q/k/v biases
+// Gemma 3's post-norms set each sub-layer's output RMS; its embedding enters scaled by
+// sqrt(n_embd), i.e. at the logit scale kLogitGain. With unit post-norms the embedding
+// of the last token would outweigh every sub-layer and a random model would only repeat
+// its input; at 3 the blocks shape the output as in the other fixtures.
+constexpr double kPostNormGain = 3.0;
 
 constexpr FtypeInfo kFtypes[] = {
     {Ftype::kF32, "f32", 0, DType::kF32},         {Ftype::kF16, "f16", 1, DType::kF16},
@@ -254,14 +259,16 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype) {
       add(p + "attn_k_norm.weight", Role::kAttnKNorm, l, {s.n_embd_head}, 1, kNormJitter);
     }
     if (s.gemma_norms) {
-      add(p + "post_attention_norm.weight", Role::kAttnPostNorm, l, {s.n_embd}, 1, kNormJitter);
+      add(p + "post_attention_norm.weight", Role::kAttnPostNorm, l, {s.n_embd}, kPostNormGain,
+          kNormJitter);
     }
     add(p + "ffn_norm.weight", Role::kFfnNorm, l, {s.n_embd}, 1, kNormJitter);
     add(p + "ffn_gate.weight", Role::kFfnGate, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
     add(p + "ffn_up.weight", Role::kFfnUp, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
     add(p + "ffn_down.weight", Role::kFfnDown, l, {s.n_ff, s.n_embd}, 0, lin(s.n_ff));
     if (s.gemma_norms) {
-      add(p + "post_ffw_norm.weight", Role::kFfnPostNorm, l, {s.n_embd}, 1, kNormJitter);
+      add(p + "post_ffw_norm.weight", Role::kFfnPostNorm, l, {s.n_embd}, kPostNormGain,
+          kNormJitter);
     }
   }
   add("output_norm.weight", Role::kOutputNorm, -1, {s.n_embd}, 1, kNormJitter);
