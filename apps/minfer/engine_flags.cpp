@@ -20,7 +20,9 @@ void add_kv_flags(ArgParser& p, KvFlags& flags) {
                flags.cache_type_v);
   p.string_opt("--numerics", "MODE",
                "default, or llamacpp: reproduce llama.cpp's CPU arithmetic bit for bit\n"
-               "(f16 KV cache, AVX2-order kernels; slower) (env MINFER_NUMERICS)",
+               "(its default build: f16 KV cache, AVX2-order kernels, Q4_0/Q4_K in its\n"
+               "repack order; slower), or llamacpp-norepack: the same without its CPU_REPACK\n"
+               "buffer (use_extra_bufts=false) (env MINFER_NUMERICS)",
                flags.numerics);
 }
 
@@ -47,7 +49,7 @@ Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& f
     auto parsed = graph::parse_kv_format(type);
     if (!parsed) return parsed.error().context(type_flag ? "--cache-type" : "MINFER_CACHE_TYPE");
     options.kv_format = *parsed;
-  } else if (options.numerics == engine::Numerics::kLlamaCpp) {
+  } else if (engine::llamacpp_family(options.numerics)) {
     options.kv_format = graph::KvFormat::kF16;
   }
   return options;

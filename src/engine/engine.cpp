@@ -77,7 +77,9 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const LoadedMod
 Result<Numerics> parse_numerics(std::string_view text) {
   if (text == "default") return Numerics::kDefault;
   if (text == "llamacpp") return Numerics::kLlamaCpp;
-  return make_error(fmt::format("unknown numerics '{}' (expected default or llamacpp)", text));
+  if (text == "llamacpp-norepack") return Numerics::kLlamaCppNoRepack;
+  return make_error(
+      fmt::format("unknown numerics '{}' (expected default, llamacpp or llamacpp-norepack)", text));
 }
 
 Status Context::init(const EngineOptions& options) {
@@ -95,7 +97,7 @@ Status Context::init(const EngineOptions& options) {
     if (!parsed) return parsed.error().context("MINFER_CPU_ISA");
     isa = *parsed;
   }
-  if (options.numerics == Numerics::kLlamaCpp) {
+  if (llamacpp_family(options.numerics)) {
     // ggml's x86 quant dots accumulate 8 f32 lanes per block in order: our AVX2 kernels
     // follow it; the AVX-512 ones re-block (faster, other rounding) and the scalar
     // reference sums per block.
@@ -119,7 +121,8 @@ Status Context::init(const EngineOptions& options) {
                            {.n_threads = e->n_threads_,
                             .isa = isa,
                             .dump_dir = Config::get().graph_dump,
-                            .llamacpp_numerics = options.numerics == Numerics::kLlamaCpp}));
+                            .llamacpp_numerics = llamacpp_family(options.numerics),
+                            .llamacpp_repack = options.numerics == Numerics::kLlamaCpp}));
   e->sched_.add_backend(std::move(cpu));
   if (options.graph_trace) {
     Context* self = this;
@@ -208,8 +211,8 @@ graph::GraphParams Context::params_for(uint32_t n_tokens, uint32_t n_out, int32_
   p.cparams.n_ctx = n_ctx_;
   p.cparams.window.n_runs = n_runs;  // one sequence filled from 0: one contiguous run
   p.cparams.kv_format = options_.kv_format;
-  p.cparams.attn_numerics = options_.numerics == Numerics::kLlamaCpp ? graph::AttnNumerics::kGgmlF16
-                                                                     : graph::AttnNumerics::kF32;
+  p.cparams.attn_numerics = llamacpp_family(options_.numerics) ? graph::AttnNumerics::kGgmlF16
+                                                               : graph::AttnNumerics::kF32;
   p.weights_version = 1;
   return p;
 }

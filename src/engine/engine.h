@@ -38,8 +38,18 @@ namespace minfer::engine {
 //             path (AttnNumerics::kGgmlF16), mul_mat kernels that accumulate in ggml's
 //             AVX2 order (no AVX-512 re-blocking). Needs an AVX2 CPU. Still thread- and
 //             batch-independent (invariant 8); slower than kDefault on AVX-512.
-enum class Numerics : uint8_t { kDefault, kLlamaCpp };
-// "default" / "llamacpp" (--numerics, MINFER_NUMERICS); unknown → Error.
+//             It follows llama.cpp's default CPU build, whose CPU_REPACK buffer
+//             re-lays Q4_0 / Q4_K matmul weights at load and multiplies them in its
+//             repack order (backend/cpu/vec_dot.h); where that applies a row depends
+//             on its batch as in llama.cpp (Q4_K's 4-row GEMM groups).
+//  kLlamaCppNoRepack: the same with llama.cpp's plain CPU kernels for every weight
+//             (its use_extra_bufts=false / GGML_CPU_REPACK=OFF configuration).
+enum class Numerics : uint8_t { kDefault, kLlamaCpp, kLlamaCppNoRepack };
+// Either llamacpp mode (the f16 KV cache, ggml's attention and AVX2 orders).
+inline bool llamacpp_family(Numerics n) {
+  return n != Numerics::kDefault;
+}
+// "default" / "llamacpp" / "llamacpp-norepack" (--numerics, MINFER_NUMERICS); unknown → Error.
 Result<Numerics> parse_numerics(std::string_view text);
 
 struct EngineOptions {

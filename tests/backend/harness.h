@@ -45,11 +45,13 @@ inline std::vector<float> decode(DType type, std::span<const uint8_t> bytes, siz
 
 class CpuRig {
  public:
-  explicit CpuRig(int32_t n_threads, backend::cpu::CpuIsa isa = backend::cpu::CpuIsa::kAuto) {
+  explicit CpuRig(int32_t n_threads, backend::cpu::CpuIsa isa = backend::cpu::CpuIsa::kAuto)
+      : CpuRig(backend::cpu::CpuBackendOptions{.n_threads = n_threads, .isa = isa}) {}
+  explicit CpuRig(const backend::cpu::CpuBackendOptions& options) {
     auto a = std::make_unique<alloc::Allocator>();
     alloc_ = a.get();
     cache_ = std::make_unique<graph::GraphCache>(std::move(a));
-    auto b = backend::cpu::CpuBackend::create({.n_threads = n_threads, .isa = isa});
+    auto b = backend::cpu::CpuBackend::create(options);
     EXPECT_TRUE(b.ok()) << b.error().message;
     cpu_ = b->get();
     sched_.add_backend(std::move(b).value());

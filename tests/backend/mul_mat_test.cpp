@@ -478,5 +478,206 @@ TEST(VecDot, Q8KAvx2ConverterEqualsReferenceBytes) {
   }
 }
 
+// ---- llama.cpp's repack orders (--numerics llamacpp; vec_dot.h, vec_dot_repack.cpp) ----
+
+// Every SIMD form of a repack / ggml-x86 expression equals its scalar reference, for
+// decode (vec_dot) and, for the AVX-512 rows kernel, its GEMV / GEMM for every tile shape.
+TEST(VecDotSimd, LlamaCppRepackDotsEqualTheirScalarReferences_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  struct Pair {
+    DType t;
+    VecDotFn simd, ref;
+    const char* what;
+  };
+  const Pair pairs[] = {
+      {DType::kQ4_0, avx2_dot_q4_0_q8_0_repack, vec_dot_q4_0_q8_0_repack, "q4_0 repack"},
+      {DType::kQ4_K, avx2_dot_q4_k_q8_k_repack_gemv, vec_dot_q4_k_q8_k_repack_gemv, "q4_k gemv"},
+      {DType::kQ4_K, avx2_dot_q4_k_q8_k_repack_gemm, vec_dot_q4_k_q8_k_repack_gemm, "q4_k gemm"},
+      {DType::kQ5_0, avx2_dot_q5_0_q8_0_ggml, ggml_dot_q5_0_q8_0_lanes, "q5_0 ggml lanes"},
+  };
+  for (const Pair& pr : pairs)
+    for (int64_t k : {int64_t{512}, int64_t{1024}, int64_t{4864}}) {
+      SCOPED_TRACE(std::string(pr.what) + " k " + std::to_string(k));
+      const DotKernel ref = scalar_dot_kernel(pr.t);
+      for (uint32_t seed = 1; seed <= 20; ++seed) {
+        std::vector<uint8_t> wb =
+            encode(pr.t, random_floats(static_cast<size_t>(k), seed, -2.0f, 2.0f));
+        std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 100, -3.0f, 3.0f);
+        std::vector<uint8_t> xa(*quant::row_bytes(ref.vec_dot_type, k));
+        ref.from_f32(x.data(), xa.data(), k);
+        const float a = pr.simd(k, wb.data(), xa.data());
+        const float r = pr.ref(k, wb.data(), xa.data());
+        ASSERT_EQ(fp32_to_bits(a), fp32_to_bits(r)) << a << " vs " << r << " seed " << seed;
+      }
+    }
+  if (!have_avx512()) return;
+  const DotKernel dk = avx512_rows_q4_0_repack_dot_kernel();
+  ASSERT_NE(dk.gemm, nullptr);
+  for (int64_t k : {int64_t{512}, int64_t{544}, int64_t{16448}}) {
+    const uint64_t w_row = *quant::row_bytes(DType::kQ4_0, k);
+    const uint64_t x_row = *quant::row_bytes(DType::kQ8_0, k);
+    for (int64_t n_w : {1, 8, 17, 48})
+      for (int64_t n_x : {1, 2, 3, 4, 5, 8, 9, 13}) {
+        std::vector<uint8_t> wb =
+            encode(DType::kQ4_0,
+                   random_floats(static_cast<size_t>(k * n_w), 3 + static_cast<uint32_t>(n_w)));
+        std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 9);
+        std::vector<uint8_t> xq(x_row * static_cast<uint64_t>(n_x));
+        for (int64_t j = 0; j < n_x; ++j) dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
+        std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
+        dk.gemm(GemmArgs{.k = k,
+                         .w = wb.data(),
+                         .w_stride = w_row,
+                         .n_w = n_w,
+                         .x = xq.data(),
+                         .x_stride = x_row,
+                         .n_x = n_x,
+                         .y = y.data(),
+                         .y_stride = n_w});
+        for (int64_t j = 0; j < n_x; ++j)
+          for (int64_t i = 0; i < n_w; ++i) {
+            const float r =
+                vec_dot_q4_0_q8_0_repack(k, wb.data() + i * w_row, xq.data() + j * x_row);
+            const float v = dk.vec_dot(k, wb.data() + i * w_row, xq.data() + j * x_row);
+            ASSERT_EQ(fp32_to_bits(r), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
+                << "k " << k << " n_w " << n_w << " n_x " << n_x << " i " << i << " j " << j;
+            ASSERT_EQ(fp32_to_bits(r), fp32_to_bits(v));
+          }
+      }
+  }
+}
+
+// The repack expressions are other float orders than the plain kernels' (what makes a
+// repacking llama.cpp's tokens differ): over random rows they disagree somewhere, and the
+// Q4_K GEMV and GEMM orders disagree with each other.
+TEST(VecDot, LlamaCppRepackOrdersDifferFromThePlainOnes) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const VecDotFn plain_q4_0 = llamacpp_or_avx2(DType::kQ4_0).vec_dot;  // ggml's plain x86 order
+  const VecDotFn own_q5_0 = scalar_dot_kernel(DType::kQ5_0).vec_dot;
+  int differ_q4_0 = 0, differ_q4_k = 0, differ_q5_0 = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    const int64_t k = 4864;
+    std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 7, -3.0f, 3.0f);
+    std::vector<uint8_t> x8(*quant::row_bytes(DType::kQ8_0, k)),
+        xk(*quant::row_bytes(DType::kQ8_K, k));
+    from_f32_q8_0(x.data(), x8.data(), k);
+    from_f32_q8_k(x.data(), xk.data(), k);
+    std::vector<uint8_t> w0 = encode(DType::kQ4_0, random_floats(static_cast<size_t>(k), seed));
+    std::vector<uint8_t> wk = encode(DType::kQ4_K, random_floats(static_cast<size_t>(k), seed));
+    std::vector<uint8_t> w5 = encode(DType::kQ5_0, random_floats(static_cast<size_t>(k), seed));
+    differ_q4_0 +=
+        vec_dot_q4_0_q8_0_repack(k, w0.data(), x8.data()) != plain_q4_0(k, w0.data(), x8.data());
+    differ_q4_k += vec_dot_q4_k_q8_k_repack_gemv(k, wk.data(), xk.data()) !=
+                   vec_dot_q4_k_q8_k_repack_gemm(k, wk.data(), xk.data());
+    differ_q5_0 +=
+        ggml_dot_q5_0_q8_0_lanes(k, w5.data(), x8.data()) != own_q5_0(k, w5.data(), x8.data());
+  }
+  EXPECT_GT(differ_q4_0, 5);
+  EXPECT_GT(differ_q4_k, 5);
+  EXPECT_GT(differ_q5_0, 5);
+}
+
+// quantize_mat_q8_K_4x8's rows: the reference bytes, except that a block whose first
+// largest-magnitude element is negative while +amax also occurs gets the negated scale.
+TEST(VecDot, Q8KFourRowQuantizerDiffersFromReferenceOnlyOnASignedTie) {
+  const int64_t k = 512;
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    std::vector<float> x = random_floats(static_cast<size_t>(k), seed, -4.0f, 4.0f);
+    std::vector<uint8_t> a(*quant::row_bytes(DType::kQ8_K, k)), b(a.size());
+    from_f32_q8_k(x.data(), a.data(), k);
+    from_f32_q8_k_mat4(x.data(), b.data(), k);
+    ASSERT_EQ(a, b) << "seed " << seed;
+  }
+  std::vector<float> x = random_floats(static_cast<size_t>(k), 3, -1.0f, 1.0f);
+  x[10] = -2.0f;  // block 0: −amax first ...
+  x[200] = 2.0f;  // ... then +amax
+  x[300] = 2.0f;  // block 1: +amax first
+  x[400] = -2.0f;
+  std::vector<uint8_t> a(*quant::row_bytes(DType::kQ8_K, k)), b(a.size());
+  from_f32_q8_k(x.data(), a.data(), k);
+  from_f32_q8_k_mat4(x.data(), b.data(), k);
+  const auto* ra = reinterpret_cast<const quant::BlockQ8_K*>(a.data());
+  const auto* rb = reinterpret_cast<const quant::BlockQ8_K*>(b.data());
+  EXPECT_GT(ra[0].d, 0.0f);
+  EXPECT_EQ(rb[0].d, -ra[0].d);
+  for (int j = 0; j < 256; ++j) ASSERT_EQ(rb[0].qs[j], -ra[0].qs[j]) << j;
+  for (int j = 0; j < 16; ++j) ASSERT_EQ(rb[0].bsums[j], -ra[0].bsums[j]) << j;
+  EXPECT_EQ(std::memcmp(&ra[1], &rb[1], sizeof(quant::BlockQ8_K)), 0);  // no tie to break
+}
+
+// mul_mat under llamacpp numerics: a weight llama.cpp repacks (Q4_0 / Q4_K, rows % 8 == 0)
+// takes the repack expression; Q4_K's batch rows in whole groups of 4 the GEMM order on
+// 4-row activations, the rest (and decode) the GEMV order; a weight llama.cpp keeps
+// (rows % 8 != 0, the token embedding, or repack off) the plain llamacpp kernel.
+TEST(MulMat, LlamaCppNumericsFollowTheRepackBufferPerWeight_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  struct Case {
+    DType t;
+    int64_t n;
+    const char* name;
+    bool repack;
+    bool expect_repack;
+  };
+  const int64_t k = 512;
+  const Case cases[] = {
+      {DType::kQ4_0, 16, "blk.0.ffn_up.weight", true, true},
+      {DType::kQ4_0, 12, "blk.0.ffn_up.weight", true, false},
+      {DType::kQ4_0, 16, "token_embd.weight", true, false},
+      {DType::kQ4_0, 16, "blk.0.ffn_up.weight", false, false},
+      {DType::kQ4_K, 24, "blk.0.ffn_down.weight", true, true},
+      {DType::kQ4_K, 20, "blk.0.ffn_down.weight", true, false},
+  };
+  for (const Case& cs : cases)
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{6}, int64_t{9}}) {
+      SCOPED_TRACE(std::string(dtype_name(cs.t)) + " " + cs.name + " n " + std::to_string(cs.n) +
+                   " m " + std::to_string(m) + (cs.repack ? " repack" : " norepack"));
+      std::vector<float> w = random_floats(static_cast<size_t>(k * cs.n), 21);
+      std::vector<uint8_t> wb = encode(cs.t, w);
+      std::vector<float> x = random_floats(static_cast<size_t>(k * m), 22, -3.0f, 3.0f);
+      CpuRig rig(CpuBackendOptions{.n_threads = 2,
+                                   .isa = CpuIsa::kAvx2,
+                                   .llamacpp_numerics = true,
+                                   .llamacpp_repack = cs.repack});
+      GraphBuilder b;
+      NodeId wn = b.weight(cs.name, cs.t, {k, cs.n});
+      NodeId xn = b.input("x", DType::kF32, {k, m});
+      NodeId y = b.mul_mat(wn, xn);
+      b.mark_output(y);
+      const graph::ComputeGraph& g = rig.load(b.finish());
+      rig.bind(cs.name, std::vector<uint8_t>(wb));
+      rig.fill_f32(g, "x", x);
+      ASSERT_TRUE(rig.run(g).ok());
+      const std::vector<float> got = rig.read(g, y);
+      const DType vdt = cs.t == DType::kQ4_0 ? DType::kQ8_0 : DType::kQ8_K;
+      const uint64_t w_row = *quant::row_bytes(cs.t, k), x_row = *quant::row_bytes(vdt, k);
+      const int64_t m_group = m - m % 4;
+      for (int64_t j = 0; j < m; ++j) {
+        std::vector<uint8_t> xq(x_row);
+        const bool gemm_row = cs.t == DType::kQ4_K && cs.expect_repack && j < m_group;
+        if (vdt == DType::kQ8_0) {
+          from_f32_q8_0(x.data() + j * k, xq.data(), k);
+        } else if (gemm_row) {
+          from_f32_q8_k_mat4(x.data() + j * k, xq.data(), k);
+        } else {
+          from_f32_q8_k(x.data() + j * k, xq.data(), k);
+        }
+        for (int64_t i = 0; i < cs.n; ++i) {
+          const uint8_t* wr = wb.data() + i * w_row;
+          float want;
+          if (!cs.expect_repack) {
+            want = llamacpp_or_avx2(cs.t).vec_dot(k, wr, xq.data());
+          } else if (cs.t == DType::kQ4_0) {
+            want = vec_dot_q4_0_q8_0_repack(k, wr, xq.data());
+          } else {
+            want = gemm_row ? vec_dot_q4_k_q8_k_repack_gemm(k, wr, xq.data())
+                            : vec_dot_q4_k_q8_k_repack_gemv(k, wr, xq.data());
+          }
+          ASSERT_EQ(fp32_to_bits(want), fp32_to_bits(got[static_cast<size_t>(j * cs.n + i)]))
+              << "row " << i << " activation " << j;
+        }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace minfer::backend::cpu

@@ -94,14 +94,40 @@ DotKernel avx512_or_avx2(DType t) {
   return k.vec_dot != nullptr ? k : avx2_or_scalar(t);
 }
 
-// llama.cpp's accumulation orders: the AVX2 quant dots (ggml's x86 order) and the f16
-// vec/sgemm pair.
+// llama.cpp's accumulation orders: the AVX2 quant dots (ggml's x86 order), the f16
+// vec/sgemm pair and ggml's x86 Q5_0 lanes.
 DotKernel llamacpp_or_avx2(DType t) {
-  return t == DType::kF16 ? llamacpp_f16_dot_kernel() : avx2_or_scalar(t);
+  if (t == DType::kF16) return llamacpp_f16_dot_kernel();
+  if (t == DType::kQ5_0) return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q5_0_q8_0_ggml};
+  return avx2_or_scalar(t);
 }
 
-IsaKernels llamacpp_kernels() {
+// The weights llama.cpp's CPU_REPACK buffer takes (llamacpp_repacks), in its repack
+// GEMV/GEMM order: Q4_0 one f32 lane per row (AVX-512 rows kernels where the CPU has
+// them, the AVX2 form else: the same bits); Q4_K its GEMV for decode and for the rows
+// after the last whole group of 4, its GEMM order (and 4-row activation quantizer) for
+// the rest of a batch.
+DotKernel llamacpp_repack_dot_kernel(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+      return detect_isa() == CpuIsa::kAvx512
+                 ? avx512_rows_q4_0_repack_dot_kernel()
+                 : DotKernel{DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q4_0_q8_0_repack};
+    case DType::kQ4_K:
+      return {.vec_dot_type = DType::kQ8_K,
+              .from_f32 = from_f32_q8_k_avx2,
+              .vec_dot = avx2_dot_q4_k_q8_k_repack_gemv,
+              .vec_dot_batch = avx2_dot_q4_k_q8_k_repack_gemm,
+              .batch_group = 4,
+              .from_f32_batch = from_f32_q8_k_mat4};
+    default:
+      return {};
+  }
+}
+
+IsaKernels llamacpp_kernels(bool repack) {
   return IsaKernels{.dot_kernel = llamacpp_or_avx2,
+                    .repack_dot_kernel = repack ? llamacpp_repack_dot_kernel : nullptr,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
                     .attn_scores_f32 = attn_scores_f32_avx2,
@@ -185,10 +211,10 @@ struct CpuBackend::Impl {
   Scratch scratch;
   std::string dump_dir;  // MINFER_GRAPH_DUMP ("" = off)
   uint64_t dump_seq = 0;
-  Impl(CpuIsa i, graph::BackendId b, int32_t n_threads, bool llamacpp)
+  Impl(CpuIsa i, graph::BackendId b, int32_t n_threads, bool llamacpp, bool repack)
       : isa(i),
         id(b),
-        kernels(llamacpp               ? llamacpp_kernels()
+        kernels(llamacpp               ? llamacpp_kernels(repack)
                 : i == CpuIsa::kAvx512 ? avx512_kernels()
                 : i == CpuIsa::kAvx2   ? avx2_kernels()
                                        : scalar_kernels()),
@@ -231,7 +257,7 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions& 
   if (o.llamacpp_numerics && isa != CpuIsa::kAvx2) {
     return make_error("cpu backend: llama.cpp numerics run on the AVX2 kernels only");
   }
-  auto impl = std::make_unique<Impl>(isa, o.id, n_threads, o.llamacpp_numerics);
+  auto impl = std::make_unique<Impl>(isa, o.id, n_threads, o.llamacpp_numerics, o.llamacpp_repack);
   impl->dump_dir = o.dump_dir;
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
 }

@@ -34,6 +34,7 @@ struct CpuBackendOptions {
   graph::BackendId id = graph::kBackendCpu;
   std::string dump_dir;  // per-node f32 dumps after each kernel (MINFER_GRAPH_DUMP); "" = off
   bool llamacpp_numerics = false;  // llama.cpp's accumulation orders (needs isa kAvx2)
+  bool llamacpp_repack = true;     // ... with its CPU_REPACK weight buffer (its default)
 };
 
 class CpuBackend final : public Backend {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "backend/cpu/ops.h"
 #include "quant/quant.h"
@@ -24,6 +25,9 @@ constexpr int64_t kBatchRows = 6;
 constexpr int64_t kPrefetchTiles = 1;  // 2 measured no better
 // Activation rows quantized per chunk (each costs about a microsecond).
 constexpr int64_t kQuantRowsPerChunk = 8;
+// llama.cpp places the token embedding for get_rows, outside its repack buffer, also when
+// the output layer reuses it (tied).
+constexpr std::string_view kTokenEmbd = "token_embd.weight";
 
 }  // namespace
 
@@ -31,14 +35,22 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
   const graph::Node& n = c.graph.node(id);
   const graph::Node& wn = c.graph.node(n.src[0]);
   const graph::Node& xn = c.graph.node(n.src[1]);
-  const DotKernel dk = c.k.dot_kernel(wn.dtype);
+  const int64_t k_dim = wn.shape.ne[0];
+  const int64_t n_out = wn.shape.ne[1];
+  const int64_t m_rows = xn.shape.n_rows();
+  DotKernel dk = c.k.dot_kernel(wn.dtype);
+  if (c.k.repack_dot_kernel != nullptr && llamacpp_repacks(wn.dtype, n_out) &&
+      wn.name != kTokenEmbd) {
+    // llama.cpp repacked this weight at load (its CPU_REPACK buffer): its repack order.
+    const DotKernel r = c.k.repack_dot_kernel(wn.dtype);
+    if (r.vec_dot != nullptr) dk = r;
+  }
   if (dk.vec_dot == nullptr) {
     return make_error(
         fmt::format("mul_mat '{}': no kernel for weight type {}", n.name, dtype_name(wn.dtype)));
   }
-  const int64_t k_dim = wn.shape.ne[0];
-  const int64_t n_out = wn.shape.ne[1];
-  const int64_t m_rows = xn.shape.n_rows();
+  // Rows served by vec_dot_batch / from_f32_batch (all of a batch unless batch_group).
+  const int64_t m_batch = dk.batch_group > 0 ? m_rows - m_rows % dk.batch_group : m_rows;
   const uint64_t w_row = graph::tensor_bytes(wn.dtype, graph::Shape{k_dim});
   auto xrb = quant::row_bytes(dk.vec_dot_type, static_cast<uint64_t>(k_dim));
   if (!xrb.ok()) return xrb.error().context(fmt::format("mul_mat '{}'", n.name));
@@ -56,7 +68,11 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
     // its batch); a decode row is quantized by the caller alone.
     uint8_t* dst = const_cast<uint8_t*>(xq);
     parallel_range(pool, m_rows, kQuantRowsPerChunk, [&](int64_t lo, int64_t hi, int32_t) {
-      for (int64_t m = lo; m < hi; ++m) dk.from_f32(x + m * k_dim, dst + m * x_row, k_dim);
+      for (int64_t m = lo; m < hi; ++m) {
+        const FromF32Fn q =
+            dk.from_f32_batch != nullptr && m < m_batch ? dk.from_f32_batch : dk.from_f32;
+        q(x + m * k_dim, dst + m * x_row, k_dim);
+      }
     });
   }
   // Weight rows in tiles; a chunk owns whole output rows for every activation row.
@@ -96,7 +112,8 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
         for (int64_t m = 0; m < m_rows; ++m) {
           const uint8_t* xr = xq + m * x_row;
           float* yr = y + m * n_out;
-          for (int64_t r = r0; r < r1; ++r) yr[r] = dk.vec_dot_batch(k_dim, w + r * w_row, xr);
+          const VecDotFn dot = m < m_batch ? dk.vec_dot_batch : dk.vec_dot;
+          for (int64_t r = r0; r < r1; ++r) yr[r] = dot(k_dim, w + r * w_row, xr);
         }
         continue;
       }

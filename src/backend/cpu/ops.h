@@ -20,6 +20,9 @@ namespace minfer::backend::cpu {
 // The kernel set of one ISA, fixed when the backend is created.
 struct IsaKernels {
   DotKernel (*dot_kernel)(DType weight_type) = nullptr;  // mul_mat table
+  // llamacpp numerics with llama.cpp's CPU_REPACK buffer: the table for the weights it
+  // repacks (llamacpp_repacks, not the token embedding); nullptr: none are.
+  DotKernel (*repack_dot_kernel)(DType weight_type) = nullptr;
   float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;
   void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
   // attention over a chunk of f32 cells (vec_dot.h): bitwise loops of dot_f32 / axpy_f32
@@ -34,7 +37,8 @@ struct IsaKernels {
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();
 IsaKernels avx512_kernels();
-IsaKernels llamacpp_kernels();  // AVX2 + llama.cpp's f16 dot orders
+IsaKernels llamacpp_kernels(bool repack);       // AVX2 + llama.cpp's orders (± its repack)
+DotKernel llamacpp_or_avx2(DType weight_type);  // the llamacpp table's plain mul_mat kernels
 
 // Growable per-backend work memory: resized only when a node needs more than any
 // before it, so the steady-state decode step allocates nothing.

@@ -58,6 +58,12 @@ struct DotKernel {
   // bitwise its GEMV (a small decode batch reads the weights once): mul_mat hands such
   // a batch the whole chunk of weight rows, as it does a single decode row.
   int64_t gemv_rows_max = 1;
+  // Only in the llamacpp-numerics repack table: nonzero, vec_dot_batch (and from_f32_batch,
+  // when set) serve only the batch's rows in whole groups of batch_group from its first
+  // (row j < m − m % batch_group), the rest take vec_dot / from_f32 — llama.cpp's repack
+  // GEMM takes an ubatch's rows 4 at a time and its GEMV the remainder.
+  int64_t batch_group = 0;
+  FromF32Fn from_f32_batch = nullptr;
 };
 
 // Activation converters, shared by every ISA so SIMD and scalar dots read identical
@@ -136,6 +142,42 @@ void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const
 float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
 // The mul_mat table entry for F16 weights under llamacpp numerics (AVX2 only).
 DotKernel llamacpp_f16_dot_kernel();
+// llama.cpp's CPU "repack" extra buffer (on by default, x86 with AVX2): at load it re-lays
+// the MUL_MAT weights of some types whose row count is a multiple of 8 into 8-row
+// interleaved blocks (llamacpp_repacks) and multiplies them with its own GEMV / GEMM
+// (ggml-cpu repack.cpp), whose float order per output row is (scalar references in
+// vec_dot_repack.cpp; Σ are exact integers):
+//  Q4_0 (q4_0_8x8, GEMV and GEMM alike): acc = fma(float(Σ_block q·y), d_w·d_x, acc) from 0,
+//   block after block.
+//  Q4_K (q4_K_8x8): two accumulators, result acc − accm. GEMV, per super-block:
+//   acc = fma(float(Σ_j sc_j·Σq·y), d_w·d_x, acc), accm = fma(float(Σ_j m_j·bsum_j), dmin_w·d_x,
+//   accm); GEMM (rows in whole groups of 4): the same per pair of sub-blocks (4 per
+//   super-block), on activations from quantize_mat_q8_K_4x8 (from_f32_q8_k_mat4).
+// The token embedding is not repacked (llama.cpp places it for get_rows), nor is a type or
+// shape outside llamacpp_repacks; those keep the plain llamacpp kernels.
+bool llamacpp_repacks(DType weight_type, int64_t n_rows);
+float vec_dot_q4_0_q8_0_repack(int64_t n, const void* w, const void* x);
+float vec_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* w, const void* x);
+float vec_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* w, const void* x);
+// quantize_mat_q8_K_4x8 per row: quantize_row_q8_K_ref's bytes except the scale's sign —
+// negative when any element equals +amax (the reference takes the first element of
+// largest magnitude), so only a ±amax tie differs.
+void from_f32_q8_k_mat4(const float* x, void* y, int64_t n);
+// ggml's x86 Q5_0 · Q8_0 order (its plain kernel; Q5_0 is not repacked on x86): per block an
+// fma of d_w·d_x into 8 f32 lanes, lane l the exact sum of elements 4l..4l+3, then
+// hsum_float_8.
+float ggml_dot_q5_0_q8_0_lanes(int64_t n, const void* w, const void* x);
+// AVX2 forms (vec_dot_llamacpp_avx2.cpp), bitwise equal to the above.
+float avx2_dot_q4_0_q8_0_repack(int64_t n, const void* w, const void* x);
+float avx2_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* w, const void* x);
+float avx2_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* w, const void* x);
+float avx2_dot_q5_0_q8_0_ggml(int64_t n, const void* w, const void* x);
+// The AVX-512 one-lane-per-row Q4_0 with the repack expression (vec_dot_avx512_rows.cpp).
+DotKernel avx512_rows_q4_0_repack_dot_kernel();
+// The llamacpp-numerics repack table: a kernel for the types llamacpp_repacks names on this
+// CPU (AVX-512 rows where detect_isa() says so, else AVX2); vec_dot nullptr otherwise.
+DotKernel llamacpp_repack_dot_kernel(DType weight_type);
+
 // y[i] = silu(x[i]) (· up[i] when up is not null) with ggml's vectorised e^x (the Arm
 // optimized-routines polynomial, scaled by 2^n as _mm512_scalef_ps): llama.cpp's CPU
 // silu/swiglu on a row's 16-aligned body. Both forms give the same bits.

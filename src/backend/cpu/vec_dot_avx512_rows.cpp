@@ -100,6 +100,14 @@ struct Q4_0Rows {
   }
 };
 
+// llama.cpp's repacked Q4_0 (its q4_0_8x8 GEMV / GEMM, vec_dot_repack.cpp): the same codes,
+// sumf = fma(float(sumi), d_w · d_x, sumf).
+struct Q4_0RepackRows : Q4_0Rows {
+  static __m512 step(__m512 acc, __m512i isum, __m512 dw, __m512, float dx, float) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
+  }
+};
+
 struct Q4_1Rows {
   using WB = BlockQ4_1;
   using XB = BlockQ8_1;
@@ -545,6 +553,15 @@ float vec_dot(int64_t n, const void* w, const void* x) {
 }
 
 }  // namespace
+
+DotKernel avx512_rows_q4_0_repack_dot_kernel() {
+  return {DType::kQ8_0,
+          from_f32_q8_0_avx2,
+          vec_dot<Q4_0RepackRows>,
+          gemm<Q4_0RepackRows>,
+          /*vec_dot_batch=*/nullptr,
+          /*gemv_rows_max=*/kMaxGemvRows};
+}
 
 DotKernel avx512_rows_dot_kernel(DType t) {
   switch (t) {
