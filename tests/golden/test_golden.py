@@ -444,7 +444,7 @@ def test_logits_closer_to_exact_math_than_llamacpp_within_family_bar(gdir):
         lc, how = llamacpp_logits(gdir, p), "recorded"
         if lc is None and reproducible:
             with tempfile.TemporaryDirectory() as t:
-                run_engine(model, p, 1, True, Path(t), extra=("--numerics", "llamacpp"))
+                run_engine(model, p, 1, True, Path(t), extra=("--numerics", llamacpp_mode(golden)))
                 lc = np.fromfile(Path(t) / "out.f32", dtype="<f4")[:len(ex)].astype(np.float64)
             how = "reproduced"
         if lc is not None:
@@ -600,6 +600,21 @@ def llamacpp_exact_dirs() -> list[Path]:
     return [d for d in golden_dirs() if weight_type(load_golden(d)) in kLlamaCppExactTypes]
 
 
+# Goldens of llama.cpp's default CPU build on this machine: its CPU_REPACK buffer on, so
+# Q4_0 / Q4_K weights run in its repack order (tools/reference/make_repack_goldens.sh).
+# The goldens above were recorded with it off (use_extra_bufts=false, their README).
+REPACK_GOLDEN_DIR = GOLDEN_DIR / "cpu-repack"
+
+
+def repack_golden_dirs() -> list[Path]:
+    return sorted(p.parent for p in REPACK_GOLDEN_DIR.glob("*/golden.json"))
+
+
+def llamacpp_mode(golden: dict) -> str:
+    """The `--numerics` mode that is the llama.cpp configuration a golden recorded."""
+    return "llamacpp" if golden["settings"].get("use_extra_bufts") else "llamacpp-norepack"
+
+
 def cpu_has_avx2() -> bool:
     try:
         flags = Path("/proc/cpuinfo").read_text()
@@ -610,10 +625,24 @@ def cpu_has_avx2() -> bool:
 
 @pytest.mark.parametrize("gdir", llamacpp_exact_dirs(), ids=lambda d: d.name)
 def test_llamacpp_numerics_reproduce_llamacpp_bit_for_bit(gdir):
-    """`--numerics llamacpp`: every prompt's 64 greedy tokens equal llama.cpp's, and for
+    """`--numerics llamacpp-norepack` (the configuration these goldens recorded: llama.cpp's
+    plain CPU kernels): every prompt's 64 greedy tokens equal llama.cpp's, and for
     prompts under 64 tokens every step's top-10 ids and logits (as the goldens store
     them: 5 decimals) and the stored full last-prompt logits (f16) are llama.cpp's
     exactly: the same f32 arithmetic, not a tolerance."""
+    check_llamacpp_bit_for_bit(gdir)
+
+
+@pytest.mark.parametrize("gdir", repack_golden_dirs(), ids=lambda d: d.name)
+def test_llamacpp_numerics_reproduce_llamacpp_default_repack_build_bit_for_bit(gdir):
+    """`--numerics llamacpp` against llama.cpp's default CPU build (CPU_REPACK on: Q4_0 and
+    Q4_K weights repacked at load, its repack GEMV/GEMM order; Q4_K_M's Q5_0 / Q6_K / Q8_0
+    rows in its plain x86 order) on 12 held-out prompts: the same bar as above — every
+    greedy token, every step's top-10 logits and the full last-prompt logits identical."""
+    check_llamacpp_bit_for_bit(gdir)
+
+
+def check_llamacpp_bit_for_bit(gdir: Path):
     caps = engine_caps()
     need_dumps(caps)
     if not cpu_has_avx2():
@@ -627,7 +656,7 @@ def test_llamacpp_numerics_reproduce_llamacpp_bit_for_bit(gdir):
     for p in golden["prompts"]:
         with tempfile.TemporaryDirectory() as t:
             tmp = Path(t)
-            run_engine(model, p, n, True, tmp, extra=("--numerics", "llamacpp"))
+            run_engine(model, p, n, True, tmp, extra=("--numerics", llamacpp_mode(golden)))
             out = json.loads((tmp / "out.json").read_text())
             lg = np.fromfile(tmp / "out.f32", dtype="<f4").reshape(-1, n_vocab)
         name = f"{gdir.name}/{p['name']}"
@@ -650,5 +679,5 @@ def test_llamacpp_numerics_reproduce_llamacpp_bit_for_bit(gdir):
             want = np.fromfile(gdir / "logits.f16", dtype="<f2", count=lc["count"], offset=2 * lc["offset"])
             assert np.array_equal(lg[0].astype(np.float16).view(np.uint16), want.view(np.uint16)), (
                 f"{name}: full last-prompt logits differ from llama.cpp's")
-    print(f"{gdir.name}: all {len(golden['prompts'])} prompts token-identical; "
+    print(f"{gdir.name} (--numerics {llamacpp_mode(golden)}): all {len(golden['prompts'])} prompts token-identical; "
           f"{exact_steps} steps with llama.cpp's top-10 logits exactly")

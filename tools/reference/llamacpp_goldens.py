@@ -33,6 +33,7 @@ import base64
 import ctypes
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -213,7 +214,7 @@ def main() -> int:
 
     log = "".join(_log_lines)
     resolved = sorted({ln.strip() for ln in log.splitlines()
-                       if any(k in ln for k in ("flash_attn", "Flash Attention", "REPACK", "type_k", "n_ctx_seq"))})
+                       if any(k in ln for k in ("flash_attn", "Flash Attention", "REPACK", "type_k", "n_ctx_seq", "AMX"))})
     golden = {
         "format_version": FORMAT_VERSION,
         "generator": "tools/reference/llamacpp_goldens.py",
@@ -238,8 +239,16 @@ def main() -> int:
             "type_k": "f16",
             "type_v": "f16",
             "use_extra_bufts": args.extra_bufts,
-            "use_extra_bufts_note": "off: no AMX and no CPU_REPACK weight repacking (AMX faults on the "
-                                    "recording machine); weights stay in GGUF layout, ggml's plain CPU kernels",
+            "use_extra_bufts_note": (
+                "on (llama.cpp's default): the library's extra CPU weight buffers are used; with "
+                "REPACK in system_info, Q4_0 / Q4_K / IQ4_NL matmul weights whose row count is a "
+                "multiple of 8 are repacked at load into 8-row interleaved blocks and multiplied by "
+                "ggml's repack GEMV/GEMM (log_excerpt shows the CPU_REPACK buffer)"
+                if args.extra_bufts else
+                "off: no AMX and no CPU_REPACK weight repacking (AMX faults on the recording "
+                "machine); weights stay in GGUF layout, ggml's plain CPU kernels"),
+            "library": os.environ.get("LLAMA_CPP_LIB_PATH") and "LLAMA_CPP_LIB_PATH (see make_repack_goldens.sh)"
+                       or "llama-cpp-python's own build",
             "sampling": "greedy: argmax of raw logits, ties to the lowest id; no penalties, no temperature",
             "n_predict": args.n_predict,
             "stop": "end-of-generation token (llama_vocab_is_eog); it is not part of generated_ids",
