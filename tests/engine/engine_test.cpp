@@ -178,7 +178,7 @@ std::vector<NumericsCase> numerics_cases() {
 
 TEST(Engine, LogitsAreBitIdenticalWith1And2Threads) {
   for (const NumericsCase& nc : numerics_cases()) {
-    for (const char* arch : {"llama", "qwen2"}) {
+    for (const char* arch : {"llama", "qwen2", "qwen3", "gemma3"}) {
       const TinySpec spec{.arch = arch, .qkv_bias = std::string(arch) == "qwen2"};
       const std::string stem = std::string(arch) + "-" + nc.name;
       auto t1 = make_engine(spec, 1, 64, "thr1-" + stem, nc.options);
@@ -198,7 +198,7 @@ TEST(Engine, LogitsAreBitIdenticalWith1And2Threads) {
 
 TEST(Engine, PrefillAtOnceEqualsTokenByTokenBitwise) {
   for (const NumericsCase& nc : numerics_cases()) {
-    for (const char* arch : {"llama", "qwen2"}) {
+    for (const char* arch : {"llama", "qwen2", "qwen3", "gemma3"}) {
       const TinySpec spec{.arch = arch, .tied = false, .qkv_bias = std::string(arch) == "qwen2"};
       const std::string stem = std::string(arch) + "-" + nc.name;
       auto whole = make_engine(spec, 2, 64, "whole-" + stem, nc.options);
@@ -223,6 +223,33 @@ TEST(Engine, PrefillAtOnceEqualsTokenByTokenBitwise) {
       const std::vector<float> last(all.end() - static_cast<std::ptrdiff_t>(nv), all.end());
       EXPECT_TRUE(same_bits(run(*tail, kPrompt, iota_positions(n), 1), last)) << stem;
     }
+  }
+}
+
+// gemma3's local layers read only the last n_swa positions (the kv_window_swa input):
+// rows whose whole history fits in the window equal a model whose window covers
+// everything, bit for bit; rows past it differ.
+TEST(Engine, SlidingWindowChangesOnlyRowsPastIt_bitwise) {
+  TinySpec narrow{.arch = "gemma3", .n_swa = 4};
+  TinySpec wide{.arch = "gemma3", .n_swa = 1000};
+  auto a = make_engine(narrow, 2, 64, "swa-narrow");
+  auto b = make_engine(wide, 2, 64, "swa-wide");
+  ASSERT_TRUE(a.engine && b.engine);
+  const size_t n = kPrompt.size();
+  const size_t nv = a->hparams().n_vocab;
+  const std::vector<float> la = run(*a, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
+  const std::vector<float> lb = run(*b, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
+  auto row = [&](const std::vector<float>& v, size_t i) {
+    return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(i * nv),
+                              v.begin() + static_cast<std::ptrdiff_t>((i + 1) * nv));
+  };
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(same_bits(row(la, i), row(lb, i))) << i;
+  for (size_t i = 4; i < n; ++i) EXPECT_FALSE(same_bits(row(la, i), row(lb, i))) << i;
+  // Decoding past the window: the token decoded alone equals its row of a full prefill.
+  auto c = make_engine(narrow, 1, 64, "swa-steps");
+  ASSERT_TRUE(c.engine);
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(same_bits(run(*c, {kPrompt[i]}, {static_cast<int32_t>(i)}, 1), row(la, i))) << i;
   }
 }
 

@@ -35,7 +35,11 @@ struct TinySpec {
   DType wtype = DType::kQ8_0;  // 2-D weights; norms and biases are F32
   bool tied = true;            // no output.weight
   bool qkv_bias = false;       // attn_{q,k,v}.bias (qwen2)
-  std::string vocab_gguf;      // copy tokenizer.* metadata from here ("" = none)
+  // gemma3: <arch>.attention.sliding_window (with a pattern period of 2, so layer 0
+  // slides and layer 1 is global); qwen3 and gemma3 also get their QK-norm tensors and
+  // gemma3 its post-norms.
+  uint32_t n_swa = 16;
+  std::string vocab_gguf;  // copy tokenizer.* metadata from here ("" = none)
   uint32_t seed = 1;
   std::string drop_tensor;       // fault: leave this tensor out
   std::string bad_shape_tensor;  // fault: give this tensor one extra row
@@ -98,6 +102,12 @@ inline Status write_tiny_model(const std::string& path, const TinySpec& s) {
       {a + ".rope.freq_base", gguf::Value::f32(s.rope_base)},
       {a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f)},
   };
+  const bool qk_norm = a == "qwen3" || a == "gemma3";
+  const bool gemma = a == "gemma3";
+  if (gemma) {
+    kvs.emplace_back(a + ".attention.sliding_window", gguf::Value::u32(s.n_swa));
+    kvs.emplace_back(a + ".attention.sliding_window_pattern", gguf::Value::u32(2));
+  }
   for (auto& [k, v] : kvs) {
     bool dropped = false;
     for (const std::string& d : s.drop_kv) dropped |= d == k;
@@ -130,6 +140,14 @@ inline Status write_tiny_model(const std::string& path, const TinySpec& s) {
       MINFER_TRY_STATUS(add(b + "attn_v.bias", DType::kF32, {nkv}, 0.0f, 0.1f));
     }
     MINFER_TRY_STATUS(add(b + "attn_output.weight", s.wtype, {ne, ne}, 0.0f, wstd));
+    if (qk_norm) {
+      MINFER_TRY_STATUS(add(b + "attn_q_norm.weight", DType::kF32, {hd}, 1.0f, 0.1f));
+      MINFER_TRY_STATUS(add(b + "attn_k_norm.weight", DType::kF32, {hd}, 1.0f, 0.1f));
+    }
+    if (gemma) {
+      MINFER_TRY_STATUS(add(b + "post_attention_norm.weight", DType::kF32, {ne}, 1.0f, 0.1f));
+      MINFER_TRY_STATUS(add(b + "post_ffw_norm.weight", DType::kF32, {ne}, 1.0f, 0.1f));
+    }
     MINFER_TRY_STATUS(add(b + "ffn_norm.weight", DType::kF32, {ne}, 1.0f, 0.1f));
     MINFER_TRY_STATUS(add(b + "ffn_gate.weight", s.wtype, {ne, nff}, 0.0f, wstd));
     MINFER_TRY_STATUS(add(b + "ffn_up.weight", s.wtype, {ne, nff}, 0.0f, wstd));
