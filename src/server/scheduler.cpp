@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 
 namespace minfer::server {
@@ -426,16 +427,22 @@ void Scheduler::publish_kv() {
   uint64_t shared = 0;
   const bool per_seq = viz_ != nullptr;
   std::vector<SeqKv> seqs(per_seq ? slots_.size() : 0);
+  static_assert(kv::kMaxSeqs <= 64, "the holder mask below has a bit per slot");
   for (uint32_t c = 0; c < kv.n_ctx(); ++c) {
     if (kv.pos(static_cast<int32_t>(c)) < 0) continue;
+    uint64_t held = 0;  // bit i: slot i's sequence reads the cell (slots <= kv::kMaxSeqs = 64)
     uint32_t readers = 0;
-    for (const Slot& s : slots_) readers += kv.has_seq(static_cast<int32_t>(c), s.seq) ? 1U : 0U;
-    shared += readers > 1 ? 1U : 0U;
-    if (!per_seq) continue;
     for (size_t i = 0; i < slots_.size(); ++i) {
       if (!kv.has_seq(static_cast<int32_t>(c), slots_[i].seq)) continue;
-      seqs[i].cells++;
-      seqs[i].shared += readers > 1 ? 1U : 0U;
+      held |= uint64_t{1} << i;
+      readers++;
+    }
+    shared += readers > 1 ? 1U : 0U;
+    if (!per_seq) continue;
+    for (uint64_t m = held; m != 0; m &= m - 1) {
+      SeqKv& q = seqs[static_cast<size_t>(std::countr_zero(m))];
+      q.cells++;
+      q.shared += readers > 1 ? 1U : 0U;
     }
   }
   metrics_.kv_cells_used.store(kv.n_used(), std::memory_order_relaxed);

@@ -59,6 +59,12 @@ def test_per_op_timing_only_while_a_view_watches(server):
     again = events(server.url + "/viz/events", 1)[0]
     assert again["graph"]["steps"] > first["graph"]["steps"]
     assert again["ops"]["profiled_steps"] == before, "steps were timed with no view connected"
+    # KV per sequence: the finished request's cells stay as an idle cache (its positions).
+    kv = again["kv"]
+    idle = [q for q in kv["seqs"] if q["state"] == "idle"]
+    assert idle and all(q["cells"] == q["n_past"] > 0 for q in idle), kv
+    assert kv["used"] == server.metrics()["minfer_kv_cells_used"] <= sum(q["cells"] for q in kv["seqs"])
+    assert kv["free"] == kv["total"] - kv["used"] and kv["total"] == 2 * 1024
 
 
 def test_view_data_needs_the_api_key():
