@@ -7,6 +7,8 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -36,6 +38,48 @@ using Clock = std::chrono::steady_clock;
 double rate(double n, double s) {
   return s > 0.0 ? n / s : 0.0;
 }
+
+// MINFER_OP_TIMING: per op kind, the nodes per step and the time summed over the decode
+// steps; printed as one table, slowest kind first.
+struct OpTotals {
+  std::array<uint64_t, static_cast<size_t>(graph::Op::kCount)> ns{};
+  std::array<uint64_t, static_cast<size_t>(graph::Op::kCount)> nodes{};
+  uint64_t steps = 0, step_ns = 0;
+  void add(const sched::ExecProfile& p) {
+    steps++;
+    step_ns += p.dur_ns;
+    for (const sched::OpSpan& o : p.ops) {
+      ns[static_cast<size_t>(o.op)] += o.dur_ns;
+      nodes[static_cast<size_t>(o.op)]++;
+    }
+  }
+  void print() const {
+    if (steps == 0) {
+      fmt::print(stderr, "[MINFER_OP_TIMING] no decode step ran\n");
+      return;
+    }
+    uint64_t in_ops = 0;
+    std::vector<size_t> order;
+    for (size_t i = 0; i < ns.size(); ++i) {
+      in_ops += ns[i];
+      if (nodes[i] > 0) order.push_back(i);
+    }
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return ns[x] > ns[y]; });
+    const double n = static_cast<double>(steps);
+    fmt::print(stderr,
+               "[MINFER_OP_TIMING] over {} decode steps: {:.3f} ms per step, {:.3f} ms of it in "
+               "ops\n",
+               steps, 1e-6 * static_cast<double>(step_ns) / n,
+               1e-6 * static_cast<double>(in_ops) / n);
+    for (size_t i : order) {
+      fmt::print(
+          stderr, "[MINFER_OP_TIMING]   {:<14} {:>5} nodes/step {:>9.3f} ms/step {:>5.1f}%\n",
+          graph::op_name(static_cast<graph::Op>(i)), nodes[i] / steps,
+          1e-6 * static_cast<double>(ns[i]) / n,
+          in_ops > 0 ? 100.0 * static_cast<double>(ns[i]) / static_cast<double>(in_ops) : 0.0);
+    }
+  }
+};
 
 Status write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
@@ -235,11 +279,16 @@ int run_generate(const std::vector<std::string>& args) {
   if (!gen_or) return fail(gen_or.error().message);
   engine::Generator& g = **gen_or;
   // --dump-trace: every forward's per-op spans, prefill then decode steps.
+  // MINFER_OP_TIMING: the decode steps' time per op kind, summed (printed at the end).
   std::optional<engine::TraceWriter> trace;
   const char* phase = "prefill";
-  if (!a.dump_trace.empty()) {
-    trace.emplace("minfer " + model_arg);
-    e.set_profile_hook([&](const sched::ExecProfile& p) { trace->add(p, phase); });
+  OpTotals op_totals;
+  if (!a.dump_trace.empty()) trace.emplace("minfer " + model_arg);
+  if (trace || config.op_timing) {
+    e.set_profile_hook([&](const sched::ExecProfile& p) {
+      if (trace) trace->add(p, phase);
+      if (config.op_timing && phase[0] == 'd') op_totals.add(p);
+    });
   }
   if (auto st = g.prefill(*ids); !st.ok()) return fail(st.error().message);
   phase = "decode";
@@ -278,6 +327,7 @@ int run_generate(const std::vector<std::string>& args) {
     fmt::print(stderr, "wrote trace ({} forwards, {} op spans) to {}\n", trace->n_steps(),
                trace->n_spans(), a.dump_trace);
   }
+  if (config.op_timing) op_totals.print();
   if (config.timing && s.n_samples > 0) {
     const double n = s.n_samples;
     const double total = s.decode_s > 0 ? s.decode_s : 1.0;

@@ -17,6 +17,7 @@ bool flag(const char* name) {
 Config Config::from_env() {
   Config c;
   c.timing = flag("MINFER_TIMING");
+  c.op_timing = flag("MINFER_OP_TIMING");
   c.graph_trace = flag("MINFER_GRAPH_TRACE");
   c.rebuild_trace = flag("MINFER_REBUILD_TRACE");
   if (const char* isa = std::getenv("MINFER_CPU_ISA"); isa != nullptr) c.cpu_isa = isa;

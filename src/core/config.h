@@ -9,6 +9,7 @@ namespace minfer {
 
 struct Config {
   bool timing = false;         // MINFER_TIMING: per-token sampling vs forward split
+  bool op_timing = false;      // MINFER_OP_TIMING: per-op time of the decode steps (CLI runs)
   bool graph_trace = false;    // MINFER_GRAPH_TRACE: split layout + op census per execute
   bool rebuild_trace = false;  // MINFER_REBUILD_TRACE: one line per graph rebuild
   std::string cpu_isa;         // MINFER_CPU_ISA: "" (best the CPU runs), scalar, avx2, avx512

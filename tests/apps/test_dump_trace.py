@@ -136,3 +136,25 @@ def test_dump_trace_usage_errors(tmp_path):
     r = subprocess.run([BIN, str(MODEL), "hi", "--dump-trace", str(tmp_path / "no" / "dir" / "t.json")],
                        capture_output=True, timeout=60)
     assert r.returncode == 1 and b"--dump-trace" in r.stderr
+
+
+@needs_model
+def test_op_timing_table_counts_the_decode_graphs_ops(tmp_path):
+    """MINFER_OP_TIMING=1: a per-op table of the decode steps on stderr, node counts per
+    step equal to the decode graph's compute ops, shares summing to 100 %."""
+    env = dict(os.environ, MINFER_OP_TIMING="1")
+    args = [BIN, str(MODEL), "--no-template", "-p", "Hi", "-n", "5", "--ignore-eos", "--temp", "0", "-t", "2"]
+    r = subprocess.run(args, capture_output=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    plain = subprocess.run(args, capture_output=True, timeout=300)
+    assert r.stdout == plain.stdout and b"MINFER_OP_TIMING" not in plain.stderr
+    lines = [l for l in r.stderr.decode().splitlines() if l.startswith("[MINFER_OP_TIMING]")]
+    assert "over 4 decode steps:" in lines[0]
+    rows = {}
+    for l in lines[1:]:
+        op, n, _, ms, _, pct = l.split()[1:7]
+        rows[op] = (int(n), float(ms), float(pct.rstrip("%")))
+    decode_ops, _ = graph_ops(dump_graph(tmp_path, "Hi", "dec.json"))
+    assert {op: n for op, (n, _, _) in rows.items()} == dict(decode_ops)
+    assert abs(sum(p for _, _, p in rows.values()) - 100.0) < 1.0
+    assert max(rows, key=lambda op: rows[op][1]) == "mul_mat"
