@@ -24,6 +24,9 @@ int run_viz(const std::vector<std::string>& args);    // `minfer viz MODEL [--po
 int run_perplexity(const std::vector<std::string>& args);
 // `minfer quantize IN.gguf OUT.gguf TYPE`: llama-quantize's type mix and bytes.
 int run_quantize(const std::vector<std::string>& args);
+// `minfer split IN.gguf OUT_PREFIX` / `minfer merge FIRST_PART OUT.gguf`: llama-gguf-split.
+int run_split(const std::vector<std::string>& args);
+int run_merge(const std::vector<std::string>& args);
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
 int run_generate(const std::vector<std::string>& args);
 std::string generate_help();  // the generation flags, for `minfer --help`

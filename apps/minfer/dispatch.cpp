@@ -27,6 +27,8 @@ constexpr const char* kUsage =
     "  minfer viz MODEL [--port 8081]         the engine view: graph and live panel, in a browser\n"
     "  minfer perplexity MODEL -f TEXT [flags] llama-perplexity's perplexity / KL divergence\n"
     "  minfer quantize IN.gguf OUT.gguf TYPE  llama-quantize's type mix and bytes\n"
+    "  minfer split IN.gguf OUT_PREFIX [flags] llama-gguf-split's parts\n"
+    "  minfer merge FIRST_PART OUT.gguf       one GGUF from a split model's parts\n"
     "  minfer COMMAND --help                  the flags of a command\n"
     "\n"
     "  -h, --help                             this text and the generation flags\n"
@@ -86,6 +88,8 @@ int dispatch(const std::vector<std::string>& args) {
   if (cmd == "viz") return run_viz(rest);
   if (cmd == "perplexity") return run_perplexity(rest);
   if (cmd == "quantize") return run_quantize(rest);
+  if (cmd == "split") return run_split(rest);
+  if (cmd == "merge") return run_merge(rest);
   return run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }
 
