@@ -14,7 +14,9 @@ is the op whose arithmetic differs.
 
 usage: compare_intermediates.py MODEL.gguf "prompt text" [--layers N] [-- minfer flags]
   e.g. compare_intermediates.py ~/.cache/minfer/models/SmolLM2-135M-Instruct.Q4_1.gguf \\
-         "The capital of France is" -- --numerics llamacpp
+         "The capital of France is" -- --numerics llamacpp-norepack
+  with llama.cpp's default CPU_REPACK buffer (LLAMA_CPP_LIB_PATH to the reference build):
+       compare_intermediates.py --extra-bufts MODEL.gguf "text" -- --numerics llamacpp
 Needs llama-cpp-python (LLAMA_CPP_LIB_PATH to use another libllama build, as
 make_goldens.sh does) and a built minfer (MINFER_BIN, default build/ci/apps/minfer/minfer).
 """
@@ -40,7 +42,7 @@ class GgmlTensor(ctypes.Structure):  # ggml.h, struct ggml_tensor
                 ("extra", ctypes.c_void_p), ("padding", ctypes.c_char * 8)]
 
 
-def llamacpp_tensors(model: str, text: str, threads: int) -> tuple[dict[str, list[np.ndarray]], np.ndarray]:
+def llamacpp_tensors(model: str, text: str, threads: int, extra_bufts: bool = False) -> tuple[dict[str, list[np.ndarray]], np.ndarray]:
     import llama_cpp as L
 
     seen: dict[str, list[np.ndarray]] = {}
@@ -60,7 +62,9 @@ def llamacpp_tensors(model: str, text: str, threads: int) -> tuple[dict[str, lis
     callback = L.ggml_backend_sched_eval_callback(cb)
     L.llama_backend_init()
     mp = L.llama_model_default_params()
-    mp.use_extra_bufts = False  # as tools/reference/llamacpp_goldens.py: plain ggml CPU kernels
+    # off: as the top-level goldens (plain ggml CPU kernels, compare with --numerics
+    # llamacpp-norepack); --extra-bufts: llama.cpp's default (CPU_REPACK; --numerics llamacpp)
+    mp.use_extra_bufts = extra_bufts
     m = L.llama_model_load_from_file(model.encode(), mp)
     if not m:
         sys.exit(f"cannot load {model}")
@@ -101,9 +105,12 @@ def main() -> int:
     ap.add_argument("model")
     ap.add_argument("text")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--extra-bufts", action="store_true",
+                    help="llama.cpp's default extra CPU buffers (CPU_REPACK); the library must have them "
+                         "without faulting (LLAMA_CPP_LIB_PATH, as make_repack_goldens.sh)")
     ap.add_argument("flags", nargs="*", help="extra minfer flags (after --)")
     a = ap.parse_args()
-    ref, ref_logits = llamacpp_tensors(a.model, a.text, a.threads)
+    ref, ref_logits = llamacpp_tensors(a.model, a.text, a.threads, a.extra_bufts)
     ours, our_logits = minfer_tensors(a.model, a.text, a.threads, a.flags)
     first_bad = None
     for name, mine in ours.items():
