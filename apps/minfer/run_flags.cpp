@@ -139,6 +139,10 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
                a.chat_template);
   p.string_opt("--chat-template-file", "PATH", "Jinja chat template file instead of the model's",
                a.template_file);
+  p.string_opt("--chat-template-kwargs", "JSON",
+               "extra template variables, a JSON object (llama.cpp's flag), e.g.\n"
+               "'{\"enable_thinking\": false}' for Qwen3's no-thinking turns",
+               a.chat_template_kwargs);
   p.flag("--jinja", "accepted for llama.cpp compatibility: templates are always Jinja", [] {});
 
   p.section("conversation");
@@ -437,7 +441,16 @@ Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::
     }
     source = a.chat_template;
   }
-  chat::RendererChoice choice = chat::renderer_for(tok, source);
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  if (!a.chat_template_kwargs.empty()) {
+    kwargs = nlohmann::ordered_json::parse(a.chat_template_kwargs, nullptr, false);
+    if (kwargs.is_discarded() || !kwargs.is_object()) {
+      return make_error(
+          "--chat-template-kwargs: expected a JSON object, e.g. "
+          "'{\"enable_thinking\": false}'");
+    }
+  }
+  chat::RendererChoice choice = chat::renderer_for(tok, source, std::move(kwargs));
   if (choice.fallback) {
     fmt::print(stderr, "Notice: this GGUF has no tokenizer.chat_template; using {}\n",
                choice.fallback_name);

@@ -33,6 +33,7 @@ struct RunArgs {
   std::string session;                    // --session
   std::string template_file;              // --chat-template-file
   std::string chat_template;              // --chat-template NAME|JINJA
+  std::string chat_template_kwargs;       // --chat-template-kwargs JSON object
   std::vector<std::string> stop;          // --stop, -r
   std::vector<std::string> dry_breakers;  // --dry-sequence-breaker (tokenized after load)
   bool dry_breakers_given = false;

@@ -66,7 +66,8 @@ Status validate_renderer(const ChatRenderer& renderer) {
   return Ok{};
 }
 
-RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source) {
+RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source,
+                            nlohmann::ordered_json kwargs) {
   if (template_source.empty()) template_source = tok.chat_template();
   bool fallback = false;
   std::string_view fallback_name;
@@ -82,7 +83,7 @@ RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string templat
     fallback_name = "the built-in Gemma 3 template";
   }
   const tokenizer::SpecialIds& sp = tok.special();
-  TemplateSpec spec{.source = std::move(template_source)};
+  TemplateSpec spec{.source = std::move(template_source), .kwargs = std::move(kwargs)};
   if (sp.bos != tokenizer::kNoToken) spec.bos_token = tok.token_text(sp.bos);
   if (sp.eos != tokenizer::kNoToken) spec.eos_token = tok.token_text(sp.eos);
   RendererChoice choice{.renderer = make_template_renderer(std::move(spec)), .fallback = fallback};

@@ -64,6 +64,9 @@ struct TemplateSpec {
   std::string source;     // the template text
   std::string bos_token;  // text of the BOS token ("" if none)
   std::string eos_token;  // text of the EOS token
+  // Extra template variables for every render (llama.cpp's --chat-template-kwargs), e.g.
+  // {"enable_thinking": false} for Qwen3: a JSON object; its keys become variables.
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
 };
 std::unique_ptr<ChatRenderer> make_template_renderer(TemplateSpec spec);
 
@@ -79,7 +82,8 @@ struct RendererChoice {
   bool fallback = false;  // the GGUF has no template: a built-in one is used
   std::string_view fallback_name = "the generic ChatML renderer";  // which, for the notice
 };
-RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source = {});
+RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string template_source = {},
+                            nlohmann::ordered_json kwargs = nlohmann::ordered_json::object());
 
 // A rendered prompt's tokens: special-token text parsed as specials; BOS added when the
 // vocabulary asks for it and the render does not already start with its text (a

@@ -31,6 +31,7 @@ class TemplateRenderer final : public ChatRenderer {
     ctx.add_generation_prompt = add_generation_prompt;
     ctx.bos_token = spec_.bos_token;
     ctx.eos_token = spec_.eos_token;
+    if (spec_.kwargs.is_object()) ctx.extra = spec_.kwargs;
     return compiled_->render(ctx);
   }
   Result<std::string> render_json(const nlohmann::ordered_json& messages,
@@ -42,6 +43,7 @@ class TemplateRenderer final : public ChatRenderer {
     ctx.add_generation_prompt = add_generation_prompt;
     ctx.bos_token = spec_.bos_token;
     ctx.eos_token = spec_.eos_token;
+    if (spec_.kwargs.is_object()) ctx.extra = spec_.kwargs;
     if (!tools.is_null()) ctx.extra["tools"] = tools;
     return compiled_->render(ctx);
   }
