@@ -369,3 +369,36 @@ def test_session_is_saved_after_every_turn_and_on_sigterm(tmp_path):
     assert "[session] saved 2 message(s)" in err.read_text()
     r = chat("-n", "4", "--session", session, lines=[])
     assert re.search(r"\[session\] resumed 2 message\(s\)", r.stderr.decode()), r.stderr.decode()
+
+
+GEMMA = CACHE / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+
+@pytest.mark.skipif(not GEMMA.exists(), reason=f"{GEMMA} not present (scripts/setup.sh)")
+def test_gemma3_conversation_keeps_its_kv_equal_to_a_fresh_prefill_of_the_render(tmp_path):
+    """Gemma 3 270M (no template in the file: the built-in Gemma 3 template) through two
+    turns of --cnv: the second turn prefills only its delta, and its greedy reply equals a
+    fresh single-shot run on the canonical render of the conversation so far (the KV the
+    chat kept is the KV a fresh prefill of that render makes)."""
+    sess = tmp_path / "s.bin"
+    r = minfer(GEMMA, "--cnv", "--temp", "0", "-t", "2", "-n", "12", "--session", sess,
+               stdin=b"What is the capital of France?\nAnd of Italy?\n")
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert "using the built-in Gemma 3 template" in err
+    reps = reports(err)
+    assert len(reps) == 2 and int(reps[1][3]) > int(reps[1][2]), reps  # turn 2: mostly reused
+    raw = sess.read_bytes()
+    doc, _ = json.JSONDecoder().raw_decode(raw[raw.index(b'{"messages"'):].decode("utf-8", "replace"))
+    msgs = doc["messages"]
+    assert [m["role"] for m in msgs] == ["user", "assistant", "user", "assistant"], msgs
+    m3 = tmp_path / "m.json"
+    m3.write_text(json.dumps(msgs[:3]))
+    tmpl = Path(__file__).resolve().parents[2] / "tests" / "data" / "templates" / "google-gemma-3-it.jinja"
+    render = minfer("template", "--template", tmpl, "--bos", "<bos>", "--messages", m3,
+                    "--add-generation-prompt")
+    assert render.returncode == 0, render.stderr.decode()
+    assert render.stdout.decode().startswith("<bos><start_of_turn>user\nWhat is the capital")
+    fresh = minfer(GEMMA, render.stdout.decode(), "--no-template", "--temp", "0", "-t", "2", "-n", "12")
+    assert fresh.returncode == 0, fresh.stderr.decode()
+    assert fresh.stdout.decode().endswith(msgs[3]["content"]), (fresh.stdout, msgs[3]["content"])
