@@ -27,6 +27,10 @@ int run_quantize(const std::vector<std::string>& args);
 // `minfer split IN.gguf OUT_PREFIX` / `minfer merge FIRST_PART OUT.gguf`: llama-gguf-split.
 int run_split(const std::vector<std::string>& args);
 int run_merge(const std::vector<std::string>& args);
+// The model cache: `minfer list`, `minfer rm NAME`, `minfer pull hf:REPO[:QUANT]`.
+int run_list(const std::vector<std::string>& args);
+int run_rm(const std::vector<std::string>& args);
+int run_pull(const std::vector<std::string>& args);
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
 int run_generate(const std::vector<std::string>& args);
 std::string generate_help();  // the generation flags, for `minfer --help`

@@ -29,6 +29,7 @@ constexpr const char* kUsage =
     "  minfer quantize IN.gguf OUT.gguf TYPE  llama-quantize's type mix and bytes\n"
     "  minfer split IN.gguf OUT_PREFIX [flags] llama-gguf-split's parts\n"
     "  minfer merge FIRST_PART OUT.gguf       one GGUF from a split model's parts\n"
+    "  minfer list | rm NAME | pull hf:REPO[:QUANT]  the model cache\n"
     "  minfer COMMAND --help                  the flags of a command\n"
     "\n"
     "  -h, --help                             this text and the generation flags\n"
@@ -90,6 +91,9 @@ int dispatch(const std::vector<std::string>& args) {
   if (cmd == "quantize") return run_quantize(rest);
   if (cmd == "split") return run_split(rest);
   if (cmd == "merge") return run_merge(rest);
+  if (cmd == "list") return run_list(rest);
+  if (cmd == "rm") return run_rm(rest);
+  if (cmd == "pull") return run_pull(rest);
   return run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }
 

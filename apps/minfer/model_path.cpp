@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "model_fetch.h"
+
 namespace minfer::cli {
 
 namespace fs = std::filesystem;
@@ -27,6 +29,7 @@ Result<std::string> resolve_model_path(const std::string& arg) {
                       " (run scripts/setup.sh to fetch it)");
   }
   std::error_code ec;
+  if (arg.starts_with("hf:") && !fs::exists(arg, ec)) return fetch_hf(arg);
   if (fs::is_directory(arg, ec)) {
     std::string list;
     for (const auto& e : fs::directory_iterator(arg, ec)) {

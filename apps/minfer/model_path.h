@@ -1,6 +1,7 @@
 // Stage 18 (CLI): where a model argument points. A path that exists is taken as is;
 // otherwise the name is looked up in the model cache ($MINFER_MODEL_DIR, else
 // $MINFER_CACHE/models, else ~/.cache/minfer/models). No argument → the default model.
+// `hf:REPO[:QUANT]` is downloaded into the cache first (model_fetch.h).
 #pragma once
 
 #include <string>
