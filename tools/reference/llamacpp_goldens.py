@@ -249,6 +249,8 @@ def main() -> int:
                 "machine); weights stay in GGUF layout, ggml's plain CPU kernels"),
             "library": os.environ.get("LLAMA_CPP_LIB_PATH") and "LLAMA_CPP_LIB_PATH (see make_repack_goldens.sh)"
                        or "llama-cpp-python's own build",
+            # ggml-cpu's tiled K-quant matmul (batches >= 8 rows; on unless GGML_CPU_TILED_MM=0)
+            "ggml_cpu_tiled_mm": os.environ.get("GGML_CPU_TILED_MM", "default (on)"),
             "sampling": "greedy: argmax of raw logits, ties to the lowest id; no penalties, no temperature",
             "n_predict": args.n_predict,
             "stop": "end-of-generation token (llama_vocab_is_eog); it is not part of generated_ids",
