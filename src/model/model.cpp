@@ -8,6 +8,7 @@
 #include "kv/cells.h"
 #include "model/arch/gemma3/gemma3.h"
 #include "model/arch/llama/llama.h"
+#include "model/arch/phi3/phi3.h"
 #include "model/arch/qwen2/qwen2.h"
 #include "model/arch/qwen3/qwen3.h"
 
@@ -19,6 +20,7 @@ const Arch kArchs[] = {
     qwen2::kArch,
     qwen3::kArch,
     gemma3::kArch,
+    phi3::kArch,
 };
 
 }  // namespace

@@ -96,6 +96,22 @@ Result<WeightRef> WeightBinder::require(std::string_view name,
   return w;
 }
 
+Result<WeightRef> weight_rows(const WeightRef& w, int64_t r0, int64_t n, std::string_view tag) {
+  const int64_t rows = w.shape.ne[1];
+  if (w.shape.ne[2] != 1 || w.shape.ne[3] != 1 || r0 < 0 || n <= 0 || r0 + n > rows) {
+    return make_error(fmt::format("tensor '{}' {}: rows [{}, {}) are not inside it", w.name,
+                                  w.shape.str(), r0, r0 + n));
+  }
+  MINFER_TRY(const uint64_t row, quant::row_bytes(w.dtype, static_cast<uint64_t>(w.shape.ne[0])));
+  WeightRef out;
+  out.name = fmt::format("{}#{}", w.name, tag);
+  out.dtype = w.dtype;
+  out.shape = graph::Shape({w.shape.ne[0], n});
+  out.data = static_cast<const uint8_t*>(w.data) + row * static_cast<uint64_t>(r0);
+  out.bytes = row * static_cast<uint64_t>(n);
+  return out;
+}
+
 std::string blk(int il, std::string_view suffix) {
   return fmt::format("blk.{}.{}", il, suffix);
 }

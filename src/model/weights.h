@@ -77,6 +77,13 @@ class WeightBinder {
   const gguf::Model& file_;
 };
 
+// Rows [r0, r0 + n) of a 2-D weight `w` [K, N] as a weight of its own, [K, n]: a view
+// into the same mmap (rows are whole quant blocks, so any row range is a valid tensor),
+// named "<w.name>#<tag>". Fused tensors (phi3's attn_qkv, ffn_up holding gate and up)
+// bind as their pieces this way; each piece's dot products are those of the fused
+// matmul's rows, so the split costs no numerics.
+Result<WeightRef> weight_rows(const WeightRef& w, int64_t r0, int64_t n, std::string_view tag);
+
 // "blk.<il>.<suffix>" — llama.cpp's per-block tensor names.
 std::string blk(int il, std::string_view suffix);
 

@@ -116,6 +116,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen3") return Arch::kQwen3;
   if (name == "gemma3") return Arch::kGemma3;
+  if (name == "phi3") return Arch::kPhi3;
   return std::nullopt;
 }
 
@@ -129,6 +130,8 @@ std::string_view arch_name(Arch a) {
       return "qwen3";
     case Arch::kGemma3:
       return "gemma3";
+    case Arch::kPhi3:
+      return "phi3";
   }
   return "?";
 }
@@ -142,6 +145,7 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
   s.qkv_bias = qwen;
   s.qk_norm = modern;
   s.gemma_norms = arch == Arch::kGemma3;
+  s.fused = arch == Arch::kPhi3;
   s.rope_freq_base = qwen || modern ? 1e6 : 1e4;
   s.rms_eps = qwen || modern ? 1e-6 : 1e-5;
   if (name == "tiny") {
@@ -247,12 +251,16 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype) {
     const int l = static_cast<int>(il);
     const std::string p = "blk." + std::to_string(il) + ".";
     add(p + "attn_norm.weight", Role::kAttnNorm, l, {s.n_embd}, 1, kNormJitter);
-    add(p + "attn_q.weight", Role::kAttnQ, l, {s.n_embd, n_q}, 0, lin(s.n_embd));
-    if (s.qkv_bias) add(p + "attn_q.bias", Role::kAttnQBias, l, {n_q}, 0, kBiasStd);
-    add(p + "attn_k.weight", Role::kAttnK, l, {s.n_embd, n_kv}, 0, lin(s.n_embd));
-    if (s.qkv_bias) add(p + "attn_k.bias", Role::kAttnKBias, l, {n_kv}, 0, kBiasStd);
-    add(p + "attn_v.weight", Role::kAttnV, l, {s.n_embd, n_kv}, 0, lin(s.n_embd));
-    if (s.qkv_bias) add(p + "attn_v.bias", Role::kAttnVBias, l, {n_kv}, 0, kBiasStd);
+    if (s.fused) {
+      add(p + "attn_qkv.weight", Role::kAttnQkv, l, {s.n_embd, n_q + 2 * n_kv}, 0, lin(s.n_embd));
+    } else {
+      add(p + "attn_q.weight", Role::kAttnQ, l, {s.n_embd, n_q}, 0, lin(s.n_embd));
+      if (s.qkv_bias) add(p + "attn_q.bias", Role::kAttnQBias, l, {n_q}, 0, kBiasStd);
+      add(p + "attn_k.weight", Role::kAttnK, l, {s.n_embd, n_kv}, 0, lin(s.n_embd));
+      if (s.qkv_bias) add(p + "attn_k.bias", Role::kAttnKBias, l, {n_kv}, 0, kBiasStd);
+      add(p + "attn_v.weight", Role::kAttnV, l, {s.n_embd, n_kv}, 0, lin(s.n_embd));
+      if (s.qkv_bias) add(p + "attn_v.bias", Role::kAttnVBias, l, {n_kv}, 0, kBiasStd);
+    }
     add(p + "attn_output.weight", Role::kAttnOut, l, {n_q, s.n_embd}, 0, lin(n_q));
     if (s.qk_norm) {
       add(p + "attn_q_norm.weight", Role::kAttnQNorm, l, {s.n_embd_head}, 1, kNormJitter);
@@ -263,8 +271,12 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype) {
           kNormJitter);
     }
     add(p + "ffn_norm.weight", Role::kFfnNorm, l, {s.n_embd}, 1, kNormJitter);
-    add(p + "ffn_gate.weight", Role::kFfnGate, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
-    add(p + "ffn_up.weight", Role::kFfnUp, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
+    if (s.fused) {  // rows [0, n_ff) the SwiGLU gate, [n_ff, 2 n_ff) the up projection
+      add(p + "ffn_up.weight", Role::kFfnUp, l, {s.n_embd, 2 * s.n_ff}, 0, lin(s.n_embd));
+    } else {
+      add(p + "ffn_gate.weight", Role::kFfnGate, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
+      add(p + "ffn_up.weight", Role::kFfnUp, l, {s.n_embd, s.n_ff}, 0, lin(s.n_embd));
+    }
     add(p + "ffn_down.weight", Role::kFfnDown, l, {s.n_ff, s.n_embd}, 0, lin(s.n_ff));
     if (s.gemma_norms) {
       add(p + "post_ffw_norm.weight", Role::kFfnPostNorm, l, {s.n_embd}, kPostNormGain,

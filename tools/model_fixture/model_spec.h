@@ -18,7 +18,7 @@
 
 namespace minfer::fixture {
 
-enum class Arch { kQwen2, kLlama, kQwen3, kGemma3 };
+enum class Arch { kQwen2, kLlama, kQwen3, kGemma3, kPhi3 };
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string_view arch_name(Arch a);
 
@@ -39,6 +39,9 @@ struct Shape {
   bool qk_norm = false;          // attn_{q,k}_norm.weight [head_dim] (Qwen3, Gemma 3)
   bool gemma_norms = false;      // post_attention_norm / post_ffw_norm (Gemma 3)
   uint64_t sliding_window = 0;   // <arch>.attention.sliding_window (Gemma 3; 0 = none)
+  bool fused = false;            // attn_qkv and ffn_up = gate | up (Phi-3); the _K mixes'
+                                 // attn_qkv rules of llama-quantize are not modelled
+                                 // (use F32/F16/Q8_0 for these)
 };
 
 // Presets: "tiny" (n_embd 256 so every k-quant's 256-block fits a row, 2 layers,
@@ -98,6 +101,7 @@ enum class Role {
   kAttnKNorm,
   kAttnPostNorm,
   kFfnPostNorm,
+  kAttnQkv,
 };
 
 struct TensorPlan {

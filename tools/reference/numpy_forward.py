@@ -27,7 +27,7 @@ class Model:
         r = gguf.GGUFReader(path)
         kv = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.")}
         arch = self.arch = kv["general.architecture"]
-        assert arch in ("llama", "qwen2", "qwen3", "gemma3"), f"{arch}: llama, qwen2, qwen3, gemma3 only"
+        assert arch in ("llama", "qwen2", "qwen3", "gemma3", "phi3"), f"{arch}: not implemented here"
         if not dequantize:
             bad = [t.name for t in r.tensors if t.tensor_type.name != "F32"]
             assert not bad, f"F32 models only without --dequantize ({bad[0]} is not F32)"
@@ -36,6 +36,17 @@ class Model:
         self.W = {t.name: deq(t.data, t.tensor_type).astype(np.float64)
                   .reshape([int(x) for x in reversed(t.shape)]) for t in r.tensors}
         self.n_layer, self.n_head = kv[f"{arch}.block_count"], kv[f"{arch}.attention.head_count"]
+        if arch == "phi3":  # fused tensors: attn_qkv = Q | K | V rows, ffn_up = gate | up rows
+            n_q = self.n_head * kv[f"{arch}.embedding_length"] // self.n_head
+            n_ff = kv[f"{arch}.feed_forward_length"]
+            for il in range(self.n_layer):
+                p = f"blk.{il}."
+                qkv = self.W.pop(p + "attn_qkv.weight")
+                n_kv = (qkv.shape[0] - n_q) // 2
+                self.W[p + "attn_q.weight"], self.W[p + "attn_k.weight"], self.W[p + "attn_v.weight"] = (
+                    qkv[:n_q], qkv[n_q:n_q + n_kv], qkv[n_q + n_kv:])
+                up = self.W.pop(p + "ffn_up.weight")
+                self.W[p + "ffn_gate.weight"], self.W[p + "ffn_up.weight"] = up[:n_ff], up[n_ff:]
         self.n_head_kv = kv[f"{arch}.attention.head_count_kv"]
         self.eps = kv[f"{arch}.attention.layer_norm_rms_epsilon"]
         self.base = kv.get(f"{arch}.rope.freq_base", 10000.0)
