@@ -400,9 +400,13 @@ std::string ToolCallParser::feed(std::string_view text) {
   if (mode_ == Mode::kUndecided) {
     const std::string_view t = trim(buf_);
     if (t.empty()) return {};
+    // Text that may still become <|python_tag|> waits for more.
+    if (format_ != ToolFormat::kGeneric && t.size() < kPythonTag.size() &&
+        kPythonTag.starts_with(t)) {
+      return {};
+    }
     const bool json_start =
-        t[0] == '{' || format_ == ToolFormat::kGeneric ||
-        kPythonTag.starts_with(t.substr(0, std::min(t.size(), kPythonTag.size())));
+        t[0] == '{' || format_ == ToolFormat::kGeneric || t.starts_with(kPythonTag);
     mode_ = json_start ? Mode::kJson : Mode::kText;
   }
   if (mode_ == Mode::kJson) return {};  // decided at the end

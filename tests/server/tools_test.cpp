@@ -221,6 +221,8 @@ TEST(Tools, parser_splits_content_and_calls_whole_or_streamed) {
        "",
        {{"add", "{\"a\":1}"}}},
       {ToolFormat::kLlama3, "The answer is {3}.", "The answer is {3}.", {}},
+      // A '<' that could begin <|python_tag|> waits, then turns out to be text.
+      {ToolFormat::kLlama3, "<b>bold</b> text", "<b>bold</b> text", {}},
       {ToolFormat::kLlama3, "{\"not\": \"a call\"}", "{\"not\": \"a call\"}", {}},
       {ToolFormat::kGeneric,
        "{\"tool_call\": {\"name\": \"add\", \"arguments\": {\"a\": 1}}}",
