@@ -67,7 +67,8 @@ def index(tmp_path):
     cache = tmp_path / "cache"
     env = dict(os.environ, MINFER_CACHE=str(cache), PYTHON=sys.executable,
                PIP_INDEX_URL=f"http://127.0.0.1:{srv.server_address[1]}/simple",
-               PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1")
+               PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
+               PIP_CONFIG_FILE=os.devnull)  # no pip.conf may add another index
     env.pop("MINFER_MODEL_DIR", None)
     env.pop("PIP_EXTRA_INDEX_URL", None)
     yield pool, cache, env
