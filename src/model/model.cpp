@@ -16,11 +16,7 @@ namespace minfer::model {
 namespace {
 
 const Arch kArchs[] = {
-    llama::kArch,
-    qwen2::kArch,
-    qwen3::kArch,
-    gemma3::kArch,
-    phi3::kArch,
+    llama::kArch, qwen2::kArch, qwen3::kArch, gemma3::kArch, phi3::kArch,
 };
 
 }  // namespace
