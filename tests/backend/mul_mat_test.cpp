@@ -494,6 +494,7 @@ TEST(VecDotSimd, LlamaCppRepackDotsEqualTheirScalarReferences_bitwise) {
       {DType::kQ4_K, avx2_dot_q4_k_q8_k_repack_gemv, vec_dot_q4_k_q8_k_repack_gemv, "q4_k gemv"},
       {DType::kQ4_K, avx2_dot_q4_k_q8_k_repack_gemm, vec_dot_q4_k_q8_k_repack_gemm, "q4_k gemm"},
       {DType::kQ5_0, avx2_dot_q5_0_q8_0_ggml, ggml_dot_q5_0_q8_0_lanes, "q5_0 ggml lanes"},
+      {DType::kQ6_K, avx2_dot_q6_k_q8_k_tiled, vec_dot_q6_k_q8_k_tiled, "q6_k tiled"},
   };
   for (const Pair& pr : pairs)
     for (int64_t k : {int64_t{512}, int64_t{1024}, int64_t{4864}}) {
@@ -572,6 +573,17 @@ TEST(VecDot, LlamaCppRepackOrdersDifferFromThePlainOnes) {
     differ_q5_0 +=
         ggml_dot_q5_0_q8_0_lanes(k, w5.data(), x8.data()) != own_q5_0(k, w5.data(), x8.data());
   }
+  int differ_q6_k = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    const int64_t k = 4864;
+    std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 9, -3.0f, 3.0f);
+    std::vector<uint8_t> xk(*quant::row_bytes(DType::kQ8_K, k));
+    from_f32_q8_k(x.data(), xk.data(), k);
+    std::vector<uint8_t> w6 = encode(DType::kQ6_K, random_floats(static_cast<size_t>(k), seed));
+    differ_q6_k += vec_dot_q6_k_q8_k_tiled(k, w6.data(), xk.data()) !=
+                   avx2_dot_kernel(DType::kQ6_K).vec_dot(k, w6.data(), xk.data());
+  }
+  EXPECT_GT(differ_q6_k, 5);
   EXPECT_GT(differ_q4_0, 5);
   EXPECT_GT(differ_q4_k, 5);
   EXPECT_GT(differ_q5_0, 5);
@@ -626,9 +638,10 @@ TEST(MulMat, LlamaCppNumericsFollowTheRepackBufferPerWeight_bitwise) {
       {DType::kQ4_0, 16, "blk.0.ffn_up.weight", false, false},
       {DType::kQ4_K, 24, "blk.0.ffn_down.weight", true, true},
       {DType::kQ4_K, 20, "blk.0.ffn_down.weight", true, false},
+      {DType::kQ6_K, 16, "blk.0.ffn_down.weight", true, false},  // tiled from 8 rows
   };
   for (const Case& cs : cases)
-    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{6}, int64_t{9}}) {
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{6}, int64_t{7}, int64_t{8}, int64_t{9}}) {
       SCOPED_TRACE(std::string(dtype_name(cs.t)) + " " + cs.name + " n " + std::to_string(cs.n) +
                    " m " + std::to_string(m) + (cs.repack ? " repack" : " norepack"));
       std::vector<float> w = random_floats(static_cast<size_t>(k * cs.n), 21);
@@ -664,7 +677,10 @@ TEST(MulMat, LlamaCppNumericsFollowTheRepackBufferPerWeight_bitwise) {
         for (int64_t i = 0; i < cs.n; ++i) {
           const uint8_t* wr = wb.data() + i * w_row;
           float want;
-          if (!cs.expect_repack) {
+          if (cs.t == DType::kQ6_K) {  // ggml's GEMV below 8 rows, its tiled matmul from 8
+            want = m >= 8 ? vec_dot_q6_k_q8_k_tiled(k, wr, xq.data())
+                          : avx2_dot_kernel(DType::kQ6_K).vec_dot(k, wr, xq.data());
+          } else if (!cs.expect_repack) {
             want = llamacpp_or_avx2(cs.t).vec_dot(k, wr, xq.data());
           } else if (cs.t == DType::kQ4_0) {
             want = vec_dot_q4_0_q8_0_repack(k, wr, xq.data());

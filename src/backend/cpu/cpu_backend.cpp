@@ -95,10 +95,17 @@ DotKernel avx512_or_avx2(DType t) {
 }
 
 // llama.cpp's accumulation orders: the AVX2 quant dots (ggml's x86 order), the f16
-// vec/sgemm pair and ggml's x86 Q5_0 lanes.
+// vec/sgemm pair, ggml's x86 Q5_0 lanes and, for Q6_K batches of >= 8 rows, its tiled
+// K-quant matmul.
 DotKernel llamacpp_or_avx2(DType t) {
   if (t == DType::kF16) return llamacpp_f16_dot_kernel();
   if (t == DType::kQ5_0) return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q5_0_q8_0_ggml};
+  if (t == DType::kQ6_K) {  // ggml's x86 GEMV; its tiled K-quant matmul from 8 rows
+    DotKernel k = avx2_or_scalar(t);
+    k.vec_dot_batch = avx2_dot_q6_k_q8_k_tiled;
+    k.batch_min_rows = 8;
+    return k;
+  }
   return avx2_or_scalar(t);
 }
 

@@ -64,6 +64,9 @@ struct DotKernel {
   // GEMM takes an ubatch's rows 4 at a time and its GEMV the remainder.
   int64_t batch_group = 0;
   FromF32Fn from_f32_batch = nullptr;
+  // vec_dot_batch serves a batch of at least this many rows (llama.cpp's tiled K-quant
+  // matmul starts at 8; its f16 sgemm at 2).
+  int64_t batch_min_rows = 2;
 };
 
 // Activation converters, shared by every ISA so SIMD and scalar dots read identical
@@ -167,6 +170,12 @@ void from_f32_q8_k_mat4(const float* x, void* y, int64_t n);
 // fma of d_w·d_x into 8 f32 lanes, lane l the exact sum of elements 4l..4l+3, then
 // hsum_float_8.
 float ggml_dot_q5_0_q8_0_lanes(int64_t n, const void* w, const void* x);
+// ggml-cpu's tiled K-quant matmul (ggml-cpu/tiled, on by default) takes a MUL_MAT of >= 8
+// activation rows whose weight is a K-quant outside the repack buffer; its AVX-512 VNNI
+// microkernel adds, per super-block in order, acc = fma(float(Σ sc·(q − 32)·y) · d_w, d_x, acc)
+// for Q6_K (its add of the product to the tile compiles to an fma).
+float vec_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);
+float avx2_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);  // vec_dot_avx2.cpp
 // AVX2 forms (vec_dot_llamacpp_avx2.cpp), bitwise equal to the above.
 float avx2_dot_q4_0_q8_0_repack(int64_t n, const void* w, const void* x);
 float avx2_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* w, const void* x);

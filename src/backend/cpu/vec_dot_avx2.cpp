@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -149,6 +150,28 @@ float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
   }
   return hsum_f32x8(acc);
 }
+
+}  // namespace
+
+// llama.cpp's tiled K-quant matmul order for Q6_K (vec_dot.h): the same exact integers as
+// above, summed per super-block, acc = fma(float(Σ) · d_w, d_x, acc).
+float avx2_dot_q6_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ6_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[i].scales)));
+    const __m256i lanes = q6_k_lanes(w[i], x[i].qs, load256(x[i].bsums), sc16);
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    acc = std::fma(static_cast<float>(_mm_cvtsi128_si32(s)) * h2f(w[i].d), x[i].d, acc);
+  }
+  return acc;
+}
+
+namespace {
 
 float avx2_dot_f16_f16(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const uint16_t*>(vw);

@@ -152,6 +152,36 @@ void from_f32_q8_k_mat4(const float* x, void* vy, int64_t n) {
   }
 }
 
+float vec_dot_q6_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const quant::BlockQ6_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    const uint8_t* ql = w[i].ql;
+    const uint8_t* qh = w[i].qh;
+    const int8_t* sc = w[i].scales;
+    const int8_t* y = x[i].qs;
+    int32_t sumi = 0;
+    for (int h = 0; h < 2; ++h) {  // ggml's dequantize_row_q6_K element order
+      for (int l = 0; l < 32; ++l) {
+        const int is = l / 16;
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        sumi += sc[is] * q1 * y[l] + sc[is + 2] * q2 * y[l + 32] + sc[is + 4] * q3 * y[l + 64] +
+                sc[is + 6] * q4 * y[l + 96];
+      }
+      ql += 64;
+      qh += 32;
+      sc += 8;
+      y += 128;
+    }
+    acc = std::fma(static_cast<float>(sumi) * h2f(w[i].d), x[i].d, acc);
+  }
+  return acc;
+}
+
 float ggml_dot_q5_0_q8_0_lanes(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
