@@ -131,9 +131,28 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
     ev.text = out_;
     return ev;
   }
-  // The constraint masks a copy; logprobs still report the model's own distribution.
+  // A constraint is first asked about the sampler's best candidates one by one (the
+  // same token as masking would give, see Sampler::sample_filtered); only where that
+  // cannot decide is the whole vocabulary masked, on a copy: logprobs still report the
+  // model's own distribution.
+  std::optional<TokenId> filtered;
+  if (constraint_ && !constraint_->mask_ready()) {
+    struct Filter final : sample::TokenFilter {
+      TokenConstraint* constraint;
+      const tokenizer::Tokenizer* tok;
+      bool ban_eog;
+      int allows(TokenId id) override {
+        if (ban_eog && tok->is_eog(id)) return 0;
+        return constraint->allows(id);
+      }
+    } filter;
+    filter.constraint = constraint_.get();
+    filter.tok = tok_;
+    filter.ban_eog = options_.ignore_eos;
+    MINFER_TRY(filtered, sampler_.sample_filtered(logits, filter));
+  }
   std::span<const float> to_sample = logits;
-  if (constraint_ || options_.ignore_eos) {
+  if (!filtered && (constraint_ || options_.ignore_eos)) {
     masked_.assign(logits.begin(), logits.end());  // sized once: no allocation
     for (TokenId e : eog_ids_) {
       if (static_cast<size_t>(e) < masked_.size()) {
@@ -143,7 +162,12 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
     if (constraint_) MINFER_TRY_STATUS(constraint_->apply(masked_));
     to_sample = masked_;
   }
-  MINFER_TRY(const TokenId id, sampler_.sample(to_sample));
+  TokenId id = 0;
+  if (filtered) {
+    id = *filtered;
+  } else {
+    MINFER_TRY(id, sampler_.sample(to_sample));
+  }
   ev.token = id;
   if (options_.top_logprobs >= 0) fill_logprobs(logits, id, ev);
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,6 +69,13 @@ class TokenConstraint {
   // Sets the logit of every token that may not come next to -inf (F32 [n_vocab]); an
   // end-of-generation token only where the constraint can end. Error: it cannot go on.
   virtual Status apply(std::span<float> logits) = 0;
+  // The same answer apply()'s mask gives for one token: 1 allowed, 0 not, -1 cannot
+  // tell now (the step then masks). Lets the sampler ask about its best candidates
+  // only, instead of masking the whole vocabulary (sample::Sampler::sample_filtered).
+  virtual int allows(TokenId /*token*/) { return -1; }
+  // True where apply() is as cheap as asking (its mask for this state is at hand): the
+  // step then masks without asking first.
+  virtual bool mask_ready() { return false; }
   virtual void accept(TokenId token) = 0;
   virtual void reset() = 0;  // back to the start (a new run)
 };

@@ -83,6 +83,8 @@ class TokenMasker {
   // The mask for the matcher's state; valid until the next call. An error when the
   // grammar hit a limit of the StateTable.
   Result<const TokenMask*> mask(const Matcher& m);
+  // Is the mask for the matcher's state in the cache (mask() then costs a lookup)?
+  bool has_cached(const Matcher& m) const { return cache_.count(m.state().key()) != 0; }
   // Is one token allowed? Cheaper than a mask: sample first, mask on rejection.
   bool allows(const Matcher& m, TokenId id) const;
   // Advances over a token (false, unchanged, if it is not allowed). An EOG token is

@@ -114,7 +114,20 @@ Result<TokenId> Sampler::sample(std::span<const float> logits) {
   if (!any_finite) return make_error("sampler: every logit is -inf");
 
   Candidates c{candidates_.data(), candidates_.size(), false};
+  apply_logit_stages(c);
 
+  // 2. Greedy: argmax of the adjusted logits, before any stage that could drop it.
+  if (config_.greedy()) {
+    const size_t best = argmax(c);
+    std::swap(c[0], c[best]);
+    c[0].p = 1.0f;
+    last_size_ = 1;
+    return c[0].id;
+  }
+  return sample_tail(c);
+}
+
+void Sampler::apply_logit_stages(Candidates& c) {
   // 1. Logit-space stages on the id-ordered array.
   apply_logit_bias(c, config_.logit_bias);
   apply_penalties(c, recent(static_cast<size_t>(config_.repeat_last_n)),
@@ -132,16 +145,9 @@ Result<TokenId> Sampler::sample(std::span<const float> logits) {
   }
   // A bias or penalty can push the only finite logits to -inf only through overflow,
   // which the bounded bias and finite penalties cannot reach from finite input.
+}
 
-  // 2. Greedy: argmax of the adjusted logits, before any stage that could drop it.
-  if (config_.greedy()) {
-    const size_t best = argmax(c);
-    std::swap(c[0], c[best]);
-    c[0].p = 1.0f;
-    last_size_ = 1;
-    return c[0].id;
-  }
-
+TokenId Sampler::sample_tail(Candidates& c) {
   size_t idx = 0;
   if (config_.mirostat == Mirostat::kV1) {
     idx = mirostat_v1(c, config_.mirostat_tau, config_.mirostat_eta, config_.mirostat_m, n_vocab_,
@@ -159,6 +165,65 @@ Result<TokenId> Sampler::sample(std::span<const float> logits) {
   }
   last_size_ = c.size;
   return c[idx].id;
+}
+
+Result<std::optional<TokenId>> Sampler::sample_filtered(std::span<const float> logits,
+                                                        TokenFilter& filter) {
+  MINFER_CHECK(logits.size() == static_cast<size_t>(n_vocab_),
+               "sample_filtered() got %zu logits for a vocabulary of %d", logits.size(), n_vocab_);
+  last_size_ = 0;
+  const bool greedy = config_.greedy();
+  if (config_.mirostat != Mirostat::kOff) return std::optional<TokenId>();
+  if (!greedy && (config_.top_k <= 0 || config_.top_k > kMaxFilteredTopK))
+    return std::optional<TokenId>();
+  const size_t need = greedy ? 1 : static_cast<size_t>(config_.top_k);
+  // top-k >= the vocabulary keeps every token (masked ones too): not this shortcut's case.
+  if (need >= logits.size()) return std::optional<TokenId>();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = logits[i];
+    // A bad logit is an error only if the mask leaves it: let the masked path decide.
+    if (std::isnan(l) || l == HUGE_VALF) return std::optional<TokenId>();
+    candidates_[i] = Candidate{static_cast<TokenId>(i), l, 0.0f, 0.0f};
+  }
+  Candidates c{candidates_.data(), candidates_.size(), false};
+  apply_logit_stages(c);
+
+  // The masked array's order (logit desc, id asc) restricted to allowed finite logits:
+  // scan the best candidates in that order, compacting the allowed ones to the front.
+  // Greedy tries the argmax alone first (one filter call in the common case).
+  size_t found = 0;
+  if (greedy) {
+    const size_t best = argmax(c);
+    if (c[best].logit == -HUGE_VALF) return std::optional<TokenId>();
+    const int r = filter.allows(c[best].id);
+    if (r < 0) return std::optional<TokenId>();
+    if (r > 0) {
+      std::swap(c[0], c[best]);
+      found = 1;
+    }
+  }
+  if (found < need) {
+    // One round over the best max(64, 4k): a constraint that allows fewer of them is a
+    // narrow one, whose mask is cheap to build (its trie walk dies early) — mask it.
+    const size_t upto = std::min(c.size, std::max<size_t>(64, 4 * need));
+    std::partial_sort(c.begin(), c.begin() + upto, c.end(), LogitDescIdAsc{});
+    for (size_t i = 0; i < upto && found < need; ++i) {
+      if (c[i].logit == -HUGE_VALF) return std::optional<TokenId>();  // fewer than k finite
+      const int r = filter.allows(c[i].id);
+      if (r < 0) return std::optional<TokenId>();
+      if (r > 0) c[found++] = c[i];  // found <= i: an already scanned slot
+    }
+    if (found < need) return std::optional<TokenId>();
+  }
+  if (greedy) {
+    c[0].p = 1.0f;
+    last_size_ = 1;
+    return std::optional<TokenId>(c[0].id);
+  }
+  // What apply_top_k leaves on the masked array; it is a no-op on a sorted array of k.
+  c.size = need;
+  c.sorted = true;
+  return std::optional<TokenId>(sample_tail(c));
 }
 
 }  // namespace minfer::sample

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -14,6 +15,14 @@
 #include "sample/stages.h"
 
 namespace minfer::sample {
+
+// A constraint asked about one token at a time (sample_filtered): 1 the token may come
+// next, 0 it may not, -1 the filter cannot tell (the caller then masks the logits).
+class TokenFilter {
+ public:
+  virtual ~TokenFilter() = default;
+  virtual int allows(TokenId id) = 0;
+};
 
 // Chain order (docs/ARCHITECTURE.md §1 row 14; minfer-features §5.1):
 //   logit bias → penalties (repeat/frequency/presence over the last repeat_last_n
@@ -40,6 +49,18 @@ class Sampler {
   // finite logit at all (the model produced unusable output).
   Result<TokenId> sample(std::span<const float> logits);
 
+  // What sample() would return (token, candidates, RNG draws, mirostat mu) on `logits`
+  // with every token the filter refuses set to -inf — found by asking the filter about
+  // the best candidates in order instead of masking the vocabulary: the greedy pick is
+  // the first allowed token, top-k's survivors the first k allowed ones, and the stages
+  // after top-k only see those. nullopt (nothing consumed, nothing changed) where that
+  // shortcut cannot decide: mirostat, top-k off or above kMaxFilteredTopK, a NaN/+inf
+  // logit, the filter answering -1, or fewer than k allowed finite logits among the best
+  // max(64, 4k); the caller then masks and calls sample().
+  static constexpr int32_t kMaxFilteredTopK = 256;
+  Result<std::optional<TokenId>> sample_filtered(std::span<const float> logits,
+                                                 TokenFilter& filter);
+
   // The candidates as they stood at the draw (after the last sample()): the survivors
   // of the chain with their final probabilities. For tests, tracing and logprobs.
   std::span<const Candidate> last_candidates() const { return {candidates_.data(), last_size_}; }
@@ -53,6 +74,10 @@ class Sampler {
   Sampler(const SamplerConfig& config, int32_t n_vocab);
 
   Result<TokenId> sample_plain_greedy(std::span<const float> logits);
+  // Bias, penalties and DRY on the id-ordered candidate array.
+  void apply_logit_stages(Candidates& c);
+  // Top-k onwards (or mirostat) on candidates that hold the chain's input.
+  TokenId sample_tail(Candidates& c);
   // Copies the last n history tokens, oldest first, into window_ (no allocation).
   std::span<const TokenId> recent(size_t n);
 

@@ -39,11 +39,11 @@ size_t compact(Candidates& c, Pred keep) {
 
 void sort_candidates(Candidates& c, size_t k) {
   if (k >= c.size) {
-    if (!c.sorted) std::sort(c.begin(), c.end(), logit_desc_id_asc);
+    if (!c.sorted) std::sort(c.begin(), c.end(), LogitDescIdAsc{});
     c.sorted = true;
     return;
   }
-  if (!c.sorted) std::partial_sort(c.begin(), c.begin() + k, c.end(), logit_desc_id_asc);
+  if (!c.sorted) std::partial_sort(c.begin(), c.begin() + k, c.end(), LogitDescIdAsc{});
 }
 
 void softmax(Candidates& c) {
@@ -159,10 +159,10 @@ void apply_top_p(Candidates& c, float p) {
       // Everything from i on ranks below the sorted prefix, so sorting [i, size)
       // (partially) extends it.
       if (sorted_upto == 0 && c.size > kFirstChunk) {
-        std::partial_sort(c.begin(), c.begin() + kFirstChunk, c.end(), logit_desc_id_asc);
+        std::partial_sort(c.begin(), c.begin() + kFirstChunk, c.end(), LogitDescIdAsc{});
         sorted_upto = kFirstChunk;
       } else {
-        std::sort(c.begin() + i, c.end(), logit_desc_id_asc);
+        std::sort(c.begin() + i, c.end(), LogitDescIdAsc{});
         sorted_upto = c.size;
       }
     }

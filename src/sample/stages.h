@@ -38,6 +38,11 @@ inline bool logit_desc_id_asc(const Candidate& a, const Candidate& b) {
   if (a.logit != b.logit) return a.logit > b.logit;
   return a.id < b.id;
 }
+// The same order as a function object, so std::sort / std::partial_sort inline it
+// (a function pointer costs a call per comparison over the whole vocabulary).
+struct LogitDescIdAsc {
+  bool operator()(const Candidate& a, const Candidate& b) const { return logit_desc_id_asc(a, b); }
+};
 
 // Sorts the first `k` (all when k >= size) candidates by logit_desc_id_asc.
 void sort_candidates(Candidates& c, size_t k);

@@ -84,6 +84,14 @@ class GrammarConstraint final : public engine::TokenConstraint {
     }
     return Ok{};
   }
+  int allows(tokenizer::TokenId token) override {
+    // A grammar past one of its limits, or dead, is left to apply() and its error.
+    if (matcher_.table().error() || matcher_.state().dead()) return -1;
+    const bool ok = masker_.allows(matcher_, token);
+    if (matcher_.table().error()) return -1;
+    return ok ? 1 : 0;
+  }
+  bool mask_ready() override { return masker_.has_cached(matcher_); }
   void accept(tokenizer::TokenId token) override {
     // The token came from the mask, so it is allowed; a refusal would leave the state.
     if (masker_.accept_token(matcher_, token)) output_ += masker_.vocab().bytes(token);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -95,6 +96,134 @@ TEST(Greedy, PlainFastPathPicksWhatTheFullChainPicks) {
   EXPECT_EQ(a.sample(masked).error().message, b.sample(masked).error().message);
   masked[200] = -1e30f;
   EXPECT_EQ(make(plain, n).sample(masked).value(), 200);
+}
+
+// A filter over a random allowed set; counts its calls.
+struct SetFilter final : TokenFilter {
+  std::vector<uint8_t> allowed;
+  int calls = 0;
+  int allows(TokenId id) override {
+    ++calls;
+    return allowed[static_cast<size_t>(id)];
+  }
+};
+
+// sample_filtered must return what masking every refused token to -inf and calling
+// sample() returns — the token, the surviving candidates bit for bit and the RNG draws —
+// for greedy and top-k chains with penalties, over dense and sparse allowed sets, across
+// a run of accepted tokens; where it declines (nullopt) the masked path is used, as the
+// decode loop does, and it must have consumed nothing.
+TEST(Filtered, PicksWhatMaskingThenSamplingPicks) {
+  const int32_t n = 3001;
+  const std::vector<SamplerConfig> configs = {
+      {.temp = 0.0f, .repeat_penalty = 1.0f},
+      {.temp = 0.0f, .repeat_penalty = 1.3f, .logit_bias = {{.id = 5, .bias = 2.0f}}},
+      {.seed = 7, .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f},
+      {.seed = 9,
+       .temp = 1.0f,
+       .top_k = 3,
+       .top_p = 1.0f,
+       .min_p = 0.0f,
+       .repeat_penalty = 1.1f,
+       .frequency_penalty = 0.2f},
+      {.seed = 11,
+       .temp = 1.2f,
+       .top_k = 200,
+       .top_p = 0.8f,
+       .typical_p = 0.9f,
+       .xtc_probability = 0.5f,
+       .xtc_threshold = 0.1f},
+      {.seed = 13, .temp = 0.7f, .top_k = 0},  // declines: top-k off
+  };
+  uint32_t state = 4242;
+  auto rnd = [&] {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  int decided = 0, declined = 0;
+  for (size_t ci = 0; ci < configs.size(); ++ci) {
+    for (const uint32_t density : {1u, 3u, 50u, 400u, 3000u}) {  // allowed 1 in `density`
+      Sampler fast = make(configs[ci], n), ref = make(configs[ci], n);
+      for (int step = 0; step < 40; ++step) {
+        std::vector<float> logits(static_cast<size_t>(n));
+        SetFilter f;
+        f.allowed.resize(static_cast<size_t>(n));
+        for (int32_t i = 0; i < n; ++i) {
+          const uint32_t r = rnd();
+          logits[static_cast<size_t>(i)] =
+              r % 13 == 0 ? -INFINITY : static_cast<float>(static_cast<int>(r % 41) - 20) * 0.25f;
+          f.allowed[static_cast<size_t>(i)] = (rnd() % density) == 0;
+        }
+        f.allowed[static_cast<size_t>(rnd() % n)] = 1;
+        std::vector<float> masked = logits;
+        for (int32_t i = 0; i < n; ++i) {
+          if (!f.allowed[static_cast<size_t>(i)]) masked[static_cast<size_t>(i)] = -INFINITY;
+        }
+        auto want = ref.sample(masked);
+        const uint64_t draws_before = fast.rng_draws();
+        auto got = fast.sample_filtered(logits, f);
+        ASSERT_TRUE(got.ok()) << got.error().message;
+        TokenId id = 0;
+        if (got->has_value()) {
+          ++decided;
+          id = **got;
+        } else {
+          ++declined;
+          EXPECT_EQ(fast.rng_draws(), draws_before) << "declining consumed a draw";
+          auto again = fast.sample(masked);
+          ASSERT_EQ(again.ok(), want.ok());
+          if (!again.ok()) continue;
+          id = *again;
+        }
+        if (!want.ok()) {
+          ADD_FAILURE() << "the masked chain failed but the filtered one picked " << id << ": "
+                        << want.error().message;
+          continue;
+        }
+        ASSERT_EQ(id, *want) << "config " << ci << " density " << density << " step " << step;
+        ASSERT_EQ(fast.rng_draws(), ref.rng_draws());
+        const auto a = fast.last_candidates(), b = ref.last_candidates();
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t k = 0; k < a.size(); ++k) {
+          EXPECT_EQ(a[k].id, b[k].id);
+          EXPECT_EQ(std::bit_cast<uint32_t>(a[k].logit), std::bit_cast<uint32_t>(b[k].logit));
+          EXPECT_EQ(std::bit_cast<uint32_t>(a[k].p), std::bit_cast<uint32_t>(b[k].p));
+        }
+        fast.accept(id);
+        ref.accept(id);
+      }
+    }
+  }
+  // Both paths must have been exercised (the shortcut on 485 of the 1200 steps).
+  EXPECT_GT(decided, 400);
+  EXPECT_GT(declined, 40);
+}
+
+TEST(Filtered, AsksAboutTheBestCandidatesOnly) {
+  // Greedy with an allowed argmax: one question. Top-40 over a dense set: well under
+  // the vocabulary.
+  const int32_t n = 50000;
+  std::vector<float> logits(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) logits[static_cast<size_t>(i)] = static_cast<float>(i % 977);
+  SetFilter all;
+  all.allowed.assign(static_cast<size_t>(n), 1);
+  Sampler greedy = make({.temp = 0.0f}, n);
+  EXPECT_EQ(greedy.sample_filtered(logits, all).value().value(), 976);
+  EXPECT_EQ(all.calls, 1);
+  SetFilter half;
+  half.allowed.resize(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) half.allowed[static_cast<size_t>(i)] = i % 2;
+  Sampler topk = make({.seed = 3, .top_k = 40}, n);
+  ASSERT_TRUE(topk.sample_filtered(logits, half).value().has_value());
+  EXPECT_LE(half.calls, 160);
+  for (const Candidate& c : topk.last_candidates()) EXPECT_EQ(c.id % 2, 1);
+  // A NaN anywhere, or a filter that cannot tell: declined, not an error.
+  struct Unsure final : TokenFilter {
+    int allows(TokenId) override { return -1; }
+  } u;
+  EXPECT_FALSE(greedy.sample_filtered(logits, u).value().has_value());
+  logits[17] = NAN;
+  EXPECT_FALSE(greedy.sample_filtered(logits, all).value().has_value());
 }
 
 TEST(Greedy, ConsumesNoRandomness) {
