@@ -10,12 +10,12 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
-MINFER = os.environ.get("MINFER_BIN", "minfer")
+from cache_env import loopback, models, run
+
 TESTDATA = Path(os.environ.get("MINFER_TESTDATA_DIR", "tests/data"))
 SRC = TESTDATA / "vocab" / "ggml-vocab-llama-spm.gguf"  # a real GGUF (no tensors), 707 KiB
 SRC2 = TESTDATA / "vocab" / "ggml-vocab-phi-3.gguf"
@@ -83,25 +83,8 @@ def make_handler(repos):
 @pytest.fixture
 def hub(tmp_path):
     repos = {}
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), make_handler(repos))
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    cache = tmp_path / "cache"
-    env = dict(os.environ, MINFER_CACHE=str(cache),
-               MINFER_HF_ENDPOINT=f"http://127.0.0.1:{srv.server_address[1]}")
-    env.pop("MINFER_MODEL_DIR", None)
-    yield repos, cache, env
-    srv.shutdown()
-
-
-def run(env, *args):
-    return subprocess.run([MINFER, *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=120)
-
-
-def models(cache):
-    d = cache / "models"
-    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+    with loopback(make_handler(repos), tmp_path, MINFER_HF_ENDPOINT="{url}") as (_, cache, env):
+        yield repos, cache, env
 
 
 def test_pull_picks_the_quant_and_list_and_rm_manage_it(hub):

@@ -7,15 +7,19 @@ package is a clear error with no file in the models folder."""
 import hashlib
 import http.server
 import os
-import subprocess
 import sys
-import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 
-MINFER = os.environ.get("MINFER_BIN", "minfer")
+import cache_env
+from cache_env import loopback, models
+
+
+def run(env, *args):  # pip may be slow to start
+    return cache_env.run(env, *args, timeout=300)
+
 TESTDATA = Path(os.environ.get("MINFER_TESTDATA_DIR", "tests/data"))
 SRC = TESTDATA / "vocab" / "ggml-vocab-llama-spm.gguf"
 
@@ -62,27 +66,11 @@ def index(tmp_path):
                 return self.wfile.write(body)
             return super().do_GET()
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    cache = tmp_path / "cache"
-    env = dict(os.environ, MINFER_CACHE=str(cache), PYTHON=sys.executable,
-               PIP_INDEX_URL=f"http://127.0.0.1:{srv.server_address[1]}/simple",
-               PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
-               PIP_CONFIG_FILE=os.devnull)  # no pip.conf may add another index
-    env.pop("MINFER_MODEL_DIR", None)
-    env.pop("PIP_EXTRA_INDEX_URL", None)
-    yield pool, cache, env
-    srv.shutdown()
-
-
-def run(env, *args):
-    return subprocess.run([MINFER, *map(str, args)], capture_output=True, text=True, env=env,
-                          timeout=300)
-
-
-def models(cache):
-    d = cache / "models"
-    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+    with loopback(H, tmp_path, PYTHON=sys.executable, PIP_INDEX_URL="{url}/simple",
+                  PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_CACHE_DIR="1",
+                  PIP_CONFIG_FILE=os.devnull) as (_, cache, env):  # no pip.conf index
+        env.pop("PIP_EXTRA_INDEX_URL", None)
+        yield pool, cache, env
 
 
 def test_a_wheel_with_one_gguf(index):
