@@ -54,6 +54,30 @@ inline uint16_t fp32_to_fp16(float f) {
   return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
+// Half fused multiply-add a·b + c with one rounding to half (nearest-even), as x86's
+// AVX512-FP16 vfmadd*ph computes it, denormals included. a·b is exact in double (22
+// significant bits); the sum s = a·b + c is rounded, with its error e from TwoSum, so
+// the exact value is s + e. It is rounded to float toward odd (float keeps more than
+// half's 11 bits + 2, so the final float → half rounding cannot double-round).
+inline uint16_t fma_f16_exact(uint16_t a, uint16_t b, uint16_t c) {
+  const double p = static_cast<double>(fp16_to_fp32(a)) * static_cast<double>(fp16_to_fp32(b));
+  const double q = static_cast<double>(fp16_to_fp32(c));
+  const double s = p + q;
+  const double bv = s - p;
+  const double e = (p - (s - bv)) + (q - bv);  // s + e = p + q exactly
+  float t = static_cast<float>(s);
+  const double dt = static_cast<double>(t);
+  if (s - s == 0.0 && (dt != s || e != 0.0)) {  // finite and inexact (inf/NaN pass through)
+    // t − (s + e): dt − s is exact (Sterbenz) and, when nonzero, a double ulp of s or
+    // more, which |e| (at most half of one) cannot outweigh.
+    const bool above = dt != s ? dt > s : e < 0.0;  // t above the exact value
+    uint32_t bits = fp32_to_bits(t);
+    if (t != 0.0f && (t > 0.0f) == above) --bits;  // toward zero: |t| truncated
+    t = fp32_from_bits(bits | 1u);
+  }
+  return fp32_to_fp16(t);
+}
+
 inline float bf16_to_fp32(uint16_t h) {
   return fp32_from_bits(static_cast<uint32_t>(h) << 16);
 }

@@ -238,12 +238,14 @@ NodeId GraphBuilder::swiglu(NodeId gate, NodeId up) {
   return push(make(Op::kSwiglu, {gate, up}, src(gate).shape, DType::kF32));
 }
 
-NodeId GraphBuilder::geglu(NodeId gate, NodeId up) {
+NodeId GraphBuilder::geglu(NodeId gate, NodeId up, bool llamacpp_table) {
   check_f32(gate, "geglu");
   check_f32(up, "geglu");
   MINFER_CHECK(src(gate).shape == src(up).shape, "geglu: gate %s and up %s differ",
                nm(src(gate)).c_str(), nm(src(up)).c_str());
-  return push(make(Op::kGeglu, {gate, up}, src(gate).shape, DType::kF32));
+  Node n = make(Op::kGeglu, {gate, up}, src(gate).shape, DType::kF32);
+  n.params.ggml_f16 = llamacpp_table ? 1 : 0;
+  return push(std::move(n));
 }
 
 NodeId GraphBuilder::tanh(NodeId x) {

@@ -74,9 +74,11 @@ class GraphBuilder {
   // ([head_dim * n_head_kv, n_ctx]); window I32 [2 * n_runs, n_tokens]
   // → F32 [head_dim_v * n_head, n_tokens]
   NodeId attention(NodeId q, NodeId k, NodeId v, NodeId window, const AttentionParams& p);
-  NodeId silu(NodeId x);                         // F32 → same shape
-  NodeId swiglu(NodeId gate, NodeId up);         // F32, equal shapes → same shape
-  NodeId geglu(NodeId gate, NodeId up);          // F32, equal shapes → same shape
+  NodeId silu(NodeId x);                  // F32 → same shape
+  NodeId swiglu(NodeId gate, NodeId up);  // F32, equal shapes → same shape
+  // F32, equal shapes → same shape; llamacpp_table: the gelu table llama.cpp's native
+  // (FMA-contracted) build computes (backend/cpu/geglu.h), else the uncontracted one.
+  NodeId geglu(NodeId gate, NodeId up, bool llamacpp_table = false);
   NodeId tanh(NodeId x);                         // F32 → same shape
   NodeId softmax(NodeId x, float scale = 1.0f);  // over ne0
   NodeId scale(NodeId x, float s);

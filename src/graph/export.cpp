@@ -52,6 +52,9 @@ nlohmann::json params_json(const Node& n) {
     case Op::kView:
       p["offset"] = q.offset;
       break;
+    case Op::kGeglu:
+      p["table"] = q.ggml_f16 != 0 ? "llamacpp-fma" : "plain";
+      break;
     default:
       break;
   }

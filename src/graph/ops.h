@@ -103,7 +103,8 @@ struct OpParams {
   KvKind kv_kind = KvKind::kK;  // kv_region, kv_store
   uint8_t causal = 0;           // attention: window was built causally (documentation
                                 // and identity only; the window input is the truth)
-  uint8_t ggml_f16 = 0;         // attention: AttnNumerics::kGgmlF16 accumulation
+  uint8_t ggml_f16 = 0;         // attention: AttnNumerics::kGgmlF16 accumulation;
+                                // geglu: the gelu table of llama.cpp's native build
   int32_t n_head = 0;           // attention: query heads
   int32_t n_head_kv = 0;        // attention: KV heads (n_head % n_head_kv == 0, GQA)
   int32_t layer = -1;           // kv_region, kv_store, attention: whose region

@@ -109,12 +109,13 @@ NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, NodeId cur, in
   return out;
 }
 
-NodeId ffn_geglu(graph::GraphBuilder& b, const LayerWeights& lw, NodeId cur, int il) {
+NodeId ffn_geglu(graph::GraphBuilder& b, const LayerWeights& lw, NodeId cur, int il,
+                 bool llamacpp_table) {
   NodeId gate = b.mul_mat(weight_node(b, lw.ffn_gate), cur);  // F32 [n_ff, rows]
   b.name(gate, "ffn_gate", il);
   NodeId up = b.mul_mat(weight_node(b, lw.ffn_up), cur);  // F32 [n_ff, rows]
   b.name(up, "ffn_up", il);
-  NodeId act = b.geglu(gate, up);  // F32 [n_ff, rows]
+  NodeId act = b.geglu(gate, up, llamacpp_table);  // F32 [n_ff, rows]
   b.name(act, "ffn_geglu", il);
   NodeId out = b.mul_mat(weight_node(b, lw.ffn_down), act);  // F32 [n_embd, rows]
   b.name(out, "ffn_out", il);

@@ -43,7 +43,9 @@ graph::NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWe
 // SwiGLU feed-forward: down(silu(gate(x)) * up(x)). F32 [n_embd, rows]
 graph::NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur, int il);
 // GeGLU feed-forward (gemma): down(gelu_tanh(gate(x)) * up(x)). F32 [n_embd, rows]
-graph::NodeId ffn_geglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur, int il);
+// llamacpp_table: the gelu table of llama.cpp's native build (--numerics llamacpp).
+graph::NodeId ffn_geglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur, int il,
+                        bool llamacpp_table = false);
 
 // Final norm and LM head, marked as the graph output: F32 [n_vocab, n_out]. A tied
 // output reads `tok_embd`, the embedding's own weight node. hp.final_logit_softcap

@@ -43,7 +43,7 @@ TEST(Geglu, ScalarKernelIsGgmlTableLookup) {
   }
   std::vector<float> up = random_floats(x.size(), 12, -2.0f, 2.0f);
   std::vector<float> y(x.size());
-  geglu_scalar(static_cast<int64_t>(x.size()), x.data(), up.data(), y.data());
+  geglu_scalar(static_cast<int64_t>(x.size()), x.data(), up.data(), y.data(), gelu_f16_table());
   for (size_t i = 0; i < x.size(); ++i) {
     const float v = x[i];
     float want;
@@ -67,15 +67,41 @@ TEST(Geglu, ScalarKernelIsGgmlTableLookup) {
 TEST(Geglu, Avx2EqualsScalar_bitwise) {
   if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   std::vector<float> x = random_floats(4099, 21, -14.0f, 14.0f);  // ragged tail
-  for (float v : {-10.0f, 10.0f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65520.0f, -65520.0f}) {
+  for (float v :
+       {-10.0f, 10.0f, 0.0f, -0.0f, INFINITY, -INFINITY, NAN, 65520.0f, -65520.0f, -1.999f}) {
     x.push_back(v);
   }
   std::vector<float> up = random_floats(x.size(), 22, -3.0f, 3.0f);
-  std::vector<float> a(x.size()), b(x.size());
-  geglu_scalar(static_cast<int64_t>(x.size()), x.data(), up.data(), a.data());
-  geglu_avx2(static_cast<int64_t>(x.size()), x.data(), up.data(), b.data());
-  for (size_t i = 0; i < x.size(); ++i) {
-    ASSERT_EQ(fp32_to_bits(a[i]), fp32_to_bits(b[i])) << "x " << x[i];
+  for (bool fma : {false, true}) {
+    std::vector<float> a(x.size()), b(x.size());
+    geglu_scalar(static_cast<int64_t>(x.size()), x.data(), up.data(), a.data(),
+                 gelu_f16_table(fma));
+    geglu_avx2(static_cast<int64_t>(x.size()), x.data(), up.data(), b.data(), gelu_f16_table(fma));
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(fp32_to_bits(a[i]), fp32_to_bits(b[i])) << "x " << x[i] << " fma " << fma;
+    }
+  }
+}
+
+// llama.cpp's native build contracts 1 + 0.044715·x·x into an fma when it fills its table;
+// of the 65536 entries that changes one, x = -1.999 (0xbfff): -0.04550171 (llama.cpp's
+// value, read from its ffn_geglu node) instead of -0.04547119. Every other entry is the
+// uncontracted table's, and the FMA formula is still the tanh approximation.
+TEST(Geglu, LlamaCppFmaTableDiffersFromThePlainOneOnlyAtMinus1999) {
+  const float* plain = gelu_f16_table(false);
+  const float* fma = gelu_f16_table(true);
+  std::vector<uint32_t> differ;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = plain[h], b = fma[h];
+    if (fp32_to_bits(a) != fp32_to_bits(b) && !(std::isnan(a) && std::isnan(b)))
+      differ.push_back(h);
+  }
+  ASSERT_EQ(differ, std::vector<uint32_t>{0xbfffu});
+  EXPECT_EQ(fma[0xbfff], fp16_to_fp32(fp32_to_fp16(-0.04550171f)));
+  EXPECT_EQ(plain[0xbfff], fp16_to_fp32(fp32_to_fp16(-0.04547119f)));
+  for (float x : random_floats(2000, 6, -12.0f, 12.0f)) {
+    ASSERT_NEAR(gelu_tanh_f32_fma(x), gelu_exact(x), 1e-6 * std::max(1.0, std::fabs(double{x})))
+        << x;
   }
 }
 
@@ -86,27 +112,36 @@ TEST(Geglu, GraphOpsThreadAndBatchInvariant_bitwise) {
                 const std::vector<float>& u) {
     CpuRig rig(threads);
     GraphBuilder b;
-    NodeId gate = b.input("g", DType::kF32, {96, rows});  // F32 [96, rows]
-    NodeId up = b.input("u", DType::kF32, {96, rows});    // F32 [96, rows]
-    NodeId y = b.geglu(gate, up);                         // F32 [96, rows]
-    NodeId t = b.tanh(gate);                              // F32 [96, rows]
+    NodeId gate = b.input("g", DType::kF32, {96, rows});     // F32 [96, rows]
+    NodeId up = b.input("u", DType::kF32, {96, rows});       // F32 [96, rows]
+    NodeId y = b.geglu(gate, up);                            // F32 [96, rows]
+    NodeId yl = b.geglu(gate, up, /*llamacpp_table=*/true);  // F32 [96, rows]
+    NodeId t = b.tanh(gate);                                 // F32 [96, rows]
     b.mark_output(y);
     b.mark_output(t);
+    b.mark_output(yl);
     const graph::ComputeGraph& graph = rig.load(b.finish());
     rig.fill_f32(graph, "g", std::vector<float>(g.begin(), g.begin() + 96 * rows));
     rig.fill_f32(graph, "u", std::vector<float>(u.begin(), u.begin() + 96 * rows));
     EXPECT_TRUE(rig.run(graph).ok());
-    return std::make_pair(rig.read(graph, y), rig.read(graph, t));
+    return std::make_tuple(rig.read(graph, y), rig.read(graph, t), rig.read(graph, yl));
   };
-  const auto g = random_floats(96 * 7, 31, -6.0f, 6.0f), u = random_floats(96 * 7, 32);
-  const auto [y7, t7] = run(3, 7, g, u);
-  const auto [y1, t1] = run(1, 1, g, u);
-  std::vector<float> ref(96);
-  geglu_scalar(96, g.data(), u.data(), ref.data());
+  auto g = random_floats(96 * 7, 31, -6.0f, 6.0f);
+  const auto u = random_floats(96 * 7, 32);
+  g[5] = -1.999f;  // the entry where the two tables differ
+  const auto [y7, t7, l7] = run(3, 7, g, u);
+  const auto [y1, t1, l1] = run(1, 1, g, u);
+  std::vector<float> ref(96), refl(96);
+  geglu_scalar(96, g.data(), u.data(), ref.data(), gelu_f16_table(false));
+  geglu_scalar(96, g.data(), u.data(), refl.data(), gelu_f16_table(true));
   for (int i = 0; i < 96; ++i) {
     EXPECT_EQ(fp32_to_bits(y7[i]), fp32_to_bits(y1[i])) << i;
+    EXPECT_EQ(fp32_to_bits(y7[i]), fp32_to_bits(ref[i])) << i;
+    EXPECT_EQ(fp32_to_bits(l7[i]), fp32_to_bits(l1[i])) << i;
+    EXPECT_EQ(fp32_to_bits(l7[i]), fp32_to_bits(refl[i])) << i;
     EXPECT_EQ(fp32_to_bits(t7[i]), fp32_to_bits(std::tanh(g[i]))) << i;
   }
+  EXPECT_NE(fp32_to_bits(y7[5]), fp32_to_bits(l7[5]));
   for (int i = 0; i < 96 * 7; ++i) EXPECT_NEAR(y7[i], gelu_exact(g[i]) * u[i], 0.02) << i;
 }
 

@@ -14,21 +14,36 @@ float gelu_tanh_f32(float x) {
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x)));
 }
 
-const float* gelu_f16_table() {
-  // Built once, thread-safe (a function-local static); 256 KiB.
-  static const std::vector<float> table = [] {
-    std::vector<float> t(65536);
-    for (uint32_t h = 0; h < 65536; ++h) {
-      const float x = fp16_to_fp32(static_cast<uint16_t>(h));
-      t[h] = fp16_to_fp32(fp32_to_fp16(gelu_tanh_f32(x)));
-    }
-    return t;
-  }();
+float gelu_tanh_f32_fma(float x) {
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * std::fma(kCoefA * x, x, 1.0f)));
+}
+
+namespace {
+
+std::vector<float> make_table(float (*gelu)(float)) {
+  std::vector<float> t(65536);
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float x = fp16_to_fp32(static_cast<uint16_t>(h));
+    t[h] = fp16_to_fp32(fp32_to_fp16(gelu(x)));
+  }
+  return t;
+}
+
+}  // namespace
+
+const float* gelu_f16_table(bool fma) {
+  // Built once each, thread-safe (function-local statics); 256 KiB each.
+  if (fma) {
+    static const std::vector<float> table = make_table(gelu_tanh_f32_fma);
+    return table.data();
+  }
+  static const std::vector<float> table = make_table(gelu_tanh_f32);
   return table.data();
 }
 
-void geglu_scalar(int64_t n, const float* gate, const float* up, float* y) {
-  const float* table = gelu_f16_table();
+void geglu_scalar(int64_t n, const float* gate, const float* up, float* y, const float* table) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = gate[i];
     if (x <= -10.0f) {

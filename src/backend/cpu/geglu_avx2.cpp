@@ -7,8 +7,7 @@
 
 namespace minfer::backend::cpu {
 
-void geglu_avx2(int64_t n, const float* gate, const float* up, float* y) {
-  const float* table = gelu_f16_table();
+void geglu_avx2(int64_t n, const float* gate, const float* up, float* y, const float* table) {
   const __m256 lo = _mm256_set1_ps(-10.0f);
   const __m256 hi = _mm256_set1_ps(10.0f);
   int64_t i = 0;
@@ -22,7 +21,7 @@ void geglu_avx2(int64_t n, const float* gate, const float* up, float* y) {
     v = _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LE_OQ));
     _mm256_storeu_ps(y + i, v);
   }
-  if (i < n) geglu_scalar(n - i, gate + i, up + i, y + i);
+  if (i < n) geglu_scalar(n - i, gate + i, up + i, y + i, table);
 }
 
 }  // namespace minfer::backend::cpu

@@ -32,7 +32,8 @@ struct IsaKernels {
                              int64_t v_stride, float* y) = nullptr;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening
   void (*silu_poly)(int64_t n, const float* x, const float* up, float* y) = nullptr;
-  void (*geglu)(int64_t n, const float* gate, const float* up, float* y) = nullptr;  // geglu.h
+  void (*geglu)(int64_t n, const float* gate, const float* up, float* y,
+                const float* table) = nullptr;  // geglu.h
 };
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();

@@ -28,17 +28,31 @@ namespace {
 constexpr int32_t kChunk = 64;
 
 // ---- AttnNumerics::kGgmlF16: llama.cpp's CPU flash-attention vector path, element for
-// element (ggml-cpu ops.cpp, flash_attn_ext_f16_one_chunk, as built for AVX-512 without
-// FP16 arithmetic). Written in portable scalar code so every ISA gives the same bits.
+// element (ggml-cpu ops.cpp, flash_attn_ext_f16_one_chunk), as its default native build
+// compiles it on an x86 CPU with AVX512-FP16 (the reference machine's Sapphire Rapids):
+// ggml's f16 vector helpers then run in f16 arithmetic over whole 128-element steps
+// (32 halves × 4 registers) and in f32 over the n % 128 leftovers. Head size 64 is all
+// leftovers; head size 256 (Gemma 3) is all f16 steps. Written in portable scalar code
+// so every ISA gives the same bits.
+constexpr int64_t kGgmlF16Step = 128;
 
-// y = f16(y · v), element-wise.
+// y = f16(y · v), element-wise: f16(y · f16(v)) on the f16 steps (the product of two
+// halves is exact in f32, so one rounding), f16(y · v) on the leftovers.
 void ggml_scale_f16(int64_t n, uint16_t* y, float v) {
-  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * v);
+  const int64_t np = n & ~(kGgmlF16Step - 1);
+  const float vh = fp16_to_fp32(fp32_to_fp16(v));
+  for (int64_t i = 0; i < np; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * vh);
+  for (int64_t i = np; i < n; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * v);
 }
 
-// y = f16(fma(x, v, y)), element-wise (the accumulator is rounded to f16 every step).
+// y = f16(fma(x, v, y)), element-wise (the accumulator is rounded to f16 every step):
+// on the f16 steps the fused f16 multiply-add x · f16(v) + y with one rounding to half
+// (fma_f16_exact), on the leftovers the f32 fma rounded to half.
 void ggml_mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
-  for (int64_t i = 0; i < n; ++i) {
+  const int64_t np = n & ~(kGgmlF16Step - 1);
+  const uint16_t vh = fp32_to_fp16(v);
+  for (int64_t i = 0; i < np; ++i) y[i] = fma_f16_exact(x[i], vh, y[i]);
+  for (int64_t i = np; i < n; ++i) {
     y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/cpu/geglu.h"
 #include "backend/cpu/ops.h"
 
 namespace minfer::backend::cpu {
@@ -97,15 +98,19 @@ Status op_elementwise(const OpCtx& c, NodeId id) {
       return Ok{};
     }
     case Op::kGeglu: {
-      // gelu(gate) · up through ggml's f16 table (geglu.h), per row so a row's result
-      // is the same alone or in a batch.
+      // gelu(gate) · up through ggml's f16 table (geglu.h; params.ggml_f16: the table of
+      // llama.cpp's native FMA build), per row so a row's result is the same alone or in
+      // a batch.
       const float* gate = c.data.as<const float>(n.src[0]);
       const float* up = c.data.as<const float>(n.src[1]);
       float* o = c.data.as<float>(id);
       const int64_t ne0 = n.shape.ne[0];
       const auto geglu = c.k.geglu;
+      const float* table = gelu_f16_table(n.params.ggml_f16 != 0);
       auto rows_body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
-        for (int64_t r = lo; r < hi; ++r) geglu(ne0, gate + r * ne0, up + r * ne0, o + r * ne0);
+        for (int64_t r = lo; r < hi; ++r) {
+          geglu(ne0, gate + r * ne0, up + r * ne0, o + r * ne0, table);
+        }
       };
       parallel_range(c.pool, n.shape.n_rows(),
                      std::max<int64_t>(1, 16384 / std::max<int64_t>(ne0, 1)), rows_body);

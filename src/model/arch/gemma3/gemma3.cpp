@@ -82,6 +82,8 @@ graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph:
   inp = b.scale(inp, std::sqrt(static_cast<float>(hp.n_embd)));  // F32 [n_embd, n_tokens]
   b.name(inp, "inp_scaled");
 
+  // --numerics llamacpp: llama.cpp's f16 flash attention and its native build's gelu table.
+  const bool llamacpp = p.cparams.attn_numerics == graph::AttnNumerics::kGgmlF16;
   for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
     b.set_layer(il);
     const LayerWeights& lw = w.layers[static_cast<size_t>(il)];
@@ -96,7 +98,7 @@ graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph:
     NodeId sa_out = b.add(cur, resid);                                        // F32 [n_embd, rows]
     b.name(sa_out, "sa_out", il);
     cur = norm(b, sa_out, lw.ffn_norm, hp.rms_eps, "ffn_norm", il);         // F32 [n_embd, rows]
-    cur = ffn_geglu(b, lw, cur, il);                                        // F32 [n_embd, rows]
+    cur = ffn_geglu(b, lw, cur, il, llamacpp);                              // F32 [n_embd, rows]
     cur = norm(b, cur, lw.ffn_post_norm, hp.rms_eps, "ffn_post_norm", il);  // F32 [n_embd, rows]
     inp = b.add(cur, sa_out);                                               // F32 [n_embd, rows]
     b.name(inp, "l_out", il);
