@@ -170,12 +170,9 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       };
       Piece piece[kChunk];
       for (int64_t item = lo; item < hi; ++item) {
-        // KV-head-major: a thread's items walk one KV head's tokens (its query heads
-        // side by side), so that head's K and V rows stay in L2 instead of every
-        // (token, head) streaming all heads' rows. The order is the work split only.
-        const int64_t kvh = item / (n_tok * group);
-        const int64_t t = item % (n_tok * group) / group;
-        const int64_t h = kvh * group + item % group;
+        const int64_t t = item / n_head;
+        const int64_t h = item % n_head;
+        const int64_t kvh = h / group;
         const float* qr = q + (t * n_head + h) * hd;
         std::fill(acc, acc + hd_v, 0.0f);
         float m = -INFINITY;
