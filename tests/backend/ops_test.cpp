@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/attn_ggml_f16.h"
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_dot.h"
 #include "core/fp16.h"
 #include "graph/builder.h"
@@ -442,6 +444,40 @@ TEST(Attention, GgmlF16NumericsUseF16ArithmeticOver128ElementSteps_bitwise) {
       EXPECT_EQ(differ_from_f32_steps, 0);
     }
   }
+}
+
+// The x86 twins of llama.cpp's flash-attention f16 helpers (attn_ggml_f16.h) give the
+// scalar references' bits: the Q·K dot (AVX2) and, on an AVX512-FP16 CPU, the f16
+// multiply-add and rescale (llama.cpp's own instructions), over lengths with and
+// without f16 steps and ragged tails, weights 0, 1 and in between.
+TEST(Attention, GgmlF16HelpersTwinsEqualScalar_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const bool fp16 = cpu_has_avx512fp16();
+  int seed = 60;
+  for (const int64_t n : {64, 100, 128, 160, 256, 300}) {
+    std::vector<uint16_t> x(n), y(n);
+    const auto fx = random_floats(n, ++seed, -30.0f, 30.0f);
+    const auto fy = random_floats(n, ++seed, -3.0f, 3.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = fp32_to_fp16(fx[i]);
+      y[i] = fp32_to_fp16(fy[i]);
+    }
+    EXPECT_EQ(fp32_to_bits(ggml_dot_f16_vec_avx2_fa(n, x.data(), y.data())),
+              fp32_to_bits(ggml_dot_f16_vec_scalar(n, x.data(), y.data())))
+        << n;
+    if (!fp16) continue;
+    for (const float v : {0.0f, 1.0f, 0.3377f, 0.04802655f, 0.999f}) {
+      std::vector<uint16_t> a = y, b = y;
+      for (int rep = 0; rep < 20; ++rep) {  // accumulate, as over cells
+        ggml_mad_f16_scalar(n, a.data(), x.data(), v);
+        ggml_mad_f16_avx512fp16(n, b.data(), x.data(), v);
+        ggml_scale_f16_scalar(n, a.data(), 0.93f);
+        ggml_scale_f16_avx512fp16(n, b.data(), 0.93f);
+      }
+      ASSERT_EQ(a, b) << "n " << n << " v " << v;
+    }
+  }
+  if (!fp16) GTEST_SKIP() << "dot checked; CPU lacks AVX512-FP16 for the f16 helpers";
 }
 
 TEST(Attention, WindowRunsAndLoudBounds) {

@@ -12,6 +12,7 @@
 #include <cpuid.h>
 #endif
 
+#include "backend/cpu/attn_ggml_f16.h"
 #include "backend/cpu/geglu.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/pool.h"
@@ -133,6 +134,7 @@ DotKernel llamacpp_repack_dot_kernel(DType t) {
 }
 
 IsaKernels llamacpp_kernels(bool repack) {
+  const bool fp16 = cpu_has_avx512fp16();  // f16 arithmetic twins, else the scalar ones
   return IsaKernels{.dot_kernel = llamacpp_or_avx2,
                     .repack_dot_kernel = repack ? llamacpp_repack_dot_kernel : nullptr,
                     .dot_f32 = dot_f32_avx2,
@@ -141,7 +143,10 @@ IsaKernels llamacpp_kernels(bool repack) {
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx2,
                     .f16_to_f32 = f16_to_f32_avx2,
                     .silu_poly = silu_poly_avx2,
-                    .geglu = geglu_avx2};
+                    .geglu = geglu_avx2,
+                    .ggml_fa_dot_f16 = ggml_dot_f16_vec_avx2_fa,
+                    .ggml_fa_mad_f16 = fp16 ? ggml_mad_f16_avx512fp16 : nullptr,
+                    .ggml_fa_scale_f16 = fp16 ? ggml_scale_f16_avx512fp16 : nullptr};
 }
 
 IsaKernels avx512_kernels() {

@@ -34,6 +34,10 @@ struct IsaKernels {
   void (*silu_poly)(int64_t n, const float* x, const float* up, float* y) = nullptr;
   void (*geglu)(int64_t n, const float* gate, const float* up, float* y,
                 const float* table) = nullptr;  // geglu.h
+  // AttnNumerics::kGgmlF16 (attn_ggml_f16.h): twins of the scalar helpers; nullptr = scalar.
+  float (*ggml_fa_dot_f16)(int64_t n, const uint16_t* x, const uint16_t* y) = nullptr;
+  void (*ggml_fa_mad_f16)(int64_t n, uint16_t* y, const uint16_t* x, float v) = nullptr;
+  void (*ggml_fa_scale_f16)(int64_t n, uint16_t* y, float v) = nullptr;
 };
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();

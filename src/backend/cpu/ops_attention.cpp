@@ -17,6 +17,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "backend/cpu/attn_ggml_f16.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec_dot.h"
 #include "core/fp16.h"
@@ -27,36 +28,9 @@ namespace {
 // Scores per chunk; fixed (part of the numerics), not a tuning knob of the batch.
 constexpr int32_t kChunk = 64;
 
-// ---- AttnNumerics::kGgmlF16: llama.cpp's CPU flash-attention vector path, element for
+// AttnNumerics::kGgmlF16: llama.cpp's CPU flash-attention vector path, element for
 // element (ggml-cpu ops.cpp, flash_attn_ext_f16_one_chunk), as its default native build
-// compiles it on an x86 CPU with AVX512-FP16 (the reference machine's Sapphire Rapids):
-// ggml's f16 vector helpers then run in f16 arithmetic over whole 128-element steps
-// (32 halves × 4 registers) and in f32 over the n % 128 leftovers. Head size 64 is all
-// leftovers; head size 256 (Gemma 3) is all f16 steps. Written in portable scalar code
-// so every ISA gives the same bits.
-constexpr int64_t kGgmlF16Step = 128;
-
-// y = f16(y · v), element-wise: f16(y · f16(v)) on the f16 steps (the product of two
-// halves is exact in f32, so one rounding), f16(y · v) on the leftovers.
-void ggml_scale_f16(int64_t n, uint16_t* y, float v) {
-  const int64_t np = n & ~(kGgmlF16Step - 1);
-  const float vh = fp16_to_fp32(fp32_to_fp16(v));
-  for (int64_t i = 0; i < np; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * vh);
-  for (int64_t i = np; i < n; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * v);
-}
-
-// y = f16(fma(x, v, y)), element-wise (the accumulator is rounded to f16 every step):
-// on the f16 steps the fused f16 multiply-add x · f16(v) + y with one rounding to half
-// (fma_f16_exact), on the leftovers the f32 fma rounded to half.
-void ggml_mad_f16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
-  const int64_t np = n & ~(kGgmlF16Step - 1);
-  const uint16_t vh = fp32_to_fp16(v);
-  for (int64_t i = 0; i < np; ++i) y[i] = fma_f16_exact(x[i], vh, y[i]);
-  for (int64_t i = np; i < n; ++i) {
-    y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
-  }
-}
-
+// runs it on an x86 CPU with AVX512-FP16; its f16 helpers: attn_ggml_f16.h.
 }  // namespace
 
 Status op_attention(const OpCtx& c, graph::NodeId id) {
@@ -105,6 +79,10 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   if (n.params.ggml_f16 != 0) {
     const auto* kc = c.data.as<const uint16_t>(n.src[1]);
     const auto* vc = c.data.as<const uint16_t>(n.src[2]);
+    const auto dot16 = k.ggml_fa_dot_f16 != nullptr ? k.ggml_fa_dot_f16 : ggml_dot_f16_vec_scalar;
+    const auto mad16 = k.ggml_fa_mad_f16 != nullptr ? k.ggml_fa_mad_f16 : ggml_mad_f16_scalar;
+    const auto scale16 =
+        k.ggml_fa_scale_f16 != nullptr ? k.ggml_fa_scale_f16 : ggml_scale_f16_scalar;
     auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
       float* base = scratch_all + thread * stride;
       auto* q16 = reinterpret_cast<uint16_t*>(base + 2 * hd_v + hd);
@@ -121,17 +99,17 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           const int64_t first = win[t * 2 * n_runs + 2 * r];
           const int64_t end = first + win[t * 2 * n_runs + 2 * r + 1];
           for (int64_t cell = first; cell < end; ++cell) {
-            const float sc = ggml_dot_f16_vec_scalar(hd, kc + cell * row_k + kvh * hd, q16) * scale;
+            const float sc = dot16(hd, kc + cell * row_k + kvh * hd, q16) * scale;
             float ms = 1.0f;
             float vs = 1.0f;
             if (sc > m) {
               ms = std::exp(m - sc);  // m = −inf on the first cell: ms = 0
               m = sc;
-              ggml_scale_f16(hd_v, acc16, ms);
+              scale16(hd_v, acc16, ms);
             } else {
               vs = std::exp(sc - m);
             }
-            ggml_mad_f16(hd_v, acc16, vc + cell * row_v + kvh * hd_v, vs);
+            mad16(hd_v, acc16, vc + cell * row_v + kvh * hd_v, vs);
             l = std::fma(l, ms, vs);
           }
         }

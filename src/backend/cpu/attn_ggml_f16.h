@@ -1,0 +1,33 @@
+// Stage 12 (kernels): the f16 vector helpers of llama.cpp's CPU flash attention
+// (ggml-cpu vec.h / vec.cpp, as its default native build compiles them on an x86 CPU
+// with AVX-512 and AVX512-FP16), for AttnNumerics::kGgmlF16 (ops_attention.cpp).
+// Invariant: every variant gives the scalar reference's bits; the x86 ones are reached
+// only after cpuid and are twin-tested against it.
+#pragma once
+
+#include <cstdint>
+
+namespace minfer::backend::cpu {
+
+// Elements per f16-arithmetic step of ggml's AVX512-FP16 helpers (32 halves × 4
+// registers); the n % 128 leftovers run in f32.
+inline constexpr int64_t kGgmlF16Step = 128;
+
+// y = f16(y · v): f16(y · f16(v)) on the f16 steps (one rounding: the product of two
+// halves is exact in f32), f16(y · v) on the leftovers.
+void ggml_scale_f16_scalar(int64_t n, uint16_t* y, float v);
+// y = f16(x · v + y), the accumulator rounded to f16 every call: on the f16 steps the
+// fused f16 multiply-add x · f16(v) + y with one rounding (fma_f16_exact), on the
+// leftovers the f32 fma rounded to half.
+void ggml_mad_f16_scalar(int64_t n, uint16_t* y, const uint16_t* x, float v);
+
+// AVX2 twin of ggml_dot_f16_vec_scalar (vec_dot.h: ggml_vec_dot_f16's 4 × 16 f32 lanes
+// over 64-element steps, _mm512_reduce_add_ps's tree, the tail in double).
+float ggml_dot_f16_vec_avx2_fa(int64_t n, const uint16_t* x, const uint16_t* y);
+// AVX512-FP16 twins of the two helpers above (the instructions llama.cpp's build uses).
+void ggml_scale_f16_avx512fp16(int64_t n, uint16_t* y, float v);
+void ggml_mad_f16_avx512fp16(int64_t n, uint16_t* y, const uint16_t* x, float v);
+// cpuid: AVX-512 F/BW/VL and AVX512-FP16 (and the OS saves the zmm state).
+bool cpu_has_avx512fp16();
+
+}  // namespace minfer::backend::cpu
