@@ -34,13 +34,19 @@ export LLAMA_CPP_LIB_PATH="$BUILD/bin"
 
 # ggml-cpu's tiled K-quant matmul (GGML_CPU_TILED_MM, on by default) stays on: it is part
 # of the default build (the Q4_K_M fixture's Q6_K layers go through it from 8 prompt rows).
-for name in qwen2.5-0.5b-q4_0 qwen2.5-0.5b-q4_k_m; do
-  echo "$name" | grep -Eq -- "$FILTER" || continue
+run() {  # NAME MODEL PROMPTS [extra args]
+  local name="$1" model="$2" prompts="$3"
+  shift 3
+  echo "$name" | grep -Eq -- "$FILTER" || return 0
   echo "make_repack_goldens: $name" >&2
-  nice "$PY" "$REF/llamacpp_goldens.py" --model "$CACHE/models/minfer-fixture-$name.gguf" \
-    --prompts "$REF/prompts/fixture_heldout.json" --out "$OUT/$name" --fixture "$name" \
-    --threads 2 --n-predict 64 --top-k 10 --n-ctx 4096 --extra-bufts
+  nice "$PY" "$REF/llamacpp_goldens.py" --model "$model" --prompts "$prompts" --out "$OUT/$name" \
+    --threads 2 --n-predict 64 --top-k 10 --n-ctx 4096 --extra-bufts "$@"
   # the load log must show the repack buffer, or this is not the configuration it names
   grep -q 'CPU_REPACK' "$OUT/$name/golden.json" ||
     { echo "make_repack_goldens: $name: no CPU_REPACK buffer in llama.cpp's load log" >&2; exit 1; }
+}
+for name in qwen2.5-0.5b-q4_0 qwen2.5-0.5b-q4_k_m; do
+  run "$name" "$CACHE/models/minfer-fixture-$name.gguf" "$REF/prompts/fixture_heldout.json" --fixture "$name"
 done
+# Gemma 3 270M (real weights, its Q4_K layers repacked): the 13 prompts of its plain golden.
+run gemma-3-270m-q4_k_m "$CACHE/models/gemma-3-270m-q4_k_m.gguf" "$REF/prompts/gemma3.json"
