@@ -3,8 +3,10 @@
 // only after cpuid).
 #include "backend/cpu/attn_ggml_f16.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/vec_dot.h"
 #include "core/fp16.h"
 
 #if defined(__x86_64__)
@@ -28,6 +30,64 @@ void ggml_mad_f16_scalar(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   for (int64_t i = np; i < n; ++i) {
     y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
   }
+}
+
+namespace {
+// _mm512_reduce_add_ps's tree over 16 lanes: 8 + 8, 4 + 4, then (0 + 2) + (1 + 3).
+float reduce16_tree(const float* x) {
+  float a[8], b[4];
+  for (int e = 0; e < 8; ++e) a[e] = x[8 + e] + x[e];
+  for (int e = 0; e < 4; ++e) b[e] = a[4 + e] + a[e];
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+}  // namespace
+
+void ggml_fa_tiled_row(int64_t hd, int64_t hd_v, const float* q, const uint16_t* k,
+                       int64_t k_stride, const uint16_t* v, int64_t v_stride, const int32_t* cells,
+                       int64_t n_cells, float scale, float* acc, float* out) {
+  float kq[kGgmlFaTileCells];
+  std::fill(acc, acc + hd_v, 0.0f);
+  float m = -INFINITY;
+  float s = 0.0f;
+  int64_t i = 0;
+  while (i < n_cells) {
+    const int64_t tile = cells[i] / kGgmlFaTileCells;
+    int64_t j = i;
+    while (j < n_cells && cells[j] / kGgmlFaTileCells == tile) ++j;
+    std::fill(kq, kq + kGgmlFaTileCells, -INFINITY);  // masked and padded cells
+    float tile_max = -INFINITY;
+    for (int64_t c = i; c < j; ++c) {
+      const uint16_t* kr = k + cells[c] * k_stride;
+      float d = 0.0f;
+      for (int64_t e = 0; e < hd; ++e) d = std::fma(fp16_to_fp32(kr[e]), q[e], d);
+      d *= scale;
+      kq[cells[c] % kGgmlFaTileCells] = d;
+      tile_max = std::max(tile_max, d);
+    }
+    if (tile_max != -INFINITY) {
+      const float mnew = std::fmax(m, tile_max);
+      if (mnew > m) {
+        const float ms = std::exp(m - mnew);
+        for (int64_t e = 0; e < hd_v; ++e) acc[e] *= ms;
+        s *= ms;
+      }
+      m = mnew;
+      double sum = 0.0;
+      for (int g = 0; g < static_cast<int>(kGgmlFaTileCells); g += 16) {
+        for (int l = 0; l < 16; ++l) kq[g + l] = ggml_v_expf_lane(kq[g + l] - mnew);
+        sum += static_cast<double>(reduce16_tree(kq + g));
+      }
+      s = static_cast<float>(static_cast<double>(s) + sum);
+      for (int64_t c = i; c < j; ++c) {
+        const uint16_t* vr = v + cells[c] * v_stride;
+        const float p = kq[cells[c] % kGgmlFaTileCells];
+        for (int64_t e = 0; e < hd_v; ++e) acc[e] = std::fma(fp16_to_fp32(vr[e]), p, acc[e]);
+      }
+    }
+    i = j;
+  }
+  const float inv = s == 0.0f ? 0.0f : 1.0f / s;
+  for (int64_t e = 0; e < hd_v; ++e) out[e] = acc[e] * inv;
 }
 
 #if defined(__x86_64__)

@@ -21,6 +21,19 @@ void ggml_scale_f16_scalar(int64_t n, uint16_t* y, float v);
 // leftovers the f32 fma rounded to half.
 void ggml_mad_f16_scalar(int64_t n, uint16_t* y, const uint16_t* x, float v);
 
+// llama.cpp's tiled flash attention (ggml-cpu ops.cpp, flash_attn_ext_tiled: a ubatch of
+// >= kGgmlFaTileRows query rows over an F16 cache), one query row: the cells it sees cut
+// into tiles of kGgmlFaTileCells at fixed cell indices (cell / 64), per tile the f32
+// scores (one sequential fma chain over the head dims, Q unrounded, K widened), the
+// tile max, the online rescale (expf), ggml's vector expf and 16-lane tree sums added
+// in double, and the V accumulator in f32 (one fma chain per dim, cell after cell).
+// `cells`: the visible cells, ascending. out[hd_v] = the row's attention output.
+inline constexpr int64_t kGgmlFaTileRows = 64;
+inline constexpr int64_t kGgmlFaTileCells = 64;
+void ggml_fa_tiled_row(int64_t hd, int64_t hd_v, const float* q, const uint16_t* k,
+                       int64_t k_stride, const uint16_t* v, int64_t v_stride, const int32_t* cells,
+                       int64_t n_cells, float scale, float* acc, float* out);
+
 // AVX2 twin of ggml_dot_f16_vec_scalar (vec_dot.h: ggml_vec_dot_f16's 4 × 16 f32 lanes
 // over 64-element steps, _mm512_reduce_add_ps's tree, the tail in double).
 float ggml_dot_f16_vec_avx2_fa(int64_t n, const uint16_t* x, const uint16_t* y);

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 
 #include "backend/cpu/attn_ggml_f16.h"
@@ -49,6 +51,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   const int64_t n_cells = kn.shape.ne[1];
   const int64_t n_runs = wn.shape.ne[0] / 2;
   const int32_t* win = c.data.as<const int32_t>(n.src[3]);
+  int64_t n_real = 0;  // query rows that see cells (the others are bucket padding)
   for (int64_t t = 0; t < n_tok; ++t) {
     int64_t total = 0;
     for (int64_t r = 0; r < n_runs; ++r) {
@@ -62,7 +65,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       }
       total += cnt;
     }
-    (void)total;
+    n_real += total > 0 ? 1 : 0;
   }
   const float* q = c.data.as<const float>(n.src[0]);
   float* out = c.data.as<float>(id);
@@ -72,7 +75,9 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   const bool f16_kv = kn.dtype == DType::kF16;
   // Per thread: acc [hd_v] + K row [hd] + V row [hd_v] floats, then f16 Q [hd] and f16
   // accumulator [hd_v]; reserved before the threads start.
-  const int64_t stride = 2 * hd_v + hd + (hd + hd_v + 1) / 2 + 16;
+  // The tiled path: acc [hd_v] and the visible cells (int32) after it.
+  const int64_t stride =
+      std::max(2 * hd_v + hd + (hd + hd_v + 1) / 2 + 16, hd_v + n_cells * n_runs + 16);
   float* scratch_all = reinterpret_cast<float*>(
       c.scratch.get(static_cast<size_t>(c.pool.n_threads() * stride) * sizeof(float)));
 
@@ -83,6 +88,36 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
     const auto mad16 = k.ggml_fa_mad_f16 != nullptr ? k.ggml_fa_mad_f16 : ggml_mad_f16_scalar;
     const auto scale16 =
         k.ggml_fa_scale_f16 != nullptr ? k.ggml_fa_scale_f16 : ggml_scale_f16_scalar;
+    // llama.cpp's tiled kernel for a ubatch this tall: opt-in (MINFER_LLAMACPP_TILED_ATTN=1),
+    // since it makes a row's bits depend on how many rows share its batch, as in llama.cpp,
+    // which the engine's batch invariance (invariant 8) does not allow by default.
+    static const bool tiled_on = [] {
+      const char* e = std::getenv("MINFER_LLAMACPP_TILED_ATTN");
+      return e != nullptr && std::string_view(e) == "1";
+    }();
+    if (tiled_on && n_real >= kGgmlFaTileRows) {
+      auto tiled = [&](int64_t lo, int64_t hi, int32_t thread) {
+        float* acc = scratch_all + thread * stride;
+        auto* cells = reinterpret_cast<int32_t*>(acc + hd_v);
+        for (int64_t item = lo; item < hi; ++item) {
+          const int64_t t = item / n_head;
+          const int64_t h = item % n_head;
+          const int64_t kvh = h / group;
+          int64_t nc = 0;
+          for (int64_t r = 0; r < n_runs; ++r) {
+            const int32_t first = win[t * 2 * n_runs + 2 * r];
+            const int32_t cnt = win[t * 2 * n_runs + 2 * r + 1];
+            for (int32_t cell = first; cell < first + cnt; ++cell) cells[nc++] = cell;
+          }
+          std::sort(cells, cells + nc);  // llama.cpp walks the cache in cell order
+          ggml_fa_tiled_row(hd, hd_v, q + (t * n_head + h) * hd, kc + kvh * hd, row_k,
+                            vc + kvh * hd_v, row_v, cells, nc, scale, acc,
+                            out + t * (n_head * hd_v) + h * hd_v);
+        }
+      };
+      parallel_range(c.pool, n_tok * n_head, 1, tiled);
+      return Ok{};
+    }
     auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
       float* base = scratch_all + thread * stride;
       auto* q16 = reinterpret_cast<uint16_t*>(base + 2 * hd_v + hd);

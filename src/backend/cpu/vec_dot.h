@@ -143,6 +143,8 @@ void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const
 //  sgemm: llamafile's tinyBLAS (prefill, n % 16 == 0) — one 16-lane accumulator over
 //         16-element steps, then the same 8/4/2/1 reduction.
 float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
+// e^x as one lane of ggml's vectorised expf (ggml_v_expf, AVX-512 form).
+float ggml_v_expf_lane(float x);
 // The mul_mat table entry for F16 weights under llamacpp numerics (AVX2 only).
 DotKernel llamacpp_f16_dot_kernel();
 // llama.cpp's CPU "repack" extra buffer (on by default, x86 with AVX2): at load it re-lays

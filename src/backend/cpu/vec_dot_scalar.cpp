@@ -226,6 +226,10 @@ inline float expf_poly(float x) {
 
 }  // namespace
 
+float ggml_v_expf_lane(float x) {
+  return expf_poly(x);
+}
+
 void silu_poly_scalar(int64_t n, const float* x, const float* up, float* y) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i] / (1.0f + expf_poly(-x[i]));
