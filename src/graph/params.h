@@ -26,8 +26,9 @@ enum class KvFormat : uint8_t { kF32, kF16, kQ8_0 };
 //  kGgmlF16: llama.cpp's CPU flash-attention vector path, reproduced: Q rounded to f16,
 //           Q·K in f32 lanes, per-cell online softmax, the V accumulator rounded to f16
 //           after every step (in f16 arithmetic over 128-element steps, as llama.cpp's
-//           native build on an AVX512-FP16 CPU runs it). Needs kv_format kF16. Opt-in, for token-exact agreement
-//           with llama.cpp; it is still batch- and thread-independent (invariant 8).
+//           native build on an AVX512-FP16 CPU runs it). Needs kv_format kF16. Opt-in, for
+//           token-exact agreement with llama.cpp; it is still batch- and thread-independent
+//           (invariant 8).
 enum class AttnNumerics : uint8_t { kF32, kGgmlF16 };
 
 // Fusion-pass switches. They change which ops the graph contains, so they are part of
