@@ -1,0 +1,133 @@
+"""Writes tiny Hugging Face checkpoints (config.json, safetensors, tokenizer files) with
+deterministic random weights, for `minfer convert`'s test and for
+tools/reference/convert_reference.sh, which records what llama.cpp's convert_hf_to_gguf.py
+makes of the same directories. Needs numpy and the `safetensors` package (no torch).
+
+The same (name, seed) gives the same bytes on every machine: numpy's PCG64 generator,
+float32 values rounded to the stored dtype by numpy."""
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+# name -> the checkpoint's shape. vocab_size is the tokenizer's padded size.
+CONFIGS = {
+    # Llama 3 tokenizer, F32 weights, one safetensors file, separate lm_head.
+    "llama": dict(arch="LlamaForCausalLM", model_type="llama", tokenizer="llama3", dtype="float32",
+                  hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, vocab=128256,
+                  rope_theta=500000.0, eps=1e-5, tied=False, shards=1, bias=False, qk_norm=False,
+                  bos=128000, eos=128001),
+    # Qwen2.5 layout: q/k/v biases, F16 weights in two shards with an index, tied embeddings.
+    "qwen2": dict(arch="Qwen2ForCausalLM", model_type="qwen2", tokenizer="qwen3", dtype="float16",
+                  hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, vocab=151936,
+                  rope_theta=1000000.0, eps=1e-6, tied=True, shards=2, bias=True, qk_norm=False,
+                  bos=151643, eos=151645),
+    # Qwen3 layout: per-head q/k RMS norms, explicit head_dim, F32, separate lm_head.
+    "qwen3": dict(arch="Qwen3ForCausalLM", model_type="qwen3", tokenizer="qwen3", dtype="float32",
+                  hidden=64, ffn=128, layers=2, heads=4, kv_heads=2, head_dim=32, vocab=151936,
+                  rope_theta=1000000.0, eps=1e-6, tied=False, shards=1, bias=False, qk_norm=True,
+                  bos=151643, eos=151645),
+}
+
+
+def config_json(c):
+    head_dim = c.get("head_dim", c["hidden"] // c["heads"])
+    cfg = {
+        "architectures": [c["arch"]],
+        "model_type": c["model_type"],
+        "hidden_size": c["hidden"],
+        "intermediate_size": c["ffn"],
+        "num_hidden_layers": c["layers"],
+        "num_attention_heads": c["heads"],
+        "num_key_value_heads": c["kv_heads"],
+        "vocab_size": c["vocab"],
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": c["eps"],
+        "rope_theta": c["rope_theta"],
+        "hidden_act": "silu",
+        "tie_word_embeddings": c["tied"],
+        "bos_token_id": c["bos"],
+        "eos_token_id": c["eos"],
+        "torch_dtype": c["dtype"],
+    }
+    if "head_dim" in c:
+        cfg["head_dim"] = head_dim
+    return cfg
+
+
+def tensors(c, seed):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(c["dtype"])
+    h, f = c["hidden"], c["ffn"]
+    hd = c.get("head_dim", h // c["heads"])
+    q, kv = c["heads"] * hd, c["kv_heads"] * hd
+
+    def w(*shape, scale=0.08):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(dt)
+
+    def norm(n):
+        return (np.float32(1) + rng.standard_normal(n, dtype=np.float32) * np.float32(0.05)).astype(dt)
+
+    out = {"model.embed_tokens.weight": w(c["vocab"], h, scale=0.5)}
+    for i in range(c["layers"]):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"] = norm(h)
+        out[p + "self_attn.q_proj.weight"] = w(q, h)
+        out[p + "self_attn.k_proj.weight"] = w(kv, h)
+        out[p + "self_attn.v_proj.weight"] = w(kv, h)
+        if c["bias"]:
+            out[p + "self_attn.q_proj.bias"] = w(q, scale=0.02)
+            out[p + "self_attn.k_proj.bias"] = w(kv, scale=0.02)
+            out[p + "self_attn.v_proj.bias"] = w(kv, scale=0.02)
+        if c["qk_norm"]:
+            out[p + "self_attn.q_norm.weight"] = norm(hd)
+            out[p + "self_attn.k_norm.weight"] = norm(hd)
+        out[p + "self_attn.o_proj.weight"] = w(h, q)
+        out[p + "post_attention_layernorm.weight"] = norm(h)
+        out[p + "mlp.gate_proj.weight"] = w(f, h)
+        out[p + "mlp.up_proj.weight"] = w(f, h)
+        out[p + "mlp.down_proj.weight"] = w(h, f)
+    out["model.norm.weight"] = norm(h)
+    if not c["tied"]:
+        out["lm_head.weight"] = w(c["vocab"], h)
+    return out
+
+
+def write(name, out_dir, tokenizers_dir, seed=1234):
+    """Writes checkpoint `name` of CONFIGS into out_dir (created); returns out_dir."""
+    c = CONFIGS[name]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config_json(c), indent=2) + "\n")
+    tok = Path(tokenizers_dir) / c["tokenizer"]
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        if (tok / f).exists():
+            shutil.copyfile(tok / f, out / f)
+    ts = tensors(c, seed)
+    meta = {"format": "pt"}
+    if c["shards"] == 1:
+        save_file(ts, str(out / "model.safetensors"), metadata=meta)
+    else:
+        names = list(ts)
+        n = c["shards"]
+        per = (len(names) + n - 1) // n
+        weight_map = {}
+        total = 0
+        for s in range(n):
+            part = names[s * per:(s + 1) * per]
+            fname = f"model-{s + 1:05d}-of-{n:05d}.safetensors"
+            save_file({k: ts[k] for k in part}, str(out / fname), metadata=meta)
+            for k in part:
+                weight_map[k] = fname
+                total += ts[k].nbytes
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    # usage: hf_checkpoint.py NAME OUT_DIR TOKENIZERS_DIR
+    write(sys.argv[1], sys.argv[2], sys.argv[3])
