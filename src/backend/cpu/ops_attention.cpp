@@ -88,12 +88,14 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
     const auto mad16 = k.ggml_fa_mad_f16 != nullptr ? k.ggml_fa_mad_f16 : ggml_mad_f16_scalar;
     const auto scale16 =
         k.ggml_fa_scale_f16 != nullptr ? k.ggml_fa_scale_f16 : ggml_scale_f16_scalar;
-    // llama.cpp's tiled kernel for a ubatch this tall: opt-in (MINFER_LLAMACPP_TILED_ATTN=1),
-    // since it makes a row's bits depend on how many rows share its batch, as in llama.cpp,
-    // which the engine's batch invariance (invariant 8) does not allow by default.
+    // llama.cpp's tiled kernel for a ubatch this tall, as its default build runs it: so
+    // under --numerics llamacpp (only there) a row's bits depend on how many rows share
+    // its batch, as in llama.cpp — the one place that mode gives up invariant 8, on
+    // purpose and documented (docs/ARCHITECTURE.md). MINFER_LLAMACPP_TILED_ATTN=0 keeps
+    // the per-row kernel for every batch (batch-invariant, llama.cpp's bits for < 64 rows).
     static const bool tiled_on = [] {
       const char* e = std::getenv("MINFER_LLAMACPP_TILED_ATTN");
-      return e != nullptr && std::string_view(e) == "1";
+      return e == nullptr || std::string_view(e) != "0";
     }();
     if (tiled_on && n_real >= kGgmlFaTileRows) {
       auto tiled = [&](int64_t lo, int64_t hi, int32_t thread) {
