@@ -253,6 +253,50 @@ NodeId GraphBuilder::tanh(NodeId x) {
   return push(make(Op::kTanh, {x}, src(x).shape, DType::kF32));
 }
 
+NodeId GraphBuilder::top_k(NodeId x, int64_t k) {
+  check_f32(x, "top_k");
+  const Shape& xs = src(x).shape;
+  MINFER_CHECK(k >= 1 && k <= xs.ne[0] && xs.ne[2] == 1 && xs.ne[3] == 1,
+               "top_k: k %lld of %s (2-D, 1 <= k <= ne0)", static_cast<long long>(k),
+               nm(src(x)).c_str());
+  return push(make(Op::kTopK, {x}, Shape{k, xs.ne[1]}, DType::kI32));
+}
+
+NodeId GraphBuilder::moe_weights(NodeId probs, NodeId ids) {
+  check_f32(probs, "moe_weights");
+  const Shape& ps = src(probs).shape;
+  const Shape& is = src(ids).shape;
+  MINFER_CHECK(src(ids).dtype == DType::kI32 && is.ne[1] == ps.ne[1] && is.ne[2] == 1 &&
+                   ps.ne[2] == 1 && is.ne[0] <= ps.ne[0],
+               "moe_weights: ids %s do not select from probs %s", nm(src(ids)).c_str(),
+               nm(src(probs)).c_str());
+  return push(make(Op::kMoeWeights, {probs, ids}, Shape{is.ne[0], is.ne[1]}, DType::kF32));
+}
+
+NodeId GraphBuilder::mul_mat_id(NodeId w, NodeId x, NodeId ids) {
+  check_f32(x, "mul_mat_id");
+  const Shape& ws = src(w).shape;
+  const Shape& xs = src(x).shape;
+  const Shape& is = src(ids).shape;
+  MINFER_CHECK(src(ids).dtype == DType::kI32 && is.ne[2] == 1 && ws.ne[3] == 1 &&
+                   xs.ne[0] == ws.ne[0] && xs.ne[2] == is.ne[1] &&
+                   (xs.ne[1] == 1 || xs.ne[1] == is.ne[0]) && xs.ne[3] == 1,
+               "mul_mat_id: w %s, x %s, ids %s do not fit", nm(src(w)).c_str(), nm(src(x)).c_str(),
+               nm(src(ids)).c_str());
+  return push(make(Op::kMulMatId, {w, x, ids}, Shape{ws.ne[1], is.ne[0], is.ne[1]}, DType::kF32));
+}
+
+NodeId GraphBuilder::moe_sum(NodeId experts, NodeId weights) {
+  check_f32(experts, "moe_sum");
+  check_f32(weights, "moe_sum");
+  const Shape& es = src(experts).shape;
+  const Shape& ws = src(weights).shape;
+  MINFER_CHECK(ws.ne[0] == es.ne[1] && ws.ne[1] == es.ne[2] && ws.ne[2] == 1 && es.ne[3] == 1,
+               "moe_sum: weights %s do not match experts %s", nm(src(weights)).c_str(),
+               nm(src(experts)).c_str());
+  return push(make(Op::kMoeSum, {experts, weights}, Shape{es.ne[0], es.ne[2]}, DType::kF32));
+}
+
 NodeId GraphBuilder::softmax(NodeId x, float s) {
   check_f32(x, "softmax");
   Node n = make(Op::kSoftmax, {x}, src(x).shape, DType::kF32);

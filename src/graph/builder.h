@@ -79,7 +79,22 @@ class GraphBuilder {
   // F32, equal shapes → same shape; llamacpp_table: the gelu table llama.cpp's native
   // (FMA-contracted) build computes (backend/cpu/geglu.h), else the uncontracted one.
   NodeId geglu(NodeId gate, NodeId up, bool llamacpp_table = false);
-  NodeId tanh(NodeId x);                         // F32 → same shape
+  NodeId tanh(NodeId x);  // F32 → same shape
+  // Mixture of experts (llama.cpp's build_moe_ffn, CPU order):
+  // x F32 [n, rows] → I32 [k, rows]: per row the indices of its k largest values, in
+  // descending order (ggml_argsort_top_k: std::sort of all indices by >, first k).
+  NodeId top_k(NodeId x, int64_t k);
+  // probs F32 [n_expert, rows], ids I32 [k, rows] → F32 [k, rows]:
+  // w[s] = probs[ids[s]] / max(Σ_s probs[ids[s]], 2^-14), the sum in double.
+  NodeId moe_weights(NodeId probs, NodeId ids);
+  // w [K, N, n_expert] (any mul_mat dtype), x F32 [K, n_b, rows] (n_b = 1: the row is
+  // shared by every slot; n_b = k: one row per slot), ids I32 [k, rows]
+  // → F32 [N, k, rows]: y[:, s, t] = w[:, :, ids[s, t]] · x[:, s % n_b, t], each element
+  // the vec_dot of mul_mat's decode GEMV; only the chosen experts' rows are read.
+  NodeId mul_mat_id(NodeId w, NodeId x, NodeId ids);
+  // experts F32 [n, k, rows], weights F32 [k, rows] → F32 [n, rows]:
+  // ((e_0·w_0 + e_1·w_1) + e_2·w_2) + … (each product and sum rounded to f32).
+  NodeId moe_sum(NodeId experts, NodeId weights);
   NodeId softmax(NodeId x, float scale = 1.0f);  // over ne0
   NodeId scale(NodeId x, float s);
   NodeId cont(NodeId x);                  // contiguous copy (cpy/cont)

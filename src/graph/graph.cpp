@@ -53,6 +53,14 @@ std::string_view op_name(Op op) {
       return "geglu";
     case Op::kTanh:
       return "tanh";
+    case Op::kTopK:
+      return "top_k";
+    case Op::kMoeWeights:
+      return "moe_weights";
+    case Op::kMulMatId:
+      return "mul_mat_id";
+    case Op::kMoeSum:
+      return "moe_sum";
     case Op::kCount:
       break;
   }

@@ -49,6 +49,11 @@ enum class Op : uint8_t {
   kRmsNormMul,  // fused rms_norm(x) * w, produced only by the fusion pass
   kGeglu,       // gelu_tanh(gate) · up, gelu as ggml's CPU table (f16 in, f16 out)
   kTanh,        // tanh(x) (logit soft-capping: cap · tanh(x / cap))
+  // Mixture of experts (qwen3moe; llama.cpp's build_moe_ffn):
+  kTopK,        // I32 indices of the k largest of each F32 row, descending (argsort_top_k)
+  kMoeWeights,  // probs[ids] of each row divided by their sum (norm_topk_prob)
+  kMulMatId,    // per (slot, token): expert ids[slot, token]'s matrix × its row (mul_mat_id)
+  kMoeSum,      // Σ over slots, in slot order, of expert row · its weight
   kCount,
 };
 

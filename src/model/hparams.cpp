@@ -156,11 +156,14 @@ Status read_swa(const gguf::Model& f, HParams& hp, uint32_t default_period) {
 std::string describe(const HParams& hp) {
   return fmt::format(
       "{}: {} layers, n_embd {}, n_ff {}, heads {}/{} (head size {}, rope {} dims, base {}{}), "
-      "vocab {}, context {}",
+      "vocab {}, context {}{}",
       hp.arch, hp.n_layer, hp.n_embd, hp.n_ff, hp.n_head, hp.n_head_kv, hp.n_embd_head, hp.n_rot,
       hp.rope_freq_base,
       hp.rope_freq_scale != 1.0f ? fmt::format(", linear scale {}", hp.rope_freq_scale) : "",
-      hp.n_vocab, hp.n_ctx_train);
+      hp.n_vocab, hp.n_ctx_train,
+      hp.n_expert > 0 ? fmt::format(", experts {} of {} (n_ff_exp {})", hp.n_expert_used,
+                                    hp.n_expert, hp.n_ff_exp)
+                      : "");
 }
 
 }  // namespace minfer::model

@@ -122,6 +122,32 @@ NodeId ffn_geglu(graph::GraphBuilder& b, const LayerWeights& lw, NodeId cur, int
   return out;
 }
 
+NodeId ffn_moe(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& lw, NodeId cur,
+               int il) {
+  const graph::Shape& cs = b.node(cur).shape;
+  const int64_t n_embd = cs.ne[0], rows = cs.ne[1];
+  NodeId logits = b.mul_mat(weight_node(b, lw.ffn_gate_inp), cur);  // F32 [n_expert, rows]
+  b.name(logits, "ffn_moe_logits", il);
+  NodeId probs = b.softmax(logits);  // F32 [n_expert, rows]
+  b.name(probs, "ffn_moe_probs", il);
+  NodeId ids = b.top_k(probs, hp.n_expert_used);  // I32 [n_expert_used, rows]
+  b.name(ids, "ffn_moe_topk", il);
+  NodeId weights = b.moe_weights(probs, ids);  // F32 [n_expert_used, rows]
+  b.name(weights, "ffn_moe_weights_norm", il);
+  NodeId x = b.reshape(cur, {n_embd, 1, rows});                      // F32 [n_embd, 1, rows]
+  NodeId up = b.mul_mat_id(weight_node(b, lw.ffn_up_exps), x, ids);  // F32 [n_ff_exp, k, rows]
+  b.name(up, "ffn_moe_up", il);
+  NodeId gate = b.mul_mat_id(weight_node(b, lw.ffn_gate_exps), x, ids);  // F32 [n_ff_exp, k, rows]
+  b.name(gate, "ffn_moe_gate", il);
+  NodeId act = b.swiglu(gate, up);  // F32 [n_ff_exp, k, rows]
+  b.name(act, "ffn_moe_swiglu", il);
+  NodeId down = b.mul_mat_id(weight_node(b, lw.ffn_down_exps), act, ids);  // F32 [n_embd, k, rows]
+  b.name(down, "ffn_moe_down", il);
+  NodeId out = b.moe_sum(down, weights);  // F32 [n_embd, rows]
+  b.name(out, "ffn_moe_out", il);
+  return out;
+}
+
 NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const ModelWeights& w,
                    NodeId tok_embd, NodeId cur) {
   cur = b.mul(b.rms_norm(cur, hp.rms_eps), weight_node(b, w.output_norm));  // F32 [n_embd, n_out]
@@ -148,7 +174,8 @@ Result<WeightRef> require_f32(const WeightBinder& wb, const std::string& name, i
   return w;
 }
 
-Result<ModelWeights> bind_llama_family(const WeightBinder& wb, const HParams& hp, QkvBias bias) {
+Result<ModelWeights> bind_llama_family(const WeightBinder& wb, const HParams& hp, QkvBias bias,
+                                       FfnKind ffn) {
   const int64_t n_embd = hp.n_embd;
   const int64_t n_embd_q = int64_t{hp.n_embd_head} * hp.n_head;
   const int64_t n_embd_kv = hp.n_embd_kv();
@@ -184,9 +211,21 @@ Result<ModelWeights> bind_llama_family(const WeightBinder& wb, const HParams& hp
       }
     }
     MINFER_TRY(l.ffn_norm, wb.require(blk(il, "ffn_norm.weight"), {n_embd}));
-    MINFER_TRY(l.ffn_gate, wb.require(blk(il, "ffn_gate.weight"), {n_embd, n_ff}));
-    MINFER_TRY(l.ffn_up, wb.require(blk(il, "ffn_up.weight"), {n_embd, n_ff}));
-    MINFER_TRY(l.ffn_down, wb.require(blk(il, "ffn_down.weight"), {n_ff, n_embd}));
+    if (ffn == FfnKind::kMoe) {
+      const int64_t n_expert = hp.n_expert;
+      const int64_t n_ff_exp = hp.n_ff_exp;
+      MINFER_TRY(l.ffn_gate_inp, wb.require(blk(il, "ffn_gate_inp.weight"), {n_embd, n_expert}));
+      MINFER_TRY(l.ffn_gate_exps,
+                 wb.require(blk(il, "ffn_gate_exps.weight"), {n_embd, n_ff_exp, n_expert}));
+      MINFER_TRY(l.ffn_up_exps,
+                 wb.require(blk(il, "ffn_up_exps.weight"), {n_embd, n_ff_exp, n_expert}));
+      MINFER_TRY(l.ffn_down_exps,
+                 wb.require(blk(il, "ffn_down_exps.weight"), {n_ff_exp, n_embd, n_expert}));
+    } else {
+      MINFER_TRY(l.ffn_gate, wb.require(blk(il, "ffn_gate.weight"), {n_embd, n_ff}));
+      MINFER_TRY(l.ffn_up, wb.require(blk(il, "ffn_up.weight"), {n_embd, n_ff}));
+      MINFER_TRY(l.ffn_down, wb.require(blk(il, "ffn_down.weight"), {n_ff, n_embd}));
+    }
     for (const WeightRef* nw : {&l.attn_norm, &l.ffn_norm}) {
       if (nw->dtype != DType::kF32) {
         return make_error(
@@ -224,7 +263,8 @@ graph::ComputeGraph build_llama_family(const HParams& hp, const ModelWeights& w,
     NodeId ffn_inp = b.add(cur, resid);  // F32 [n_embd, rows]
     b.name(ffn_inp, "ffn_inp", il);
     cur = norm(b, ffn_inp, lw.ffn_norm, hp.rms_eps, "ffn_norm", il);  // F32 [n_embd, rows]
-    cur = ffn_swiglu(b, lw, cur, il);                                 // F32 [n_embd, rows]
+    cur = lw.ffn_gate_inp.present() ? ffn_moe(b, hp, lw, cur, il)     // F32 [n_embd, rows]
+                                    : ffn_swiglu(b, lw, cur, il);     // F32 [n_embd, rows]
     inp = b.add(cur, ffn_inp);                                        // F32 [n_embd, rows]
     b.name(inp, "l_out", il);
   }

@@ -47,6 +47,14 @@ graph::NodeId ffn_swiglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::
 graph::NodeId ffn_geglu(graph::GraphBuilder& b, const LayerWeights& lw, graph::NodeId cur, int il,
                         bool llamacpp_table = false);
 
+// Mixture-of-experts feed-forward (llama.cpp's build_moe_ffn as qwen3moe calls it:
+// softmax gating, top-k, weights normalised to sum 1, SwiGLU experts): router logits
+// (ffn_gate_inp), softmax, the top hp.n_expert_used experts per row, their weights
+// divided by their sum, gate/up/down of only those experts (mul_mat_id), the weighted
+// sum in slot order. F32 [n_embd, rows]
+graph::NodeId ffn_moe(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& lw,
+                      graph::NodeId cur, int il);
+
 // Final norm and LM head, marked as the graph output: F32 [n_vocab, n_out]. A tied
 // output reads `tok_embd`, the embedding's own weight node. hp.final_logit_softcap
 // c > 0 caps the logits: c · tanh(logits / c) (gemma2-style soft-capping).
@@ -55,15 +63,21 @@ graph::NodeId output_head(graph::GraphBuilder& b, const HParams& hp, const Model
 
 // Binds the tensors every Llama-family model has (token_embd, output_norm, output or
 // tied, and per block: norms, Q/K/V/O, gate/up/down); Q/K/V biases when `qkv_bias`.
+// With FfnKind::kMoe the blocks bind the router and the 3-D expert tensors
+// (ffn_gate_inp [n_embd, n_expert], ffn_{gate,up}_exps [n_embd, n_ff_exp, n_expert],
+// ffn_down_exps [n_ff_exp, n_embd, n_expert]) instead of ffn_gate/up/down.
 enum class QkvBias : uint8_t { kNone, kRequired };
-Result<ModelWeights> bind_llama_family(const WeightBinder& binder, const HParams& hp, QkvBias bias);
+enum class FfnKind : uint8_t { kDense, kMoe };
+Result<ModelWeights> bind_llama_family(const WeightBinder& binder, const HParams& hp, QkvBias bias,
+                                       FfnKind ffn = FfnKind::kDense);
 // Binds a required F32 norm weight of `n` elements (an error names a wrong type).
 Result<WeightRef> require_f32(const WeightBinder& binder, const std::string& name, int64_t n);
 
 // The llama-family forward graph (llama.cpp's llm_build_llama / llm_build_qwen2): pre-norm
 // blocks of attention and SwiGLU FFN added to the residual stream, the last block cut to
 // the n_out tail rows in prefill. Architectures differ only in what adjust/bind set up
-// (rope mode, Q/K/V biases), so llama and qwen2 share it. Pure function of GraphParams.
+// (rope mode, Q/K/V biases, QK-norm, a bound router = the MoE FFN), so llama, qwen2,
+// qwen3 and qwen3moe share it. Pure function of GraphParams.
 graph::ComputeGraph build_llama_family(const HParams& hp, const ModelWeights& w,
                                        const graph::GraphParams& p);
 

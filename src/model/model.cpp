@@ -11,12 +11,13 @@
 #include "model/arch/phi3/phi3.h"
 #include "model/arch/qwen2/qwen2.h"
 #include "model/arch/qwen3/qwen3.h"
+#include "model/arch/qwen3moe/qwen3moe.h"
 
 namespace minfer::model {
 namespace {
 
 const Arch kArchs[] = {
-    llama::kArch, qwen2::kArch, qwen3::kArch, gemma3::kArch, phi3::kArch,
+    llama::kArch, qwen2::kArch, qwen3::kArch, qwen3moe::kArch, gemma3::kArch, phi3::kArch,
 };
 
 }  // namespace

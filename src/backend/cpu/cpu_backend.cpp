@@ -199,6 +199,15 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
              dts[1] == DType::kF32;
     case Op::kRope:
       return dts.size() == 2 && dts[0] == DType::kF32 && dts[1] == DType::kI32;
+    case Op::kTopK:
+      return dts.size() == 1 && dts[0] == DType::kF32 && n.dtype == DType::kI32;
+    case Op::kMoeWeights:
+      return dts.size() == 2 && dts[0] == DType::kF32 && dts[1] == DType::kI32;
+    case Op::kMoeSum:
+      return all_f32();
+    case Op::kMulMatId:
+      return dts.size() == 3 && scalar_dot_kernel(dts[0]).vec_dot != nullptr &&
+             dts[1] == DType::kF32 && dts[2] == DType::kI32;
     case Op::kKvStore:
       return dts.size() == 3 && (dts[0] == DType::kF32 || dts[0] == DType::kF16) &&
              dts[1] == DType::kF32 && dts[2] == DType::kI32;
@@ -337,6 +346,14 @@ Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId>
         break;
       case Op::kMulMat:
         st = op_mul_mat(c, id);
+        break;
+      case Op::kMulMatId:
+        st = op_mul_mat_id(c, id);
+        break;
+      case Op::kTopK:
+      case Op::kMoeWeights:
+      case Op::kMoeSum:
+        st = op_moe(c, id);
         break;
       default:
         return make_error(fmt::format("cpu backend: no kernel for node {} '{}' (op {})", id, n.name,
