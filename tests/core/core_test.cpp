@@ -140,7 +140,8 @@ TEST(Fp16, FmaRoundsTheExactSumOnce) {
   EXPECT_EQ(fma_f16_exact(0x7bff, 0x3c00, 0x5000), 0x7c00);  // 65504 + 32 → infinity
 }
 
-#if defined(__x86_64__)
+// AVX512-FP16 intrinsics need GCC 12+ or clang 16+ (Debian 12's clang 14 lacks them).
+#if defined(__x86_64__) && (!defined(__clang__) || __clang_major__ >= 16)
 bool cpu_has_avx512fp16() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;

@@ -9,6 +9,16 @@
 #include "backend/cpu/vec_dot.h"
 #include "core/fp16.h"
 
+// AVX512-FP16 intrinsics in a target("avx512fp16") function need GCC 12+ or a clang
+// newer than Debian 12's clang 14 (which rejects _Float16 without the global flag);
+// without them the f16 twins are the scalar references and cpu_has_avx512fp16() says
+// false, so the backend and the twin tests take the scalar path (the same bits).
+#if defined(__x86_64__) && (!defined(__clang__) || __clang_major__ >= 16)
+#define MINFER_AVX512FP16_INTRIN 1
+#else
+#define MINFER_AVX512FP16_INTRIN 0
+#endif
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -93,6 +103,7 @@ void ggml_fa_tiled_row(int64_t hd, int64_t hd_v, const float* q, const uint16_t*
 #if defined(__x86_64__)
 
 bool cpu_has_avx512fp16() {
+  if (!MINFER_AVX512FP16_INTRIN) return false;  // the twins are not compiled in
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
   const bool isa = (b & (1u << 16)) && (b & (1u << 30)) && (b & (1u << 31)) &&  // F, BW, VL
@@ -137,6 +148,7 @@ __attribute__((target("avx2,fma,f16c"))) float ggml_dot_f16_vec_avx2_fa(int64_t 
   return static_cast<float>(sum);
 }
 
+#if MINFER_AVX512FP16_INTRIN
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void ggml_scale_f16_avx512fp16(
     int64_t n, uint16_t* y, float v) {
   const int64_t np = n & ~(kGgmlF16Step - 1);
@@ -158,6 +170,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void ggml_mad_f1
     y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
   }
 }
+
+#else
+void ggml_scale_f16_avx512fp16(int64_t n, uint16_t* y, float v) {
+  ggml_scale_f16_scalar(n, y, v);
+}
+void ggml_mad_f16_avx512fp16(int64_t n, uint16_t* y, const uint16_t* x, float v) {
+  ggml_mad_f16_scalar(n, y, x, v);
+}
+#endif
 
 #else
 
