@@ -116,37 +116,7 @@ bool cpu_has_avx512fp16() {
   return (lo & 0xe6u) == 0xe6u;  // XMM, YMM, opmask, ZMM state
 }
 
-namespace {
-__attribute__((target("avx2,fma,f16c"))) inline __m256 load_f16x8(const uint16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-}  // namespace
-
-__attribute__((target("avx2,fma,f16c"))) float ggml_dot_f16_vec_avx2_fa(int64_t n,
-                                                                        const uint16_t* x,
-                                                                        const uint16_t* y) {
-  __m256 lo[4], hi[4];
-  for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
-  const int64_t np = n & ~int64_t{63};
-  for (int64_t i = 0; i < np; i += 64) {
-    for (int j = 0; j < 4; ++j) {
-      const int64_t at = i + j * 16;
-      lo[j] = _mm256_fmadd_ps(load_f16x8(x + at), load_f16x8(y + at), lo[j]);
-      hi[j] = _mm256_fmadd_ps(load_f16x8(x + at + 8), load_f16x8(y + at + 8), hi[j]);
-    }
-  }
-  // a[e] = (lane0 + lane2) + (lane1 + lane3); then a[8 + e] + a[e], 4 + 4, 2 + 2.
-  const __m256 l = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
-  const __m256 h = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
-  const __m256 t8 = _mm256_add_ps(h, l);
-  const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
-  const __m128 t2 = _mm_add_ps(t4, _mm_shuffle_ps(t4, t4, _MM_SHUFFLE(1, 0, 3, 2)));
-  double sum = static_cast<double>(_mm_cvtss_f32(_mm_add_ss(t2, _mm_movehdup_ps(t2))));
-  for (int64_t i = np; i < n; ++i) {
-    sum += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
-  }
-  return static_cast<float>(sum);
-}
+// ggml_dot_f16_vec_avx2_fa is ggml_vec_dot_f16's AVX2 form itself: vec_dot_avx2.cpp.
 
 #if MINFER_AVX512FP16_INTRIN
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void ggml_scale_f16_avx512fp16(

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/attn_ggml_f16.h"
 #include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
@@ -505,6 +506,12 @@ float ggml_dot_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
 }
 
 }  // namespace
+
+// The Q·K dot of llama.cpp's flash attention (attn_ggml_f16.h) is ggml_vec_dot_f16, the
+// same lanes and tree as the f16 GEMV above (x · y = y · x exactly in f32).
+float ggml_dot_f16_vec_avx2_fa(int64_t n, const uint16_t* x, const uint16_t* y) {
+  return ggml_dot_f16_vec_avx2(n, x, y);
+}
 
 namespace {
 
