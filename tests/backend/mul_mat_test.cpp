@@ -283,6 +283,38 @@ TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
   }
 }
 
+// The two-head score kernel is two single-head passes bit for bit: each half of its
+// registers keeps dot_f32's 8 lanes and order (head sizes with and without an 8-tail,
+// cell counts around its 8- and 4-cell groups).
+TEST(VecDotSimd, AttentionTwoHeadScoresEqualTwoSingleHeadPasses_bitwise) {
+  for (int64_t hd : {1, 7, 8, 64, 67, 128, 256, 260}) {
+    for (int64_t n_cells : {0, 1, 3, 4, 5, 8, 9, 12, 13, 64}) {
+      const int64_t stride = hd * 3 + 5;
+      std::vector<float> q0 = random_floats(static_cast<size_t>(hd), 7);
+      std::vector<float> q1 = random_floats(static_cast<size_t>(hd), 11);
+      std::vector<float> kv = random_floats(static_cast<size_t>(n_cells * stride + hd), 8);
+      const size_t n = static_cast<size_t>(n_cells);
+      std::vector<float> want0(n), want1(n), got0(n, -1.0f), got1(n, -1.0f);
+      for (size_t c = 0; c < n; ++c) {
+        want0[c] = dot_f32_scalar(hd, q0.data(), kv.data() + c * stride) * 0.0883883f;
+        want1[c] = dot_f32_scalar(hd, q1.data(), kv.data() + c * stride) * 0.0883883f;
+      }
+      attn_scores2_f32_scalar(n_cells, hd, q0.data(), q1.data(), kv.data(), stride, 0.0883883f,
+                              got0.data(), got1.data());
+      EXPECT_EQ(0, std::memcmp(want0.data(), got0.data(), n * 4)) << hd << " " << n_cells;
+      EXPECT_EQ(0, std::memcmp(want1.data(), got1.data(), n * 4)) << hd << " " << n_cells;
+      if (have_avx512()) {
+        std::fill(got0.begin(), got0.end(), -1.0f);
+        std::fill(got1.begin(), got1.end(), -1.0f);
+        attn_scores2_f32_avx512(n_cells, hd, q0.data(), q1.data(), kv.data(), stride, 0.0883883f,
+                                got0.data(), got1.data());
+        EXPECT_EQ(0, std::memcmp(want0.data(), got0.data(), n * 4)) << hd << " " << n_cells;
+        EXPECT_EQ(0, std::memcmp(want1.data(), got1.data(), n * 4)) << hd << " " << n_cells;
+      }
+    }
+  }
+}
+
 // Every AVX-512 VNNI kernel equals the scalar reference bit for bit: the K-quants keep
 // exact integer super-block sums in ggml's x86 lane order with the scalar float
 // expression (so the AVX2 twins too); Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 keep one f32 lane per

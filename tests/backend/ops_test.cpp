@@ -192,8 +192,9 @@ struct AttnGraph {
 
 // q [hd, nh, nt], new K/V rows for nt tokens stored at `cells`, window per token.
 const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t key, AttnGraph* ag,
-                                      DType kv = DType::kF32, bool ggml_f16 = false) {
-  const int hd = 8, nh = 4, nkv = 2, n_ctx = 160;
+                                      DType kv = DType::kF32, bool ggml_f16 = false, int hd = 8,
+                                      int nh = 4, int nkv = 2) {
+  const int n_ctx = 160;
   GraphBuilder b;
   NodeId q = b.input("q", DType::kF32, {hd, nh, nt});
   NodeId k = b.input("k", DType::kF32, {hd * nkv, nt});
@@ -213,6 +214,45 @@ const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t 
                          .ggml_f16 = ggml_f16});
   b.mark_output(ag->out);
   return rig.load(b.finish(), key, n_ctx);
+}
+
+// Query heads are taken two at a time per KV head where the ISA has a two-head score
+// kernel (AVX-512), one at a time elsewhere: a group of 3 (a pair and a single) at head
+// size 128 and 72 (an 8-lane body with and without a tail) gives the scalar kernels' bits
+// on every ISA, for a 150-token prefill and a decode row.
+TEST(Attention, HeadPairsGiveTheSingleHeadBitsOnEveryIsa_bitwise) {
+  const int T = 150, nh = 6, nkv = 2;
+  for (int hd : {128, 72}) {
+    auto vq = random_floats(T * nh * hd, 31, -2.0f, 2.0f);
+    auto vk = random_floats(T * nkv * hd, 32, -2.0f, 2.0f);
+    auto vv = random_floats(T * nkv * hd, 33);
+    std::vector<int32_t> cells(T), win(2 * T);
+    for (int t = 0; t < T; ++t) {
+      cells[t] = t;
+      win[2 * t] = 0;
+      win[2 * t + 1] = t + 1;
+    }
+    std::vector<std::vector<float>> outs;
+    for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAuto}) {
+      if (isa != CpuIsa::kScalar && detect_isa() == CpuIsa::kScalar) continue;
+      CpuRig rig(2, isa);
+      AttnGraph ag;
+      const auto& g = attn_graph(rig, T, 1, 1, &ag, DType::kF32, false, hd, nh, nkv);
+      rig.fill_f32(g, "q", vq);
+      rig.fill_f32(g, "k", vk);
+      rig.fill_f32(g, "v", vv);
+      rig.fill_i32(g, "cells", cells);
+      rig.fill_i32(g, "win", win);
+      Status st = rig.run(g);
+      ASSERT_TRUE(st.ok()) << st.error().message;
+      outs.push_back(rig.read(g, ag.out));
+    }
+    for (size_t i = 1; i < outs.size(); ++i) {
+      ASSERT_EQ(outs[0].size(), outs[i].size());
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * 4))
+          << "hd " << hd << " isa #" << i;
+    }
+  }
 }
 
 // Prefill of T tokens at cells/positions 0..T-1 (causal), then the same T tokens decoded

@@ -154,6 +154,7 @@ IsaKernels avx512_kernels() {
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
                     .attn_scores_f32 = attn_scores_f32_avx2,
+                    .attn_scores2_f32 = attn_scores2_f32_avx512,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx512,
                     .f16_to_f32 = f16_to_f32_avx2,
                     .silu_poly = silu_poly_avx2,

@@ -28,6 +28,11 @@ struct IsaKernels {
   // attention over a chunk of f32 cells (vec_dot.h): bitwise loops of dot_f32 / axpy_f32
   void (*attn_scores_f32)(int64_t n_cells, int64_t hd, const float* q, const float* k,
                           int64_t k_stride, float scale, float* out) = nullptr;
+  // two query heads of one KV head at once: bitwise two attn_scores_f32 calls; nullptr:
+  // the op calls attn_scores_f32 per head
+  void (*attn_scores2_f32)(int64_t n_cells, int64_t hd, const float* q0, const float* q1,
+                           const float* k, int64_t k_stride, float scale, float* out0,
+                           float* out1) = nullptr;
   void (*attn_axpy_rows_f32)(int64_t n_cells, int64_t n, const float* p, const float* v,
                              int64_t v_stride, float* y) = nullptr;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening

@@ -7,8 +7,9 @@
 // query sees — i.e. at fixed positions, not at cell indices — so the max-rescaling
 // points are the same for a token decoded alone or prefilled in a batch, and for a
 // sequence whatever cells of the shared store hold it (its own run from cell 0, a run
-// elsewhere, or a shared prefix run plus its own). One thread owns one (token, head):
-// threads never split its reduction. A query whose window is empty is a padding row
+// elsewhere, or a shared prefix run plus its own). One thread owns one (token, head) —
+// or two heads of one KV head, each with its own arithmetic: threads never split a
+// reduction. A query whose window is empty is a padding row
 // of a bucketed batch (src/kv never produces an empty window for a real row): its
 // output is zero.
 #include <fmt/format.h>
@@ -29,6 +30,9 @@ namespace {
 
 // Scores per chunk; fixed (part of the numerics), not a tuning knob of the batch.
 constexpr int32_t kChunk = 64;
+// Query tokens per work item of the f32 path (a tuning knob: the arithmetic of a row does
+// not depend on it).
+constexpr int64_t kTokBlock = 8;
 
 // AttnNumerics::kGgmlF16: llama.cpp's CPU flash-attention vector path, element for
 // element (ggml-cpu ops.cpp, flash_attn_ext_f16_one_chunk), as its default native build
@@ -73,11 +77,13 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   const int64_t group = n_head / n_head_kv;
   const IsaKernels& k = c.k;
   const bool f16_kv = kn.dtype == DType::kF16;
-  // Per thread: acc [hd_v] + K row [hd] + V row [hd_v] floats, then f16 Q [hd] and f16
-  // accumulator [hd_v]; reserved before the threads start.
+  // Per thread: acc [kTokBlock][2][hd_v] + K row [hd] + V row [hd_v] floats (the f32
+  // path), or acc [hd_v] + K row + V row, then f16 Q [hd] and f16 accumulator [hd_v] (the
+  // ggml_f16 path); reserved before the threads start.
   // The tiled path: acc [hd_v] and the visible cells (int32) after it.
   const int64_t stride =
-      std::max(2 * hd_v + hd + (hd + hd_v + 1) / 2 + 16, hd_v + n_cells * n_runs + 16);
+      std::max({kTokBlock * 2 * hd_v + hd + hd_v + 16, 2 * hd_v + hd + (hd + hd_v + 1) / 2 + 16,
+                hd_v + n_cells * n_runs + 16});
   float* scratch_all = reinterpret_cast<float*>(
       c.scratch.get(static_cast<size_t>(c.pool.n_threads() * stride) * sizeof(float)));
 
@@ -160,11 +166,20 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   }
 
   // f32 numerics over f32 or f16 cells (f16 rows are widened exactly, so an f16 cache
-  // gives the f32 result on the rounded values).
+  // gives the f32 result on the rounded values). One item is a block of up to kTokBlock
+  // query tokens and up to two query heads of one KV head. Over f32 cells, with
+  // attn_scores2_f32, both heads' scores come from one pass over the K rows; the block's
+  // tokens take their chunks in turn, so the K and V rows of a chunk, which neighbouring
+  // tokens mostly share, are still in L1 for the next token. Each (token, head) keeps its
+  // own arithmetic, in its own order: the bits of a single-head, single-token walk.
+  const bool pair_heads = !f16_kv && k.attn_scores2_f32 != nullptr && group >= 2;
+  const int64_t heads_per_item = pair_heads ? 2 : 1;
+  const int64_t sets = (group + heads_per_item - 1) / heads_per_item;  // per KV head
+  const int64_t n_blocks = (n_tok + kTokBlock - 1) / kTokBlock;
   auto run = [&](auto* kc, auto* vc) {
     auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
-      float* acc = scratch_all + thread * stride;
-      float* kbuf = acc + hd_v;
+      float* acc_base = scratch_all + thread * stride;  // acc [kTokBlock][2][hd_v]
+      float* kbuf = acc_base + kTokBlock * 2 * hd_v;
       float* vbuf = kbuf + hd;
       auto row = [&](auto* base, int64_t off, int64_t len, float* buf) -> const float* {
         if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(base)>>,
@@ -177,95 +192,142 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       };
       constexpr bool kF32Cells =
           std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>, float>;
-      float s[kChunk];
+      float s[2][kChunk];
       struct Piece {
         int64_t cell;  // first cell of this piece of a run
         int64_t n;     // cells
         int64_t off;   // offset in the chunk's scores
       };
       Piece piece[kChunk];
+      // One query token's walk: where it is in its window runs, and its heads' state.
+      struct Walk {
+        int64_t t;
+        const int32_t* wrow;
+        int64_t r, cur, run_end;
+        float m[2], l[2];
+        float* acc[2];
+        const float* qr[2];
+        bool done;
+      };
+      Walk walk[kTokBlock];
       for (int64_t item = lo; item < hi; ++item) {
-        const int64_t t = item / n_head;
-        const int64_t h = item % n_head;
-        const int64_t kvh = h / group;
-        const float* qr = q + (t * n_head + h) * hd;
-        std::fill(acc, acc + hd_v, 0.0f);
-        float m = -INFINITY;
-        float l = 0.0f;
-        const int32_t* wrow = win + t * 2 * n_runs;
-        int64_t r = 0;
-        int64_t cur = n_runs > 0 ? wrow[0] : 0;
-        int64_t run_end = n_runs > 0 ? cur + wrow[1] : 0;
-        for (;;) {
-          // The next chunk: up to kChunk cells in window order, possibly spanning runs.
-          int64_t n_pieces = 0;
-          int64_t filled = 0;
-          while (filled < kChunk && r < n_runs) {
-            if (cur == run_end) {
-              if (++r < n_runs) {
-                cur = wrow[2 * r];
-                run_end = cur + wrow[2 * r + 1];
+        const int64_t tb = item / (n_head_kv * sets);
+        const int64_t kvh = item / sets % n_head_kv;
+        const int64_t h0 = kvh * group + item % sets * heads_per_item;
+        const int64_t nh = std::min(heads_per_item, (kvh + 1) * group - h0);
+        const int64_t t0 = tb * kTokBlock;
+        const int64_t nb = std::min(kTokBlock, n_tok - t0);
+        for (int64_t b = 0; b < nb; ++b) {
+          Walk& w = walk[b];
+          w.t = t0 + b;
+          w.wrow = win + w.t * 2 * n_runs;
+          w.r = 0;
+          w.cur = n_runs > 0 ? w.wrow[0] : 0;
+          w.run_end = n_runs > 0 ? w.cur + w.wrow[1] : 0;
+          w.done = false;
+          for (int64_t j = 0; j < 2; ++j) {
+            w.m[j] = -INFINITY;
+            w.l[j] = 0.0f;
+            w.acc[j] = acc_base + (b * 2 + j) * hd_v;
+            w.qr[j] = q + (w.t * n_head + h0 + std::min(j, nh - 1)) * hd;
+          }
+          for (int64_t j = 0; j < nh; ++j) std::fill(w.acc[j], w.acc[j] + hd_v, 0.0f);
+        }
+        for (int64_t live = nb; live > 0;) {
+          for (int64_t b = 0; b < nb; ++b) {
+            Walk& w = walk[b];
+            if (w.done) continue;
+            // This token's next chunk: up to kChunk cells in window order, possibly
+            // spanning runs.
+            int64_t n_pieces = 0;
+            int64_t filled = 0;
+            while (filled < kChunk && w.r < n_runs) {
+              if (w.cur == w.run_end) {
+                if (++w.r < n_runs) {
+                  w.cur = w.wrow[2 * w.r];
+                  w.run_end = w.cur + w.wrow[2 * w.r + 1];
+                }
+                continue;
+              }
+              const int64_t take = std::min(kChunk - filled, w.run_end - w.cur);
+              piece[n_pieces++] = {.cell = w.cur, .n = take, .off = filled};
+              filled += take;
+              w.cur += take;
+            }
+            if (filled == 0) {  // the window is walked: normalise and write the heads
+              w.done = true;
+              --live;
+              for (int64_t j = 0; j < nh; ++j) {
+                float* o = out + w.t * (n_head * hd_v) + (h0 + j) * hd_v;
+                const float inv = w.l[j] == 0.0f ? 0.0f : 1.0f / w.l[j];  // 0: a padding row
+                for (int64_t i = 0; i < hd_v; ++i) o[i] = w.acc[j][i] * inv;
               }
               continue;
             }
-            const int64_t take = std::min(kChunk - filled, run_end - cur);
-            piece[n_pieces++] = {.cell = cur, .n = take, .off = filled};
-            filled += take;
-            cur += take;
-          }
-          if (filled == 0) break;
-          float mc = -INFINITY;
-          for (int64_t pi = 0; pi < n_pieces; ++pi) {
-            const Piece& pc = piece[pi];
-            float* sp = s + pc.off;
-            if constexpr (kF32Cells) {  // a run's cells in one call: bitwise the per-cell loop
-              k.attn_scores_f32(pc.n, hd, qr, kc + pc.cell * row_k + kvh * hd, row_k, scale, sp);
-              // fmax, inlined: NaN never wins, and the sign of a zero maximum cannot
-              // change exp(s − m)
-              for (int64_t i = 0; i < pc.n; ++i) mc = sp[i] > mc ? sp[i] : mc;
-            } else {
-              for (int64_t i = 0; i < pc.n; ++i) {
-                const int64_t cell = pc.cell + i;
-                const float v =
-                    k.dot_f32(hd, qr, row(kc, cell * row_k + kvh * hd, hd, kbuf)) * scale;
-                sp[i] = v;
-                mc = std::fmax(mc, v);
+            float mc[2] = {-INFINITY, -INFINITY};
+            for (int64_t pi = 0; pi < n_pieces; ++pi) {
+              const Piece& pc = piece[pi];
+              if constexpr (kF32Cells) {  // a run's cells in one call: bitwise the per-cell loop
+                const float* kr = kc + pc.cell * row_k + kvh * hd;
+                if (nh == 2) {
+                  k.attn_scores2_f32(pc.n, hd, w.qr[0], w.qr[1], kr, row_k, scale, s[0] + pc.off,
+                                     s[1] + pc.off);
+                } else {
+                  k.attn_scores_f32(pc.n, hd, w.qr[0], kr, row_k, scale, s[0] + pc.off);
+                }
+                // fmax, inlined: NaN never wins, and the sign of a zero maximum cannot
+                // change exp(s − m)
+                for (int64_t j = 0; j < nh; ++j) {
+                  const float* sp = s[j] + pc.off;
+                  for (int64_t i = 0; i < pc.n; ++i) mc[j] = sp[i] > mc[j] ? sp[i] : mc[j];
+                }
+              } else {
+                for (int64_t i = 0; i < pc.n; ++i) {
+                  const int64_t cell = pc.cell + i;
+                  const float v =
+                      k.dot_f32(hd, w.qr[0], row(kc, cell * row_k + kvh * hd, hd, kbuf)) * scale;
+                  s[0][pc.off + i] = v;
+                  mc[0] = std::fmax(mc[0], v);
+                }
               }
             }
-          }
-          if (mc > m) {
-            const float f = std::exp(m - mc);  // m = −inf on the first chunk: f = 0
-            for (int64_t i = 0; i < hd_v; ++i) acc[i] *= f;
-            l *= f;
-            m = mc;
-          }
-          for (int64_t pi = 0; pi < n_pieces; ++pi) {
-            const Piece& pc = piece[pi];
-            float* sp = s + pc.off;
-            if constexpr (kF32Cells) {  // weights first, then the rows in cell order
-              for (int64_t i = 0; i < pc.n; ++i) {
-                sp[i] = std::exp(sp[i] - m);
-                l += sp[i];
+            for (int64_t j = 0; j < nh; ++j) {
+              if (mc[j] > w.m[j]) {
+                const float f = std::exp(w.m[j] - mc[j]);  // m = −inf on the first chunk: f = 0
+                for (int64_t i = 0; i < hd_v; ++i) w.acc[j][i] *= f;
+                w.l[j] *= f;
+                w.m[j] = mc[j];
               }
-              // y = y + p·v per element in cell order: one call per run piece is
-              // bitwise one call over the chunk
-              k.attn_axpy_rows_f32(pc.n, hd_v, sp, vc + pc.cell * row_v + kvh * hd_v, row_v, acc);
-            } else {
-              for (int64_t i = 0; i < pc.n; ++i) {
-                const int64_t cell = pc.cell + i;
-                const float p = std::exp(sp[i] - m);
-                l += p;
-                k.axpy_f32(hd_v, p, row(vc, cell * row_v + kvh * hd_v, hd_v, vbuf), acc);
+            }
+            for (int64_t pi = 0; pi < n_pieces; ++pi) {
+              const Piece& pc = piece[pi];
+              if constexpr (kF32Cells) {  // weights first, then the rows in cell order
+                for (int64_t j = 0; j < nh; ++j) {
+                  float* sp = s[j] + pc.off;
+                  for (int64_t i = 0; i < pc.n; ++i) {
+                    sp[i] = std::exp(sp[i] - w.m[j]);
+                    w.l[j] += sp[i];
+                  }
+                  // y = y + p·v per element in cell order: one call per run piece is
+                  // bitwise one call over the chunk
+                  k.attn_axpy_rows_f32(pc.n, hd_v, sp, vc + pc.cell * row_v + kvh * hd_v, row_v,
+                                       w.acc[j]);
+                }
+              } else {
+                const float* sp = s[0] + pc.off;
+                for (int64_t i = 0; i < pc.n; ++i) {
+                  const int64_t cell = pc.cell + i;
+                  const float p = std::exp(sp[i] - w.m[0]);
+                  w.l[0] += p;
+                  k.axpy_f32(hd_v, p, row(vc, cell * row_v + kvh * hd_v, hd_v, vbuf), w.acc[0]);
+                }
               }
             }
           }
         }
-        float* o = out + t * (n_head * hd_v) + h * hd_v;
-        const float inv = l == 0.0f ? 0.0f : 1.0f / l;  // l == 0: a padding row
-        for (int64_t i = 0; i < hd_v; ++i) o[i] = acc[i] * inv;
       }
     };
-    parallel_range(c.pool, n_tok * n_head, 1, body);
+    parallel_range(c.pool, n_blocks * n_head_kv * sets, 1, body);
   };
   if (f16_kv) {
     run(c.data.as<const uint16_t>(n.src[1]), c.data.as<const uint16_t>(n.src[2]));

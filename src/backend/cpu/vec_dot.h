@@ -129,6 +129,14 @@ void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const f
                             int64_t k_stride, float scale, float* out);
 void attn_scores_f32_avx2(int64_t n_cells, int64_t hd, const float* q, const float* k,
                           int64_t k_stride, float scale, float* out);
+// Two query heads that share a KV head over the same cells: bitwise two calls of
+// attn_scores_f32 (out0 for q0, out1 for q1); each cell's K row is loaded once for both.
+void attn_scores2_f32_scalar(int64_t n_cells, int64_t hd, const float* q0, const float* q1,
+                             const float* k, int64_t k_stride, float scale, float* out0,
+                             float* out1);
+void attn_scores2_f32_avx512(int64_t n_cells, int64_t hd, const float* q0, const float* q1,
+                             const float* k, int64_t k_stride, float scale, float* out0,
+                             float* out1);
 void attn_axpy_rows_f32_scalar(int64_t n_cells, int64_t n, const float* p, const float* v,
                                int64_t v_stride, float* y);
 void attn_axpy_rows_f32_avx2(int64_t n_cells, int64_t n, const float* p, const float* v,

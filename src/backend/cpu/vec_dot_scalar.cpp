@@ -263,6 +263,13 @@ void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const f
   for (int64_t c = 0; c < n_cells; ++c) out[c] = dot_f32_scalar(hd, q, k + c * k_stride) * scale;
 }
 
+void attn_scores2_f32_scalar(int64_t n_cells, int64_t hd, const float* q0, const float* q1,
+                             const float* k, int64_t k_stride, float scale, float* out0,
+                             float* out1) {
+  attn_scores_f32_scalar(n_cells, hd, q0, k, k_stride, scale, out0);
+  attn_scores_f32_scalar(n_cells, hd, q1, k, k_stride, scale, out1);
+}
+
 void attn_axpy_rows_f32_scalar(int64_t n_cells, int64_t n, const float* p, const float* v,
                                int64_t v_stride, float* y) {
   for (int64_t c = 0; c < n_cells; ++c) axpy_f32_scalar(n, p[c], v + c * v_stride, y);
