@@ -216,6 +216,20 @@ const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t 
   return rig.load(b.finish(), key, n_ctx);
 }
 
+// T tokens at cells (and positions) 0..T-1, token t seeing cells 0..t: one window run each.
+struct CausalRows {
+  std::vector<int32_t> cells, win;
+};
+CausalRows causal_rows(int T) {
+  CausalRows r{std::vector<int32_t>(T), std::vector<int32_t>(2 * T)};
+  for (int t = 0; t < T; ++t) {
+    r.cells[t] = t;
+    r.win[2 * t] = 0;
+    r.win[2 * t + 1] = t + 1;
+  }
+  return r;
+}
+
 // Query heads are taken two at a time per KV head where the ISA has a two-head score
 // kernel (AVX-512), one at a time elsewhere: a group of 3 (a pair and a single) at head
 // size 128 and 72 (an 8-lane body with and without a tail) gives the scalar kernels' bits
@@ -226,12 +240,9 @@ TEST(Attention, HeadPairsGiveTheSingleHeadBitsOnEveryIsa_bitwise) {
     auto vq = random_floats(T * nh * hd, 31, -2.0f, 2.0f);
     auto vk = random_floats(T * nkv * hd, 32, -2.0f, 2.0f);
     auto vv = random_floats(T * nkv * hd, 33);
-    std::vector<int32_t> cells(T), win(2 * T);
-    for (int t = 0; t < T; ++t) {
-      cells[t] = t;
-      win[2 * t] = 0;
-      win[2 * t + 1] = t + 1;
-    }
+    const CausalRows rows = causal_rows(T);
+    const std::vector<int32_t>& cells = rows.cells;
+    const std::vector<int32_t>& win = rows.win;
     std::vector<std::vector<float>> outs;
     for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAuto}) {
       if (isa != CpuIsa::kScalar && detect_isa() == CpuIsa::kScalar) continue;
@@ -263,12 +274,9 @@ TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
   auto vq = random_floats(T * nh * hd, 21, -2.0f, 2.0f);
   auto vk = random_floats(T * nkv * hd, 22, -2.0f, 2.0f);
   auto vv = random_floats(T * nkv * hd, 23);
-  std::vector<int32_t> cells(T), win(2 * T);
-  for (int t = 0; t < T; ++t) {
-    cells[t] = t;
-    win[2 * t] = 0;
-    win[2 * t + 1] = t + 1;
-  }
+  const CausalRows rows = causal_rows(T);
+  const std::vector<int32_t>& cells = rows.cells;
+  const std::vector<int32_t>& win = rows.win;
   std::vector<std::vector<float>> prefill;
   for (int32_t threads : {1, 3}) {
     CpuRig rig(threads);
@@ -330,12 +338,9 @@ TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
 std::vector<float> attn_prefill(int32_t threads, DType kv, bool ggml_f16,
                                 const std::vector<float>& vq, const std::vector<float>& vk,
                                 const std::vector<float>& vv, int T) {
-  std::vector<int32_t> cells(T), win(2 * T);
-  for (int t = 0; t < T; ++t) {
-    cells[t] = t;
-    win[2 * t] = 0;
-    win[2 * t + 1] = t + 1;
-  }
+  const CausalRows rows = causal_rows(T);
+  const std::vector<int32_t>& cells = rows.cells;
+  const std::vector<int32_t>& win = rows.win;
   CpuRig rig(threads);
   AttnGraph ag;
   const auto& g = attn_graph(rig, T, 1, 1, &ag, kv, ggml_f16);
