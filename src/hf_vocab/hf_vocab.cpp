@@ -1,4 +1,4 @@
-// Stage 2b (HF vocabulary): builds the llama.cpp vocabulary metadata from tokenizer.json.
+// Stage 3b (HF vocabulary): builds the llama.cpp vocabulary metadata from tokenizer.json.
 // Follows convert_hf_to_gguf.py (get_vocab_base, _set_vocab_gpt2, _set_vocab_llama_hf)
 // and gguf-py/gguf/vocab.py (SpecialVocab, LlamaHfVocab); deviations are marked
 // "Deviation:" with the reason.
