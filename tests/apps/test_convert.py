@@ -1,0 +1,204 @@
+"""`minfer convert` writes the bytes llama.cpp's convert_hf_to_gguf.py writes: for each of
+the tiny checkpoints of hf_checkpoint.py (Llama: F32, GQA, untied; Qwen2: F16, biases,
+two shards with an index, tied; Qwen3: F32, q/k norms, explicit head_dim) at each
+--outtype, the sha256 of our file equals the one recorded from llama.cpp's converter by
+tools/reference/convert_reference.py in tests/data/convert/<config>-<outtype>.json
+(CI has no torch). On a mismatch the test names the first metadata key or tensor that
+differs from the recorded digest. Bad input is a clear error, exit code 1, and no output
+file. A converted model generates the token ids llama.cpp generates from the same file
+(tests/data/convert/golden-*.json, recorded by tools/reference/llamacpp_goldens.py)."""
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MINFER = os.environ.get("MINFER_BIN", "minfer")
+TESTDATA = Path(os.environ.get("MINFER_TESTDATA_DIR", "tests/data"))
+ROOT = Path(__file__).resolve().parents[2]
+DIGESTS = TESTDATA / "convert"
+CONFIGS = ["llama", "qwen2", "qwen3"]
+OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(ROOT / "tools" / "reference"))
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def convert(*args):
+    return subprocess.run([MINFER, "convert", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """The three checkpoints, each in a folder named after its config (general.name
+    comes from the folder name, as in the recording)."""
+    pytest.importorskip("numpy", reason="numpy is needed to write the test checkpoints")
+    pytest.importorskip("safetensors", reason="the safetensors package (scripts/setup.sh "
+                        "installs it) is needed to write the test checkpoints")
+    import hf_checkpoint
+    root = tmp_path_factory.mktemp("hf")
+    return {name: hf_checkpoint.write(name, root / name, TESTDATA / "tokenizers")
+            for name in CONFIGS}
+
+
+def first_difference(path, ref):
+    """The first metadata key or tensor of `path` that differs from the digest `ref`."""
+    from convert_reference import digest  # the digest the reference was recorded with
+    ours = digest(str(path))
+    if ours["alignment"] != ref["alignment"]:
+        return f"alignment {ours['alignment']} != {ref['alignment']}"
+    for i, (a, b) in enumerate(zip(ours["metadata_order"], ref["metadata_order"])):
+        if a != b:
+            return f"metadata key #{i}: ours {a!r}, llama.cpp {b!r}"
+        if ours["metadata"][a] != ref["metadata"][b]:
+            return f"metadata {a!r}: ours {ours['metadata'][a]}, llama.cpp {ref['metadata'][b]}"
+    if len(ours["metadata_order"]) != len(ref["metadata_order"]):
+        return (f"metadata keys: ours {len(ours['metadata_order'])}, llama.cpp "
+                f"{len(ref['metadata_order'])}: {ours['metadata_order'][-3:]} vs "
+                f"{ref['metadata_order'][-3:]}")
+    for i, (a, b) in enumerate(zip(ours["tensors"], ref["tensors"])):
+        if a != b:
+            return f"tensor #{i}: ours {a}, llama.cpp {b}"
+    if len(ours["tensors"]) != len(ref["tensors"]):
+        return f"tensor count: ours {len(ours['tensors'])}, llama.cpp {len(ref['tensors'])}"
+    return "no entry differs: the header layout or padding does"
+
+
+@pytest.mark.parametrize("outtype", OUTTYPES)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_output_is_byte_identical_to_convert_hf_to_gguf(checkpoints, tmp_path, config, outtype):
+    ref = json.loads((DIGESTS / f"{config}-{outtype}.json").read_text())
+    out = tmp_path / f"{config}-{outtype}.gguf"
+    r = convert(checkpoints[config], out, "--outtype", outtype)
+    assert r.returncode == 0, r.stderr
+    got = sha256(out)
+    if got != ref["file_sha256"]:
+        pytest.fail(f"{config} {outtype}: sha256 {got} != {ref['file_sha256']}; "
+                    f"first difference: {first_difference(out, ref)}")
+    # one progress line per tensor, then the summary; no temporary file left
+    lines = [l for l in r.stderr.splitlines() if l.startswith("[")]
+    assert len(lines) == len(ref["tensors"])
+    assert ref["tensors"][0]["name"] in lines[0] and lines[-1].startswith(
+        f"[{len(lines):4}/{len(lines):4}]")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_default_outtype_is_the_converters_auto(checkpoints, tmp_path):
+    # auto: F16 for the F16 checkpoint, F16 (not F32) for the F32 one — llama.cpp's default.
+    for config, expected in (("qwen2", "qwen2-f16"), ("qwen3", "qwen3-f16")):
+        out = tmp_path / f"{config}.gguf"
+        r = convert(checkpoints[config], out)
+        assert r.returncode == 0, r.stderr
+        assert sha256(out) == json.loads((DIGESTS / f"{expected}.json").read_text())["file_sha256"]
+
+
+def test_llama_qk_rows_are_permuted(checkpoints, tmp_path):
+    """The Llama Q/K permutation moves rows: our attn_q is not HF's q_proj, and undoing the
+    permutation gives it back (Qwen's attn_q is q_proj unchanged)."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    from safetensors.numpy import load_file
+    out = tmp_path / "llama.gguf"
+    assert convert(checkpoints["llama"], out, "--outtype", "f32").returncode == 0
+    got = {t.name: np.array(t.data) for t in gguf.GGUFReader(str(out)).tensors}
+    hf = load_file(str(checkpoints["llama"] / "model.safetensors"))
+    q = hf["model.layers.0.self_attn.q_proj.weight"]
+    n_head, hd = 4, 16
+    ours = got["blk.0.attn_q.weight"].reshape(q.shape)
+    assert not np.array_equal(ours, q)
+    undone = ours.reshape(n_head, hd // 2, 2, -1).swapaxes(1, 2).reshape(q.shape)
+    assert np.array_equal(undone, q)
+
+
+def write_safetensors(path, header, data=b""):
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+
+
+def broken_copy(src, dst, **changes):
+    """A copy of checkpoint `src` in `dst` with config.json keys changed."""
+    import shutil
+    shutil.copytree(src, dst)
+    if changes:
+        cfg = json.loads((dst / "config.json").read_text())
+        for k, v in changes.items():
+            if v is None:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_bad_inputs_are_clear_errors_and_leave_no_file(checkpoints, tmp_path):
+    out = tmp_path / "out.gguf"
+    llama = checkpoints["llama"]
+    cases = [
+        ((tmp_path / "missing", out), "is not a directory"),
+        ((llama, out, "--outtype", "q4_0"), "--outtype: 'q4_0' is not one of"),
+        ((llama,), "expected HF_DIR OUT.gguf"),
+        ((llama, tmp_path / "no" / "dir.gguf"), "does not exist"),
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases.append(((empty, out), "no config.json"))
+    d = broken_copy(llama, tmp_path / "mistral", architectures=["MistralForCausalLM"])
+    cases.append(((d, out), 'architecture "MistralForCausalLM" is not supported'))
+    d = broken_copy(llama, tmp_path / "scaled", rope_scaling={"rope_type": "llama3", "factor": 8})
+    cases.append(((d, out), 'rope_scaling of type "llama3" is not supported'))
+    d = broken_copy(llama, tmp_path / "nolayers", num_hidden_layers=None)
+    cases.append(((d, out), 'missing "num_hidden_layers"'))
+
+    st = llama / "model.safetensors"
+    raw = st.read_bytes()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + hlen])
+
+    def with_weights(name, content):
+        d = broken_copy(llama, tmp_path / name)
+        (d / "model.safetensors").write_bytes(content) if isinstance(content, bytes) else \
+            write_safetensors(d / "model.safetensors", *content)
+        return d
+
+    cases.append(((with_weights("truncated", raw[:4]), out), "truncated"))
+    cases.append(((with_weights("cut", raw[:len(raw) // 2]), out), "outside the data section"))
+    cases.append(((with_weights("hdrlen", struct.pack("<Q", 1 << 40) + raw[8:]), out),
+                  "runs past the end of the file"))
+    h = json.loads(json.dumps(header))
+    h["model.norm.weight"]["data_offsets"] = [0, 1 << 50]
+    cases.append(((with_weights("offsets", (h, raw[8 + hlen:])), out), "outside the data section"))
+    h = json.loads(json.dumps(header))
+    h["model.norm.weight"]["shape"] = [65]
+    cases.append(((with_weights("shape", (h, raw[8 + hlen:])), out), "needs 260 bytes"))
+    h = json.loads(json.dumps(header))
+    h["model.norm.weight"]["dtype"] = "I32"
+    cases.append(((with_weights("dtype", (h, raw[8 + hlen:])), out),
+                  "'model.norm.weight' has dtype I32"))
+    h = json.loads(json.dumps(header))
+    del h["model.layers.1.mlp.up_proj.weight"]
+    cases.append(((with_weights("missing_tensor", (h, raw[8 + hlen:])), out),
+                  "no tensor for 'blk.1.ffn_up.weight'"))
+    cases.append(((with_weights("notjson", struct.pack("<Q", 5) + b"{oops" + b"\0" * 64), out),
+                  "header is not JSON"))
+    d = broken_copy(llama, tmp_path / "wide", hidden_size=96)
+    cases.append(((d, out), "config.json implies"))
+    d = broken_copy(llama, tmp_path / "notok")
+    (d / "tokenizer.json").unlink()
+    cases.append(((d, out), "no tokenizer.json"))
+    for args, needle in cases:
+        r = convert(*args)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert "minfer: error:" in r.stderr and needle in r.stderr, (args, r.stderr)
+        assert not out.exists() and not list(tmp_path.glob("*.tmp")), args
