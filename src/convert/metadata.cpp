@@ -1,11 +1,9 @@
 // Stage 3b (convert): model metadata. Follows convert_hf_to_gguf.py (ModelBase /
 // TextModel.prepare_metadata and set_gguf_parameters, LlamaModel.set_gguf_parameters) and
-// gguf-py (metadata.py, utility.py). Not followed: the model card (README.md),
-// generation_config.json and config.json's _name_or_path, and the split of a folder name
-// into basename / finetune / version / size parts — general.name is the title-cased
-// folder name and general.size_label the parameter count; for folder names such as
-// "Qwen2.5-7B-Instruct" or checkpoints with those files llama.cpp's converter writes more
-// general.* keys than we do (docs/USAGE.md says so).
+// gguf-py (metadata.py: generation_config.json's sampling keys, the naming heuristics of
+// model_name.cpp; utility.py: the size label). Not followed: the model card (README.md
+// front matter: license, tags, languages, base models, ...), which llama.cpp's converter
+// also turns into general.* keys (docs/USAGE.md says so).
 #include "convert/metadata.h"
 
 #include <cctype>
@@ -39,6 +37,39 @@ std::string title(const std::string& w) {  // Python str.title() for ASCII
     prev_cased = cased;
   }
   return out;
+}
+
+// generation_config.json → general.sampling.* (Metadata.load; an unreadable file is
+// skipped, as there). Integers are i32, the rest f32, the sequence a string.
+void add_sampling(const std::filesystem::path& path, std::vector<gguf::KeyValue>& kv) {
+  if (!std::filesystem::is_regular_file(path)) return;
+  auto gen = read_json_file(path.string());
+  if (!gen.ok() || !gen->is_object()) return;
+  const nlohmann::json& g = *gen;
+  auto num = [&](const char* key) -> const nlohmann::json* {
+    return g.contains(key) && g[key].is_number() ? &g[key] : nullptr;
+  };
+  if (g.contains("sequence") && g["sequence"].is_string()) {
+    kv.push_back({"general.sampling.sequence", Value::string(g["sequence"].get<std::string>())});
+  }
+  auto i32 = [&](const char* key, const char* name) {
+    if (const auto* v = num(key)) kv.push_back({name, Value::i32(v->get<int32_t>())});
+  };
+  auto f32 = [&](const nlohmann::json* v, const char* name) {
+    if (v) kv.push_back({name, Value::f32(v->get<float>())});
+  };
+  i32("top_k", "general.sampling.top_k");
+  f32(num("top_p"), "general.sampling.top_p");
+  f32(num("min_p"), "general.sampling.min_p");
+  f32(num("xtc_probability"), "general.sampling.xtc_probability");
+  f32(num("xtc_threshold"), "general.sampling.xtc_threshold");
+  f32(num("temperature"), "general.sampling.temp");
+  i32("penalty_last_n", "general.sampling.penalty_last_n");
+  f32(num("penalty_repeat") ? num("penalty_repeat") : num("repetition_penalty"),
+      "general.sampling.penalty_repeat");
+  i32("mirostat", "general.sampling.mirostat");
+  f32(num("mirostat_tau"), "general.sampling.mirostat_tau");
+  f32(num("mirostat_eta"), "general.sampling.mirostat_eta");
 }
 
 }  // namespace
@@ -109,11 +140,23 @@ Result<std::vector<gguf::KeyValue>> build_metadata(const Checkpoint& ck, OutType
   for (const PlannedTensor& t : tensors) n_params += t.src->n_elements;
   std::filesystem::path dir(ck.dir());
   if (!dir.has_filename()) dir = dir.parent_path();  // "folder/" names "folder"
+  const GeneralInfo g =
+      general_info(dir.filename().string(), ck.config(), static_cast<int64_t>(n_params));
 
   set("general.architecture", Value::string(a));
   set("general.type", Value::string("model"));
-  set("general.name", Value::string(id_to_title(dir.filename().string())));
-  if (n_params > 0) set("general.size_label", Value::string(size_label(n_params)));
+  add_sampling(dir / "generation_config.json", kv);
+  const std::pair<const char*, const std::optional<std::string>*> names[] = {
+      {"general.name", &g.name},
+      {"general.version", &g.version},
+      {"general.organization", &g.organization},
+      {"general.finetune", &g.finetune},
+      {"general.basename", &g.basename},
+      {"general.size_label", &g.size_label},
+  };
+  for (const auto& [key, value] : names) {
+    if (value->has_value()) set(key, Value::string(**value));
+  }
   set(a + ".block_count", Value::u32(h.n_layer));
   set(a + ".context_length", Value::u32(h.n_ctx));
   set(a + ".embedding_length", Value::u32(h.n_embd));

@@ -6,6 +6,8 @@
 // RoPE base and epsilon).
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "convert/checkpoint.h"
@@ -23,6 +25,13 @@ std::string size_label(uint64_t n_params);
 
 // gguf-py's Metadata.id_to_title: a folder name as a title ("qwen2" → "Qwen2").
 std::string id_to_title(const std::string& id);
+
+// The general.* naming keys (model_name.cpp); unset ones are not written.
+struct GeneralInfo {
+  std::optional<std::string> name, version, organization, finetune, basename, size_label;
+};
+GeneralInfo general_info(const std::string& dir_name, const nlohmann::json& config,
+                         int64_t total_params);
 
 Result<std::vector<gguf::KeyValue>> build_metadata(const Checkpoint& ck, OutType outtype,
                                                    const std::vector<PlannedTensor>& tensors);

@@ -202,3 +202,60 @@ def test_bad_inputs_are_clear_errors_and_leave_no_file(checkpoints, tmp_path):
         assert r.returncode == 1, (args, r.stdout, r.stderr)
         assert "minfer: error:" in r.stderr and needle in r.stderr, (args, r.stderr)
         assert not out.exists() and not list(tmp_path.glob("*.tmp")), args
+
+
+def linked_copy(src, dst, config_changes=None, extra_files=None):
+    """`dst` holds links to `src`'s files (a checkpoint under another folder name)."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name == "config.json" and config_changes:
+            cfg = json.loads(f.read_text())
+            cfg.update(config_changes)
+            (dst / f.name).write_text(json.dumps(cfg))
+        else:
+            (dst / f.name).symlink_to(f)
+    for name, text in (extra_files or {}).items():
+        (dst / name).write_text(text)
+    return dst
+
+
+# general.* keys (after general.type) that gguf-py's Metadata (llama-cpp-python 0.3.36)
+# derives for the qwen2 checkpoint (9.8M parameters) under these folder names, with these
+# extra config.json keys and files; recorded by running that code on the same folders.
+NAMING = [
+    ("Qwen2.5-0.5B-Instruct", {}, {}, [
+        ("general.name", "Qwen2.5 0.5B Instruct"), ("general.finetune", "0.5b-Instruct"),
+        ("general.basename", "Qwen2.5"), ("general.size_label", "10M")]),
+    ("Mistral-7B-Instruct-v0.3", {}, {}, [
+        ("general.name", "Mistral 7B Instruct v0.3"), ("general.version", "v0.3"),
+        ("general.finetune", "7b-Instruct"), ("general.basename", "Mistral"),
+        ("general.size_label", "10M")]),
+    ("model-v1.5-large-16k", {}, {}, [
+        ("general.name", "Model v1.5 Large 16k"), ("general.finetune", "16k"),
+        ("general.basename", "model-v1.5"), ("general.size_label", "large")]),
+    ("orgpath", {"_name_or_path": "Qwen/Qwen2.5-Coder-1.5B-Instruct"}, {}, [
+        ("general.name", "Qwen2.5 Coder 1.5B Instruct"), ("general.organization", "Qwen"),
+        ("general.finetune", "1.5b-Instruct"), ("general.basename", "Qwen2.5-Coder"),
+        ("general.size_label", "10M")]),
+    ("gencfg", {}, {"generation_config.json": json.dumps(
+        {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05})}, [
+        ("general.sampling.top_k", 20), ("general.sampling.top_p", 0.800000011920929),
+        ("general.sampling.temp", 0.699999988079071),
+        ("general.sampling.penalty_repeat", 1.0499999523162842),
+        ("general.name", "Gencfg"), ("general.size_label", "10M")]),
+]
+
+
+@pytest.mark.parametrize("folder,config,files,expected", NAMING, ids=[n[0] for n in NAMING])
+def test_general_keys_follow_the_converters_naming(checkpoints, tmp_path, folder, config, files,
+                                                   expected):
+    gguf = pytest.importorskip("gguf")
+    d = linked_copy(checkpoints["qwen2"], tmp_path / folder, config, files)
+    out = tmp_path / "out.gguf"
+    r = convert(d, out)
+    assert r.returncode == 0, r.stderr
+    skip = {"general.architecture", "general.type", "general.file_type",
+            "general.quantization_version"}
+    got = [(k, f.contents()) for k, f in gguf.GGUFReader(str(out)).fields.items()
+           if k.startswith("general.") and k not in skip]
+    assert got == expected
