@@ -165,7 +165,13 @@ Result<HParams> read_hparams(const json& c) {
   if (h.arch == Arch::kLlama && h.n_embd_head % 2 != 0) {
     return make_error(fmt::format("config.json: head size {} is odd", h.n_embd_head));
   }
-  MINFER_TRY(h.rope_theta, get_f64(c, "rope_theta", 10000.0));
+  // transformers 5 writes the RoPE base inside rope_parameters; the converter reads it
+  // from there when the top level has none.
+  const json& rp = c.contains("rope_parameters") && c["rope_parameters"].is_object()
+                       ? c["rope_parameters"]
+                       : json::object();
+  MINFER_TRY(h.rope_theta, get_f64(c.contains("rope_theta") || !rp.contains("rope_theta") ? c : rp,
+                                   "rope_theta", 10000.0));
   MINFER_TRY(h.rms_eps, get_f64(c, "rms_norm_eps", 1e-6));
   MINFER_TRY_STATUS(check_rope_scaling(c));
   if (c.contains("tie_word_embeddings")) {

@@ -259,3 +259,19 @@ def test_general_keys_follow_the_converters_naming(checkpoints, tmp_path, folder
     got = [(k, f.contents()) for k, f in gguf.GGUFReader(str(out)).fields.items()
            if k.startswith("general.") and k not in skip]
     assert got == expected
+
+
+def test_rope_base_inside_rope_parameters_gives_the_same_file(checkpoints, tmp_path):
+    """transformers 5 configs keep rope_theta in rope_parameters: same GGUF as before."""
+    cfg = json.loads((checkpoints["qwen3"] / "config.json").read_text())
+    theta = cfg.pop("rope_theta")
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    d = tmp_path / "v5" / "qwen3"
+    d.parent.mkdir()
+    linked_copy(checkpoints["qwen3"], d)
+    (d / "config.json").unlink()
+    (d / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "out.gguf"
+    r = convert(d, out, "--outtype", "f32")
+    assert r.returncode == 0, r.stderr
+    assert sha256(out) == json.loads((DIGESTS / "qwen3-f32.json").read_text())["file_sha256"]
