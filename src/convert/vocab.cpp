@@ -167,12 +167,38 @@ Status add_vocab_metadata(const Checkpoint& ck, std::vector<gguf::KeyValue>& kvs
   }
 
   hf_vocab::Options opts{.arch = h.gguf_arch, .vocab_size = h.n_vocab};
-  MINFER_TRY(opts.pre, hf_vocab::detect_pre(get(tok, "pre_tokenizer")));
+  // Only the byte-level BPE path (_set_vocab_gpt2) is written; say so before the
+  // pre-tokenizer, which SentencePiece-style tokenizers do not have in this form.
+  const json model = get(tok, "model");
+  const std::string model_type =
+      get(model, "type").is_string() ? model["type"].get<std::string>() : "";
+  if (model_type != "BPE" || get(model, "byte_fallback") == json(true)) {
+    return make_error(fmt::format(
+        "tokenizer.json is a {} tokenizer; only byte-level BPE (Llama 3, Qwen) is supported",
+        model_type == "BPE" ? "SentencePiece-style BPE (byte fallback)"
+                            : "\"" + model_type + "\""));
+  }
+  auto pre = hf_vocab::detect_pre(get(tok, "pre_tokenizer"));
+  if (!pre.ok()) {
+    // detect_pre's message suggests the fixture tool's --pre; convert has no such flag.
+    const std::string& m = pre.error().message;
+    const size_t steps = m.find("Steps:");
+    return make_error(
+        "tokenizer.json: a pre-tokenizer minfer convert does not know (it knows those of Llama "
+        "3, Qwen2/Qwen3, GPT-2 and SmolLM)" +
+        (steps == std::string::npos ? std::string() : ". " + m.substr(steps)));
+  }
+  opts.pre = *pre;
   // llama.cpp's converter names a pre-tokenizer by hashing its output on a fixed text,
   // and the Llama 3 hash is listed twice; the later entry, "smaug-bpe", wins. Both names
   // mean the same split in llama.cpp (and in minfer's tokenizer).
   if (opts.pre == "llama-bpe") opts.pre = "smaug-bpe";
-  MINFER_TRY(hf_vocab::Vocab v, hf_vocab::build_vocab(tok, tc ? &*tc : nullptr, opts));
+  auto built = hf_vocab::build_vocab(tok, tc ? &*tc : nullptr, opts);
+  if (!built.ok()) {
+    return built.error().context(
+        fmt::format("tokenizer.json (config.json vocab_size {})", h.n_vocab));
+  }
+  hf_vocab::Vocab v = std::move(built).value();
   if (v.model != "gpt2") {
     return make_error(fmt::format(
         "tokenizer.json is a {} tokenizer; only byte-level BPE (Llama 3, Qwen) is supported",

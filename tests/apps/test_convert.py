@@ -197,6 +197,16 @@ def test_bad_inputs_are_clear_errors_and_leave_no_file(checkpoints, tmp_path):
     d = broken_copy(llama, tmp_path / "notok")
     (d / "tokenizer.json").unlink()
     cases.append(((d, out), "no tokenizer.json"))
+    d = broken_copy(llama, tmp_path / "spm")
+    (d / "tokenizer.json").unlink()
+    (d / "tokenizer.json").write_bytes((TESTDATA / "tokenizers" / "llama2" / "tokenizer.json").read_bytes())
+    cases.append(((d, out), "only byte-level BPE (Llama 3, Qwen) is supported"))
+    d = broken_copy(llama, tmp_path / "pretok")
+    tok = json.loads((d / "tokenizer.json").read_text())
+    tok["pre_tokenizer"] = {"type": "Whitespace"}
+    (d / "tokenizer.json").unlink()
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    cases.append(((d, out), "a pre-tokenizer minfer convert does not know"))
     for args, needle in cases:
         r = convert(*args)
         assert r.returncode == 1, (args, r.stdout, r.stderr)
