@@ -90,6 +90,7 @@ Components id_components(const std::string& model_id, int64_t total_params) {
           const double label =
               std::stod(num) *
               std::pow(1000.0, scale == std::string_view::npos ? -1.0 : static_cast<double>(scale));
+          // Integer divisions as in the Python (`//`), compared with a float label.
           const bool lora = total_params < 0 && label < static_cast<double>((-total_params) / 8);
           const bool far =
               total_params > 0 && std::fabs(label - static_cast<double>(total_params)) >
