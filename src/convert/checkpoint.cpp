@@ -46,7 +46,13 @@ Status check_rope_scaling(const json& c) {
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!c.contains(key) || c[key].is_null()) continue;
     const json& r = c[key];
-    std::string type = r.is_object() ? r.value("rope_type", r.value("type", "default")) : "?";
+    std::string type = "?";
+    if (r.is_object()) {
+      const json& t = r.contains("rope_type") ? r["rope_type"]
+                      : r.contains("type")    ? r["type"]
+                                              : json("default");
+      type = t.is_string() ? t.get<std::string>() : t.dump();
+    }
     if (type != "default") {
       return make_error(fmt::format(
           "config.json: {} of type \"{}\" is not supported by minfer convert", key, type));

@@ -3,6 +3,8 @@
 // gguf::StreamWriter (temporary file, renamed when complete).
 #include "convert/convert.h"
 
+#include <nlohmann/json.hpp>
+
 #include "convert/metadata.h"
 #include "gguf/gguf.h"
 
@@ -33,7 +35,9 @@ std::string_view outtype_name(OutType t) {
   return "auto";
 }
 
-Result<ConvertSummary> convert_checkpoint(const ConvertOptions& opts) {
+namespace {
+
+Result<ConvertSummary> convert_unchecked(const ConvertOptions& opts) {
   MINFER_TRY(const Checkpoint ck, Checkpoint::open(opts.hf_dir));
   ConvertSummary sum;
   sum.outtype = resolve_outtype(opts.outtype, ck);
@@ -55,6 +59,19 @@ Result<ConvertSummary> convert_checkpoint(const ConvertOptions& opts) {
   MINFER_TRY_STATUS(w->finish());
   sum.n_tensors = plan.size();
   return sum;
+}
+
+}  // namespace
+
+Result<ConvertSummary> convert_checkpoint(const ConvertOptions& opts) {
+  // The JSON inputs are read with type checks where a wrong type is plausible; a value
+  // of an unexpected type anywhere else surfaces as nlohmann's exception, which is an
+  // input error like the others (the StreamWriter, if any, has removed its file).
+  try {
+    return convert_unchecked(opts);
+  } catch (const nlohmann::json::exception& e) {
+    return make_error(std::string("a JSON value of an unexpected type: ") + e.what());
+  }
 }
 
 }  // namespace minfer::convert

@@ -160,6 +160,8 @@ Status add_vocab_metadata(const Checkpoint& ck, std::vector<gguf::KeyValue>& kvs
   }
   MINFER_TRY(const json tok, read_json_file((dir / "tokenizer.json").string()));
   MINFER_TRY(std::optional<json> tc, read_optional_json(dir / "tokenizer_config.json"));
+  if (!tok.is_object()) return make_error("tokenizer.json is not a JSON object");
+  if (tc && !tc->is_object()) return make_error("tokenizer_config.json is not a JSON object");
 
   // LlamaModel.set_vocab writes the tokenizer_config's add_prefix_space first.
   if (h.arch == Arch::kLlama && tc && get(*tc, "add_prefix_space").is_boolean()) {

@@ -217,6 +217,15 @@ def test_bad_inputs_are_clear_errors_and_leave_no_file(checkpoints, tmp_path):
     (d / "tokenizer.json").unlink()
     (d / "tokenizer.json").write_text(json.dumps(tok))
     cases.append(((d, out), "a pre-tokenizer minfer convert does not know"))
+    d = broken_copy(llama, tmp_path / "tcarray")
+    (d / "tokenizer_config.json").write_text("[1, 2]")
+    cases.append(((d, out), "tokenizer_config.json is not a JSON object"))
+    d = broken_copy(llama, tmp_path / "addedtype")
+    tok["pre_tokenizer"] = json.loads((llama / "tokenizer.json").read_text())["pre_tokenizer"]
+    tok["added_tokens"] = 5
+    (d / "tokenizer.json").unlink()
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    cases.append(((d, out), "a JSON value of an unexpected type"))
     for args, needle in cases:
         r = convert(*args)
         assert r.returncode == 1, (args, r.stdout, r.stderr)
