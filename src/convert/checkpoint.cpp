@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -99,6 +100,40 @@ Result<std::vector<std::string>> part_names(const fs::path& dir,
         "no model*.safetensors in '{}' (only safetensors weights are supported)", dir.string()));
   }
   return parts;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The converter turns a sentence-transformers folder (modules.json with a pooling
+// module) into an embedding model and a Qwen3 reranker (recognised by its README title
+// or its name) into a classifier with extra tensors; this converter writes neither, so
+// it refuses them rather than writing a plain language model from them.
+Status check_plain_language_model(const fs::path& dir, const json& config, const HParams& h) {
+  if (fs::is_regular_file(dir / "modules.json")) {
+    return make_error(
+        "modules.json: sentence-transformers embedding models are not supported by minfer "
+        "convert");
+  }
+  if (h.arch != Arch::kQwen3) return Ok{};
+  std::string hints = lower(dir.filename().string());
+  if (config.contains("_name_or_path") && config["_name_or_path"].is_string()) {
+    hints += " " + lower(config["_name_or_path"].get<std::string>());
+  }
+  std::string readme;
+  if (fs::is_regular_file(dir / "README.md")) {
+    auto r = read_file((dir / "README.md").string());
+    if (r.ok()) readme = lower(*r);
+  }
+  if (hints.find("qwen3-reranker") != std::string::npos ||
+      hints.find("qwen3-vl-reranker") != std::string::npos ||
+      readme.find("# qwen3-reranker") != std::string::npos ||
+      readme.find("# qwen3-vl-reranker") != std::string::npos) {
+    return make_error("Qwen3 reranker checkpoints are not supported by minfer convert");
+  }
+  return Ok{};
 }
 
 }  // namespace
@@ -205,6 +240,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   }
   MINFER_TRY(ck.config_, read_json_file(config_path.string()));
   MINFER_TRY(ck.hparams_, read_hparams(ck.config_));
+
+  MINFER_TRY_STATUS(check_plain_language_model(dir, ck.config_, ck.hparams_));
 
   std::set<std::string> index_names;
   MINFER_TRY(const auto parts, part_names(dir, &index_names));
