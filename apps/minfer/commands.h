@@ -27,6 +27,8 @@ int run_quantize(const std::vector<std::string>& args);
 // `minfer split IN.gguf OUT_PREFIX` / `minfer merge FIRST_PART OUT.gguf`: llama-gguf-split.
 int run_split(const std::vector<std::string>& args);
 int run_merge(const std::vector<std::string>& args);
+// `minfer convert HF_DIR OUT.gguf [--outtype T]`: convert_hf_to_gguf.py's bytes.
+int run_convert(const std::vector<std::string>& args);
 // The model cache: `minfer list`, `minfer rm NAME`, `minfer pull hf:REPO[:QUANT]`.
 int run_list(const std::vector<std::string>& args);
 int run_rm(const std::vector<std::string>& args);

@@ -29,6 +29,9 @@ constexpr const char* kUsage =
     "  minfer quantize IN.gguf OUT.gguf TYPE  llama-quantize's type mix and bytes\n"
     "  minfer split IN.gguf OUT_PREFIX [flags] llama-gguf-split's parts\n"
     "  minfer merge FIRST_PART OUT.gguf       one GGUF from a split model's parts\n"
+    "  minfer convert HF_DIR OUT.gguf [--outtype T]\n"
+    "                                         a Hugging Face checkpoint as GGUF (llama.cpp's "
+    "bytes)\n"
     "  minfer list | rm NAME | pull REF       the model cache\n"
     "  minfer COMMAND --help                  the flags of a command\n"
     "\n"
@@ -92,6 +95,7 @@ int dispatch(const std::vector<std::string>& args) {
   if (cmd == "quantize") return run_quantize(rest);
   if (cmd == "split") return run_split(rest);
   if (cmd == "merge") return run_merge(rest);
+  if (cmd == "convert") return run_convert(rest);
   if (cmd == "list") return run_list(rest);
   if (cmd == "rm") return run_rm(rest);
   if (cmd == "pull") return run_pull(rest);

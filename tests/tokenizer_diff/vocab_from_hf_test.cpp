@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "gguf/gguf.h"
-#include "hf_vocab.h"
+#include "hf_vocab/hf_vocab.h"
 #include "tokenizer/tokenizer.h"
 
 namespace minfer {

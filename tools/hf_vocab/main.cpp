@@ -9,7 +9,7 @@
 #include <fstream>
 #include <map>
 
-#include "hf_vocab.h"
+#include "hf_vocab/hf_vocab.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

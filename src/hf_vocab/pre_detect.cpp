@@ -1,4 +1,4 @@
-// Tool (fixtures): tokenizer.json pre-tokenizer → llama.cpp's tokenizer.ggml.pre name.
+// Stage 3b (HF vocabulary): tokenizer.json pre-tokenizer → llama.cpp's tokenizer.ggml.pre name.
 // convert_hf_to_gguf.py identifies a pre-tokenizer by hashing the ids of a fixed text
 // (get_vocab_base_pre); that needs the tokenizer itself. We identify it from its
 // definition instead: the sequence of steps with their regexes must equal a known
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "hf_vocab.h"
+#include "hf_vocab/hf_vocab.h"
 
 namespace minfer::hf_vocab {
 namespace {

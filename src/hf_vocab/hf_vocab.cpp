@@ -1,8 +1,8 @@
-// Tool (fixtures): builds the llama.cpp vocabulary metadata from tokenizer.json.
+// Stage 3b (HF vocabulary): builds the llama.cpp vocabulary metadata from tokenizer.json.
 // Follows convert_hf_to_gguf.py (get_vocab_base, _set_vocab_gpt2, _set_vocab_llama_hf)
 // and gguf-py/gguf/vocab.py (SpecialVocab, LlamaHfVocab); deviations are marked
 // "Deviation:" with the reason.
-#include "hf_vocab.h"
+#include "hf_vocab/hf_vocab.h"
 
 #include <fmt/core.h>
 
@@ -306,7 +306,7 @@ Result<Vocab> build_vocab(const json& tok, const json* config, const Options& op
   int32_t n_vocab = max_id + 1;
   if (opts.vocab_size != 0) {
     if (static_cast<int64_t>(opts.vocab_size) < n_vocab) {
-      return make_error(fmt::format("--vocab-size {} is below the largest id + 1 ({})",
+      return make_error(fmt::format("vocabulary size {} is below the largest token id + 1 ({})",
                                     opts.vocab_size, n_vocab));
     }
     n_vocab = static_cast<int32_t>(opts.vocab_size);

@@ -1,5 +1,6 @@
-// Tool (fixtures): a Hugging Face tokenizer.json (+ tokenizer_config.json) turned into
-// the vocabulary metadata llama.cpp's convert_hf_to_gguf.py writes (tokenizer.ggml.*).
+// Stage 3b (HF vocabulary): a Hugging Face tokenizer.json (+ tokenizer_config.json)
+// turned into the vocabulary metadata llama.cpp's convert_hf_to_gguf.py writes
+// (tokenizer.ggml.*); used by `minfer convert` and the minfer-hf-vocab fixture tool.
 // Invariants: token i of the output is the token with id i in tokenizer.json (holes are
 // "[PAD{i}]", UNUSED); the tokenizer model and pre-tokenizer are detected or refused,
 // never guessed; every deviation from the converter is named where it is made.
