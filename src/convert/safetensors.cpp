@@ -86,43 +86,51 @@ Result<StTensor> parse_entry(const std::string& name, const json& e,
 
 }  // namespace
 
-Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
-  auto fail = [&](const std::string& why) { return make_error(fmt::format("{}: {}", path, why)); };
-  MINFER_TRY(auto map, MappedFile::open(path));
-  const uint64_t size = map->size();
-  if (size < 8) return fail(fmt::format("truncated: {} bytes, no 8-byte header length", size));
+Result<std::vector<StTensor>> parse_safetensors(std::span<const uint8_t> bytes) {
+  const uint64_t size = bytes.size();
+  if (size < 8)
+    return make_error(fmt::format("truncated: {} bytes, no 8-byte header length", size));
   uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | map->data()[i];
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[static_cast<size_t>(i)];
   if (header_len > size - 8) {
-    return fail(
+    return make_error(
         fmt::format("header length {} runs past the end of the file ({} bytes)", header_len, size));
   }
   if (header_len > kMaxHeaderBytes) {
-    return fail(fmt::format("header length {} exceeds {} bytes", header_len, kMaxHeaderBytes));
+    return make_error(
+        fmt::format("header length {} exceeds {} bytes", header_len, kMaxHeaderBytes));
   }
-  const char* hdr = reinterpret_cast<const char*>(map->data() + 8);
+  const char* hdr = reinterpret_cast<const char*>(bytes.data() + 8);
   json header;
   try {
     header = json::parse(hdr, hdr + header_len);
   } catch (const json::exception& e) {
-    return fail(fmt::format("header is not JSON: {}", e.what()));
+    return make_error(fmt::format("header is not JSON: {}", e.what()));
   }
-  if (!header.is_object()) return fail("header is not a JSON object");
+  if (!header.is_object()) return make_error("header is not a JSON object");
 
   const uint64_t data_start = 8 + header_len;
-  const std::span<const uint8_t> data_section = map->bytes().subspan(data_start);
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  const std::span<const uint8_t> data_section = bytes.subspan(data_start);
+  std::vector<StTensor> tensors;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    auto t = parse_entry(name, entry, data_section);
-    if (!t.ok()) return t.error().context(path);
-    f->tensors_.push_back(std::move(t).value());
+    MINFER_TRY(StTensor t, parse_entry(name, entry, data_section));
+    tensors.push_back(std::move(t));
   }
   // nlohmann::json's object keeps keys sorted (std::map), which is the order we want
   // (byte order of the UTF-8 names, as Python sorts str); sort anyway so the order does
   // not rest on the JSON library's container.
-  std::sort(f->tensors_.begin(), f->tensors_.end(),
+  std::sort(tensors.begin(), tensors.end(),
             [](const StTensor& a, const StTensor& b) { return a.name < b.name; });
+  return tensors;
+}
+
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
+  MINFER_TRY(auto map, MappedFile::open(path));
+  auto tensors = parse_safetensors(map->bytes());
+  if (!tensors.ok()) return tensors.error().context(path);
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->tensors_ = std::move(tensors).value();
   f->map_ = std::move(map);
   return f;
 }

@@ -34,6 +34,10 @@ struct StTensor {
   std::span<const uint8_t> data;  // into the mapping
 };
 
+// Validates a whole safetensors file's bytes (header length, JSON header, every entry);
+// the tensors' data views point into `bytes`, sorted by name. The fuzz target's entry.
+Result<std::vector<StTensor>> parse_safetensors(std::span<const uint8_t> bytes);
+
 class SafetensorsFile {
  public:
   // mmap and validate. Errors name the file, the tensor and the field.
