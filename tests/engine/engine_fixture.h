@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -83,6 +84,25 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& a,
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// The models the determinism tests (thread count, prefill chunking, batch composition)
+// run: every architecture with Q8_0 weights, and qwen3moe with F32 weights too — Q8_0
+// activation rounding absorbs an ulp-level difference of the expert matmul's rows (a
+// grouped kernel whose bits depended on which rows share an expert passed with Q8_0
+// weights alone), F32 weights carry it to the logits.
+struct DeterminismModel {
+  const char* name;
+  minfer::testing::TinySpec spec;
+};
+inline std::vector<DeterminismModel> determinism_models(bool tied = true) {
+  ::setenv("MINFER_EXPERIMENTAL_QWEN3MOE", "1", 1);  // until qwen3moe is proved against llama.cpp
+  std::vector<DeterminismModel> out;
+  for (const char* arch : {"llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe"}) {
+    out.push_back({arch, {.arch = arch, .tied = tied, .qkv_bias = std::string(arch) == "qwen2"}});
+  }
+  out.push_back({"qwen3moe-f32", {.arch = "qwen3moe", .wtype = DType::kF32, .tied = tied}});
+  return out;
 }
 
 }  // namespace minfer::engine::testing
