@@ -4,7 +4,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -96,7 +95,6 @@ struct DeterminismModel {
   minfer::testing::TinySpec spec;
 };
 inline std::vector<DeterminismModel> determinism_models(bool tied = true) {
-  ::setenv("MINFER_EXPERIMENTAL_QWEN3MOE", "1", 1);  // until qwen3moe is proved against llama.cpp
   std::vector<DeterminismModel> out;
   for (const char* arch : {"llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe"}) {
     out.push_back({arch, {.arch = arch, .tied = tied, .qkv_bias = std::string(arch) == "qwen2"}});
