@@ -119,6 +119,10 @@ DType choose_type(const TensorPlan& t, const Shape& s, const FtypeInfo& ft) {
   if ((t.role == Role::kAttnV || t.role == Role::kAttnK) && s.n_expert == 8) {
     type = DType::kQ8_0;  // llama-quant.cpp: "for the 8-expert model, bumping this to Q8_0"
   }
+  if (t.role == Role::kAttnOut && s.n_expert == 8 &&
+      (ft.ftype == Ftype::kQ4_K_S || ft.ftype == Ftype::kQ4_K_M)) {
+    type = DType::kQ5_K;  // llama-quant.cpp ATTENTION_OUTPUT, 8 experts
+  }
   return fallback(type, nx);
 }
 
