@@ -615,11 +615,10 @@ def test_goldens_are_well_formed():
 # ---------------------------------------------------------------- --numerics llamacpp
 
 # Weight types whose llama.cpp CPU arithmetic `--numerics llamacpp` follows bit for bit
-# (ggml's x86 quant dots incl. Q6_K for the output layers; its f16 GEMV and llamafile's
-# f16 sgemm). F32 weights keep our own accumulation order and Q4_K adds one exact integer
-# sum per super-block (not ggml's 8-lane order), so the F32 and Q4_K_M goldens are not
-# held to this.
-kLlamaCppExactTypes = ("q4_0", "q4_1", "q8_0", "f16")
+# (ggml's x86 quant dots incl. Q6_K for the output layers; its f16 and f32 GEMV and
+# llamafile's f16 and f32 sgemm). Q4_K adds one exact integer sum per super-block (not
+# ggml's 8-lane order), so the Q4_K_M goldens are not held to this.
+kLlamaCppExactTypes = ("q4_0", "q4_1", "q8_0", "f16", "f32")
 # llama.cpp runs a ubatch of >= 64 query rows through a tiled f32 flash-attention kernel,
 # and so does the mode; the plain goldens' prompts that long are held to identical tokens
 # (their logits were not compared when they were recorded), the repack goldens' to
@@ -630,22 +629,15 @@ kLlamaCppTiledAttnRows = 64
 kReportOnlyMaxTokens = 256
 
 
-# A qwen3moe file's router (ffn_gate_inp) is F32 whatever its type (llama-quantize and
-# convert_hf_to_gguf.py keep it so), and F32 weights keep our order: llama.cpp multiplies
-# them with ggml_vec_dot_f32 for one row and llamafile's tinyBLAS for more. Router logits
-# then differ in the last bits; Q8_0 activation rounding mostly absorbs that (measured:
-# tiny-qwen3moe-q8_0 'english' and 'code' byte-identical over 64 steps, node by node from
-# ffn_moe_logits-0 on differing only in ulps), 'chatml' crosses a rounding boundary.
-kLlamaCppExactExcludedArchs = ("qwen3moe",)
+# Goldens of a held type that the mode does not reproduce yet, with the measured gap:
+# tiny-gemma3-f32 differs from llama.cpp by up to 0.0084 at its top-10 logits from step 0
+# (its f32 path past the matmuls is not traced yet; its greedy tokens are identical).
+kLlamaCppExactNotYet = ("tiny-gemma3-f32",)
 
 
 def llamacpp_exact_dirs() -> list[Path]:
-    def held(d: Path) -> bool:
-        golden = load_golden(d)
-        fx = golden["model"].get("fixture")
-        arch = manifest()[fx]["arch"] if fx else None
-        return weight_type(golden) in kLlamaCppExactTypes and arch not in kLlamaCppExactExcludedArchs
-    return [d for d in golden_dirs() if held(d)]
+    return [d for d in golden_dirs()
+            if weight_type(load_golden(d)) in kLlamaCppExactTypes and d.name not in kLlamaCppExactNotYet]
 
 
 # Goldens of llama.cpp's default CPU build on this machine: its CPU_REPACK buffer on, so
