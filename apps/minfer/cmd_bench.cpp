@@ -73,12 +73,19 @@ uint64_t process_cpu_ns() {
 }
 
 // Bytes of weights one decoded token reads: every matrix once, except the token
-// embedding table (one row per token) unless it doubles as the LM head (tied).
-uint64_t weight_bytes_per_token(const gguf::Model& file) {
+// embedding table (one row per token) unless it doubles as the LM head (tied), and, in
+// a mixture of experts, only the <arch>.expert_used_count chosen experts' matrices of
+// each 3-D expert tensor (mul_mat_id reads no other expert's rows): n_used / n_expert of
+// its bytes. The router (ffn_gate_inp) is read whole.
+uint64_t weight_bytes_per_token(const gguf::Model& file, const model::HParams& hp) {
   uint64_t total = 0, embd = 0;
   bool has_output = false;
   for (const auto& t : file.tensors()) {
-    total += t.n_bytes;
+    if (hp.n_expert > 0 && t.name.ends_with("_exps.weight")) {
+      total += t.n_bytes / hp.n_expert * hp.n_expert_used;  // one expert: n_bytes / n_expert
+    } else {
+      total += t.n_bytes;
+    }
     if (t.name == "token_embd.weight") embd = t.n_bytes;
     if (t.name == "output.weight") has_output = true;
   }
@@ -277,7 +284,8 @@ int run_bench(const std::vector<std::string>& args) {
         }
         summarize(r);
         // Weight bytes per step are those of one token: the step reads them once.
-        r.gbps = static_cast<double>(weight_bytes_per_token(e.file())) * r.mean / npl / 1e9;
+        r.gbps =
+            static_cast<double>(weight_bytes_per_token(e.file(), e.hparams())) * r.mean / npl / 1e9;
         results.push_back(std::move(r));
       }
     }
@@ -308,7 +316,10 @@ int run_bench(const std::vector<std::string>& args) {
           {"model", name},      {"size", size},          {"params", params},
           {"backend", backend}, {"threads", r.threads},  {"test", r.test},
           {"ts_mean", r.mean},  {"ts_stddev", r.stddev}, {"samples_ts", r.samples}};
-      if (r.gbps > 0) j["weight_gbps"] = r.gbps;
+      if (r.gbps > 0) {
+        j["weight_gbps"] = r.gbps;
+        j["weight_bytes_per_token"] = weight_bytes_per_token(e.file(), e.hparams());
+      }
       if (r.n_gen > 0) j["n_parallel"] = r.n_parallel;
       if (!r.cpu_ns.empty()) {
         // Process CPU time (every thread) per generated token: machine load from other

@@ -437,6 +437,62 @@ TEST(VecDotSimd, LlamaCppF16DotsFollowTheirOrder_bitwise) {
   }
 }
 
+// llama.cpp's F32 dot orders (its AVX-512 build): ggml_vec_dot_f32 for one row — four
+// 16-lane FMA accumulators over steps of 64, folded 0+2, 1+3, 0+1, the lanes reduced as
+// _mm512_reduce_add_ps, the tail fused in f32 — and tinyBLAS for a batch — one 16-lane
+// FMA accumulator, reduced the same way —, each against a plain 16-lane emulation.
+TEST(VecDotSimd, LlamaCppF32DotsFollowTheirOrder_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU";
+  const DotKernel k = llamacpp_f32_dot_kernel();
+  ASSERT_NE(k.vec_dot_batch, nullptr);
+  auto reduce = [](const float* lane) {  // _mm512_reduce_add_ps: 8, 4, then 2 + 2
+    float l8[8], l4[4];
+    for (int e = 0; e < 8; ++e) l8[e] = lane[8 + e] + lane[e];
+    for (int e = 0; e < 4; ++e) l4[e] = l8[4 + e] + l8[e];
+    return (l4[0] + l4[2]) + (l4[1] + l4[3]);
+  };
+  for (int64_t n : {16, 37, 64, 100, 128, 256, 896, 4864}) {
+    SCOPED_TRACE(n);
+    auto a = random_floats(static_cast<size_t>(n), 70 + static_cast<uint32_t>(n), -1.0f, 1.0f);
+    auto b = random_floats(static_cast<size_t>(n), 80 + static_cast<uint32_t>(n), -1.0f, 1.0f);
+    float acc[4][16] = {};
+    const int64_t np = n / 64 * 64;
+    for (int64_t i = 0; i < np; i += 64) {
+      for (int j = 0; j < 4; ++j) {
+        for (int e = 0; e < 16; ++e) {
+          const int64_t at = i + j * 16 + e;
+          acc[j][e] = std::fma(a[static_cast<size_t>(at)], b[static_cast<size_t>(at)], acc[j][e]);
+        }
+      }
+    }
+    float folded[16];
+    for (int e = 0; e < 16; ++e) folded[e] = (acc[0][e] + acc[2][e]) + (acc[1][e] + acc[3][e]);
+    float ref_vec = reduce(folded);
+    for (int64_t i = np; i < n; ++i) {
+      ref_vec = std::fma(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)], ref_vec);
+    }
+    const float vec = k.vec_dot(n, a.data(), b.data());
+    EXPECT_EQ(fp32_to_bits(vec), fp32_to_bits(ref_vec));
+    const float batch = k.vec_dot_batch(n, a.data(), b.data());
+    if (n % 16 != 0) {
+      EXPECT_EQ(fp32_to_bits(batch), fp32_to_bits(vec));  // tinyBLAS declines: GEMV order
+      continue;
+    }
+    float lane[16] = {};
+    for (int64_t i = 0; i < n; i += 16) {
+      for (int e = 0; e < 16; ++e) {
+        lane[e] = std::fma(a[static_cast<size_t>(i + e)], b[static_cast<size_t>(i + e)], lane[e]);
+      }
+    }
+    EXPECT_EQ(fp32_to_bits(batch), fp32_to_bits(reduce(lane)));
+    double exact = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      exact += double{a[static_cast<size_t>(i)]} * b[static_cast<size_t>(i)];
+    EXPECT_NEAR(vec, exact, 1e-6 * static_cast<double>(n));
+    EXPECT_NEAR(batch, exact, 1e-6 * static_cast<double>(n));
+  }
+}
+
 // silu with ggml's polynomial e^x: the AVX2 form equals the scalar one bit for bit, over
 // ordinary values, the ends where 2^n leaves the normal range, and NaN / ±inf; and it
 // stays within 2 ulp-ish of the exact silu.

@@ -85,4 +85,28 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& a,
   return ::testing::AssertionSuccess();
 }
 
+// The models the determinism tests (thread count, prefill chunking, batch composition)
+// run: every architecture with Q8_0 weights, and qwen3moe with F32 weights too — Q8_0
+// activation rounding absorbs an ulp-level difference of the expert matmul's rows (a
+// grouped kernel whose bits depended on which rows share an expert passed with Q8_0
+// weights alone), F32 weights carry it to the logits.
+// llama_batch_invariant false: --numerics llamacpp makes this model's rows depend on
+// their batch, as llama.cpp does — its F32 weights (qwen3moe's router) go through
+// ggml_vec_dot_f32 for one row and llamafile's tinyBLAS for more.
+struct DeterminismModel {
+  const char* name;
+  minfer::testing::TinySpec spec;
+  bool llamacpp_batch_invariant = true;
+};
+inline std::vector<DeterminismModel> determinism_models(bool tied = true) {
+  std::vector<DeterminismModel> out;
+  for (const char* arch : {"llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe"}) {
+    out.push_back({arch,
+                   {.arch = arch, .tied = tied, .qkv_bias = std::string(arch) == "qwen2"},
+                   std::string(arch) != "qwen3moe"});
+  }
+  out.push_back({"qwen3moe-f32", {.arch = "qwen3moe", .wtype = DType::kF32, .tied = tied}, false});
+  return out;
+}
+
 }  // namespace minfer::engine::testing

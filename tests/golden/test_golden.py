@@ -71,6 +71,15 @@ kLogitAbsTolFloat = 2e-2
 # The committed logits (llama.cpp's and the exact ones) are IEEE half floats: relative
 # rounding of 2^-11 (0.008 on a logit of 16) on top of every absolute bound below.
 kF16StorageRelTol = 2.0 ** -11
+# A mixture of experts (qwen3moe) routes each token to the experts of highest router
+# probability; where two nearly tie, llama.cpp's f16 K/V and f16 attention rounding can
+# choose the other expert, which moves its logits by O(1) (measured: tiny-qwen3moe-f32
+# 'english' step 54, layer-0 router gap 1.3e-4, llama.cpp 1.5 off exact math on its top
+# logit) while exact math does not. At such a step of a float model the bar is exact
+# math instead (exact.json `steps`, tools/reference/exact_logits.py --steps): llama.cpp
+# must be off it by more than the family tolerance and ours within this of it (ours
+# measured 1e-5 there: f32 arithmetic against f64).
+kExactStepAbsTol = 2e-3
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,8 @@ kBars = {
     # step up to the first difference: 0.0198 (float bar 2e-2 has no headroom here).
     # Tiny qwen3 (QK-norm) and phi3 (fused QKV / gate-up) F32: measured max |ours -
     # llama.cpp| at its top-10 over 64 steps 0.0271 (qwen3 'english' step 62) and 0.0245
-    # (phi3 'code' step 19). It is llama.cpp's f16 K/V and f16 flash attention:
+    # (phi3 'code' step 19), tiny qwen3moe 0.0338 ('english', outside the steps held to
+    # exact math by kExactStepAbsTol). It is llama.cpp's f16 K/V and f16 flash attention:
     # `--numerics llamacpp` (the same f16 KV and attention, our f32 matmuls) stays within
     # 0.0029 (qwen3) / 0.0047 (phi3) of llama.cpp over all 64 steps of every prompt.
     "tiny-qknorm-fused-float": Bar(max_abs_vs_exact=1.2e-2, rms_vs_exact=4.5e-3,
@@ -301,7 +311,7 @@ def bar_for(gdir: Path, golden: dict) -> Bar:
     if is_float(golden):
         arch = manifest()[fx]["arch"] if fx else None
         return kBars["qwen2.5-0.5b-float" if preset == "qwen2.5-0.5b" else
-                     "tiny-qknorm-fused-float" if arch in ("qwen3", "phi3") else "float"]
+                     "tiny-qknorm-fused-float" if arch in ("qwen3", "phi3", "qwen3moe") else "float"]
     family = {"tiny": "tiny-quant", "qwen2.5-0.5b": "qwen2.5-0.5b-quant"}.get(preset) or {
         "smollm2-135m-instruct-q4_1": "smollm2-q4_1",
         "gemma-3-270m-q4_k_m": "gemma3-270m-q4_k_m"}.get(gdir.name)
@@ -385,6 +395,13 @@ def exact_logits(gdir: Path, golden: dict) -> list[np.ndarray | None]:
     return out
 
 
+def exact_step_logits(gdir: Path) -> dict:
+    """exact.json `steps`: per prompt name, per greedy step, the exact logits at llama.cpp's
+    top ids ({} when the golden has none)."""
+    path = gdir / "exact.json"
+    return json.loads(path.read_text(encoding="utf-8")).get("steps", {}) if path.exists() else {}
+
+
 def llamacpp_logits(gdir: Path, p: dict) -> np.ndarray | None:
     fl = p.get("full_logits")
     return read_f16(gdir / "logits.f16", fl["offset"], fl["count"]) if fl else None
@@ -423,7 +440,7 @@ def test_logits_closer_to_exact_math_than_llamacpp_within_family_bar(gdir):
     need_dumps(caps)
     exact = exact_logits(gdir, golden)
     bar = bar_for(gdir, golden)
-    reproducible = cpu_has_avx2() and weight_type(golden) in kLlamaCppExactTypes
+    reproducible = cpu_has_avx2() and gdir in llamacpp_exact_dirs()
     model = model_for(golden)
     sq_ours, sq_ref, lines = [], [], []
     for p, run, ex in zip(golden["prompts"], runs, exact):
@@ -479,6 +496,7 @@ def test_logits_agree_with_llamacpp_within_error_budgets(gdir):
     strict, abs_tol = is_float(golden), bar.logit_abs_tol_vs_llamacpp
     assert not strict or abs_tol > 0, f"{gdir.name}: float family without logit_abs_tol_vs_llamacpp"
     tol = kRmsVsLlamaCppFactor * bar.rms_vs_exact
+    exact_steps = exact_step_logits(gdir)
     for p, run in zip(golden["prompts"], runs):
         lc = llamacpp_logits(gdir, p)
         if lc is not None:
@@ -497,15 +515,26 @@ def test_logits_agree_with_llamacpp_within_error_budgets(gdir):
             last = first_difference(p, run)
             n_steps = len(p["steps"]) if last is None else last + 1
             worst_step = 0.0
+            on_exact = []  # steps where llama.cpp left exact math and ours did not
             for k, (s, got) in enumerate(zip(p["steps"][:n_steps], run.at_top)):
                 want = np.array(s["top_logits"])
                 j = int(np.argmax(np.abs(got - want)))
+                if abs(got[j] - want[j]) > abs_tol and p["name"] in exact_steps:
+                    ex = np.array(exact_steps[p["name"]][k])
+                    lc_off, ours_off = float(np.abs(want - ex).max()), float(np.abs(got - ex).max())
+                    assert lc_off > abs_tol and ours_off <= kExactStepAbsTol, (
+                        f"{gdir.name}/{p['name']} step {k}: ours {ours_off:.5f} and llama.cpp {lc_off:.5f} "
+                        f"from exact math at llama.cpp's top-10 (ours must be within {kExactStepAbsTol} "
+                        f"where llama.cpp is off by more than {abs_tol})")
+                    on_exact.append(f"{k} (llama.cpp {lc_off:.3f}, ours {ours_off:.1e} off exact)")
+                    continue
                 worst_step = max(worst_step, float(abs(got[j] - want[j])))
                 assert abs(got[j] - want[j]) <= abs_tol, (
                     f"{gdir.name}/{p['name']} step {k}: logit of id {s['top_ids'][j]}: llama.cpp {want[j]:.5f} "
                     f"ours {got[j]:.5f} (tol {abs_tol})")
             print(f"{gdir.name}/{p['name']}: ours-llama.cpp at its top-10, steps 0..{n_steps - 1}: "
-                  f"max {worst_step:.4f}")
+                  f"max {worst_step:.4f}" + (f"; held to exact math at steps {', '.join(on_exact)}"
+                                             if on_exact else ""))
 
 
 @pytest.mark.parametrize("gdir", golden_dirs(), ids=lambda d: d.name)
@@ -586,11 +615,10 @@ def test_goldens_are_well_formed():
 # ---------------------------------------------------------------- --numerics llamacpp
 
 # Weight types whose llama.cpp CPU arithmetic `--numerics llamacpp` follows bit for bit
-# (ggml's x86 quant dots incl. Q6_K for the output layers; its f16 GEMV and llamafile's
-# f16 sgemm). F32 weights keep our own accumulation order and Q4_K adds one exact integer
-# sum per super-block (not ggml's 8-lane order), so the F32 and Q4_K_M goldens are not
-# held to this.
-kLlamaCppExactTypes = ("q4_0", "q4_1", "q8_0", "f16")
+# (ggml's x86 quant dots incl. Q6_K for the output layers; its f16 and f32 GEMV and
+# llamafile's f16 and f32 sgemm). Q4_K adds one exact integer sum per super-block (not
+# ggml's 8-lane order), so the Q4_K_M goldens are not held to this.
+kLlamaCppExactTypes = ("q4_0", "q4_1", "q8_0", "f16", "f32")
 # llama.cpp runs a ubatch of >= 64 query rows through a tiled f32 flash-attention kernel,
 # and so does the mode; the plain goldens' prompts that long are held to identical tokens
 # (their logits were not compared when they were recorded), the repack goldens' to
@@ -601,8 +629,15 @@ kLlamaCppTiledAttnRows = 64
 kReportOnlyMaxTokens = 256
 
 
+# Goldens of a held type that the mode does not reproduce yet, with the measured gap:
+# tiny-gemma3-f32 differs from llama.cpp by up to 0.0084 at its top-10 logits from step 0
+# (its f32 path past the matmuls is not traced yet; its greedy tokens are identical).
+kLlamaCppExactNotYet = ("tiny-gemma3-f32",)
+
+
 def llamacpp_exact_dirs() -> list[Path]:
-    return [d for d in golden_dirs() if weight_type(load_golden(d)) in kLlamaCppExactTypes]
+    return [d for d in golden_dirs()
+            if weight_type(load_golden(d)) in kLlamaCppExactTypes and d.name not in kLlamaCppExactNotYet]
 
 
 # Goldens of llama.cpp's default CPU build on this machine: its CPU_REPACK buffer on, so

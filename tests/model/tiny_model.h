@@ -39,6 +39,12 @@ struct TinySpec {
   // slides and layer 1 is global); qwen3 and gemma3 also get their QK-norm tensors and
   // gemma3 its post-norms.
   uint32_t n_swa = 16;
+  // qwen3moe: a mixture of n_expert SwiGLU experts of width n_ff_exp per block, n_expert_used
+  // of them per token (F32 router ffn_gate_inp, 3-D ffn_{gate,up,down}_exps), and qwen3's
+  // QK-norm. phi3: fused attn_qkv (Q | K | V rows) and ffn_up (gate | up rows).
+  int64_t n_expert = 8;
+  int64_t n_expert_used = 2;
+  int64_t n_ff_exp = 64;
   std::string vocab_gguf;  // copy tokenizer.* metadata from here ("" = none)
   uint32_t seed = 1;
   std::string drop_tensor;       // fault: leave this tensor out
@@ -102,8 +108,17 @@ inline Status write_tiny_model(const std::string& path, const TinySpec& s) {
       {a + ".rope.freq_base", gguf::Value::f32(s.rope_base)},
       {a + ".attention.layer_norm_rms_epsilon", gguf::Value::f32(1e-5f)},
   };
-  const bool qk_norm = a == "qwen3" || a == "gemma3";
+  const bool moe = a == "qwen3moe";
+  const bool fused = a == "phi3";
+  const bool qk_norm = a == "qwen3" || a == "gemma3" || moe;
   const bool gemma = a == "gemma3";
+  if (moe) {
+    kvs.emplace_back(a + ".expert_count", gguf::Value::u32(static_cast<uint32_t>(s.n_expert)));
+    kvs.emplace_back(a + ".expert_used_count",
+                     gguf::Value::u32(static_cast<uint32_t>(s.n_expert_used)));
+    kvs.emplace_back(a + ".expert_feed_forward_length",
+                     gguf::Value::u32(static_cast<uint32_t>(s.n_ff_exp)));
+  }
   if (gemma) {
     kvs.emplace_back(a + ".attention.sliding_window", gguf::Value::u32(s.n_swa));
     kvs.emplace_back(a + ".attention.sliding_window_pattern", gguf::Value::u32(2));
@@ -131,9 +146,13 @@ inline Status write_tiny_model(const std::string& path, const TinySpec& s) {
   for (int64_t il = 0; il < s.n_layer; ++il) {
     const std::string b = "blk." + std::to_string(il) + ".";
     MINFER_TRY_STATUS(add(b + "attn_norm.weight", DType::kF32, {ne}, 1.0f, 0.1f));
-    MINFER_TRY_STATUS(add(b + "attn_q.weight", s.wtype, {ne, ne}, 0.0f, wstd));
-    MINFER_TRY_STATUS(add(b + "attn_k.weight", s.wtype, {ne, nkv}, 0.0f, wstd));
-    MINFER_TRY_STATUS(add(b + "attn_v.weight", s.wtype, {ne, nkv}, 0.0f, wstd));
+    if (fused) {
+      MINFER_TRY_STATUS(add(b + "attn_qkv.weight", s.wtype, {ne, ne + 2 * nkv}, 0.0f, wstd));
+    } else {
+      MINFER_TRY_STATUS(add(b + "attn_q.weight", s.wtype, {ne, ne}, 0.0f, wstd));
+      MINFER_TRY_STATUS(add(b + "attn_k.weight", s.wtype, {ne, nkv}, 0.0f, wstd));
+      MINFER_TRY_STATUS(add(b + "attn_v.weight", s.wtype, {ne, nkv}, 0.0f, wstd));
+    }
     if (s.qkv_bias) {
       MINFER_TRY_STATUS(add(b + "attn_q.bias", DType::kF32, {ne}, 0.0f, 0.1f));
       MINFER_TRY_STATUS(add(b + "attn_k.bias", DType::kF32, {nkv}, 0.0f, 0.1f));
@@ -149,8 +168,19 @@ inline Status write_tiny_model(const std::string& path, const TinySpec& s) {
       MINFER_TRY_STATUS(add(b + "post_ffw_norm.weight", DType::kF32, {ne}, 1.0f, 0.1f));
     }
     MINFER_TRY_STATUS(add(b + "ffn_norm.weight", DType::kF32, {ne}, 1.0f, 0.1f));
-    MINFER_TRY_STATUS(add(b + "ffn_gate.weight", s.wtype, {ne, nff}, 0.0f, wstd));
-    MINFER_TRY_STATUS(add(b + "ffn_up.weight", s.wtype, {ne, nff}, 0.0f, wstd));
+    if (moe) {
+      const auto nx = static_cast<uint64_t>(s.n_expert);
+      const auto nfe = static_cast<uint64_t>(s.n_ff_exp);
+      // Router logits of std ~3, so top-k choices are rarely near ties.
+      MINFER_TRY_STATUS(add(b + "ffn_gate_inp.weight", DType::kF32, {ne, nx}, 0.0f, 3.0f * wstd));
+      MINFER_TRY_STATUS(add(b + "ffn_gate_exps.weight", s.wtype, {ne, nfe, nx}, 0.0f, wstd));
+      MINFER_TRY_STATUS(add(b + "ffn_up_exps.weight", s.wtype, {ne, nfe, nx}, 0.0f, wstd));
+      MINFER_TRY_STATUS(add(b + "ffn_down_exps.weight", s.wtype, {nfe, ne, nx}, 0.0f,
+                            1.0f / std::sqrt(static_cast<float>(s.n_ff_exp))));
+      continue;
+    }
+    if (!fused) MINFER_TRY_STATUS(add(b + "ffn_gate.weight", s.wtype, {ne, nff}, 0.0f, wstd));
+    MINFER_TRY_STATUS(add(b + "ffn_up.weight", s.wtype, {ne, fused ? 2 * nff : nff}, 0.0f, wstd));
     MINFER_TRY_STATUS(add(b + "ffn_down.weight", s.wtype, {nff, ne}, 0.0f,
                           1.0f / std::sqrt(static_cast<float>(s.n_ff))));
   }

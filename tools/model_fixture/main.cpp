@@ -1,5 +1,5 @@
-// Tool (fixtures): `minfer-model-fixture --arch qwen2|llama|qwen3|gemma3|phi3 --preset NAME --type
-// TYPE
+// Tool (fixtures): `minfer-model-fixture --arch qwen2|llama|qwen3|gemma3|phi3|qwen3moe --preset
+// NAME --type TYPE
 // --vocab VOCAB.gguf [--seed N] -o OUT.gguf` writes a model GGUF with deterministic
 // pseudo-random weights (random.h) and the vocabulary metadata of VOCAB.gguf, with
 // the tensor names, metadata keys and per-tensor types llama.cpp uses (model_spec.h).
@@ -97,6 +97,11 @@ void set_hparams(minfer::gguf::Writer& w, const fx::Shape& s, const fx::FtypeInf
   if (s.arch == fx::Arch::kPhi3) {  // conversion Phi3MiniModel: rope dims, original context
     w.set(a + ".rope.dimension_count", u32(s.n_embd_head));
   }
+  if (s.n_expert > 0) {  // convert_hf_to_gguf.py Qwen3MoeModel (Qwen2MoeModel)
+    w.set(a + ".expert_count", u32(s.n_expert));
+    w.set(a + ".expert_used_count", u32(s.n_expert_used));
+    w.set(a + ".expert_feed_forward_length", u32(s.n_ff_exp));
+  }
   if (s.arch == fx::Arch::kLlama) {  // conversion/llama.py LlamaModel.set_gguf_parameters
     w.set(a + ".vocab_size", u32(s.n_vocab));
     w.set(a + ".rope.dimension_count", u32(s.n_embd_head));
@@ -114,8 +119,10 @@ int main(int argc, char** argv) {
   std::optional<uint64_t> n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx;
   std::optional<double> rope_base, rms_eps;
   std::optional<bool> tied, qkv_bias;
-  app.add_option("--arch", arch_s, "qwen2 | llama | qwen3 | gemma3 | phi3")->capture_default_str();
-  app.add_option("--preset", preset_s, "tiny | qwen2.5-0.5b | qwen3-0.6b")->capture_default_str();
+  app.add_option("--arch", arch_s, "qwen2 | llama | qwen3 | gemma3 | phi3 | qwen3moe")
+      ->capture_default_str();
+  app.add_option("--preset", preset_s, "tiny | qwen2.5-0.5b | qwen3-0.6b | qwen3moe-0.5b")
+      ->capture_default_str();
   app.add_option("--type", type_s,
                  "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k_s q4_k_m q5_k_m q6_k")
       ->capture_default_str();
@@ -140,11 +147,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   const auto arch = fx::arch_from_name(arch_s);
-  if (!arch) return fail("unknown --arch '" + arch_s + "' (qwen2, llama, qwen3, gemma3, phi3)");
+  if (!arch)
+    return fail("unknown --arch '" + arch_s + "' (qwen2, llama, qwen3, gemma3, phi3, qwen3moe)");
   auto shape = fx::preset(preset_s, *arch);
   if (!shape) {
     return fail("unknown --preset '" + preset_s + "' for --arch " + arch_s +
-                " (tiny, qwen2.5-0.5b, qwen3-0.6b (qwen3 only))");
+                " (tiny, qwen2.5-0.5b, qwen3-0.6b (qwen3 only), qwen3moe-0.5b (qwen3moe only))");
   }
   const auto ft = fx::ftype_from_name(type_s);
   if (!ft) return fail("unknown --type '" + type_s + "'");

@@ -23,6 +23,11 @@ constexpr double kBiasStd = 0.1;     // q/k/v biases
 // of the last token would outweigh every sub-layer and a random model would only repeat
 // its input; at 3 the blocks shape the output as in the other fixtures.
 constexpr double kPostNormGain = 3.0;
+// The router of a mixture of experts: std kRouterGain/sqrt(n_embd), so its logits have
+// std ≈ kRouterGain. A wide spread keeps the gap between the last chosen expert and the
+// next one typically far above rounding differences, so expert selection of a random
+// model is not decided by near-ties (a flipped choice changes the FFN output by O(1)).
+constexpr double kRouterGain = 4.0;
 
 constexpr FtypeInfo kFtypes[] = {
     {Ftype::kF32, "f32", 0, DType::kF32},         {Ftype::kF16, "f16", 1, DType::kF16},
@@ -76,9 +81,12 @@ DType fallback(DType t, uint64_t ncols) {
 // no overrides, quantize_output_tensor on). F32/F16/BF16 files are what
 // convert_hf_to_gguf.py --outtype writes: every 2-D weight in that type.
 DType choose_type(const TensorPlan& t, const Shape& s, const FtypeInfo& ft) {
-  // tensor_allows_quantization: 2-D "...weight" tensors that are not norms.
-  const bool is_weight =
-      t.name.ends_with("weight") && t.name.find("_norm.weight") == std::string::npos;
+  // tensor_allows_quantization: 2-D and 3-D "...weight" tensors that are not norms and
+  // not the router (llama-quant.cpp keeps ffn_gate_inp in F32; so does
+  // convert_hf_to_gguf.py for every --outtype).
+  const bool is_weight = t.name.ends_with("weight") &&
+                         t.name.find("_norm.weight") == std::string::npos &&
+                         t.role != Role::kFfnGateInp;
   if (t.dims.size() < 2 || !is_weight) return DType::kF32;
   DType type = ft.base;
   if (!is_quantized(type)) return type;
@@ -98,13 +106,22 @@ DType choose_type(const TensorPlan& t, const Shape& s, const FtypeInfo& ft) {
     } else if (ft.ftype == Ftype::kQ4_K_S && t.layer < 4) {
       type = DType::kQ5_K;
     }
-  } else if (t.role == Role::kFfnDown) {
+  } else if (t.role == Role::kFfnDown || t.role == Role::kFfnDownExps) {
+    // A mixture of experts' ffn_down_exps counts as its block's ffn_down (layer_info
+    // reads the layer from the name; n_ffn_down is n_layer).
     if ((ft.ftype == Ftype::kQ4_K_M || ft.ftype == Ftype::kQ5_K_M) &&
         use_more_bits(t.layer, n_layer)) {
       type = DType::kQ6_K;
     } else if (ft.ftype == Ftype::kQ4_K_S && t.layer < n_layer / 8) {
       type = DType::kQ5_K;
     }
+  }
+  if ((t.role == Role::kAttnV || t.role == Role::kAttnK) && s.n_expert == 8) {
+    type = DType::kQ8_0;  // llama-quant.cpp: "for the 8-expert model, bumping this to Q8_0"
+  }
+  if (t.role == Role::kAttnOut && s.n_expert == 8 &&
+      (ft.ftype == Ftype::kQ4_K_S || ft.ftype == Ftype::kQ4_K_M)) {
+    type = DType::kQ5_K;  // llama-quant.cpp ATTENTION_OUTPUT, 8 experts
   }
   return fallback(type, nx);
 }
@@ -117,6 +134,7 @@ std::optional<Arch> arch_from_name(std::string_view name) {
   if (name == "qwen3") return Arch::kQwen3;
   if (name == "gemma3") return Arch::kGemma3;
   if (name == "phi3") return Arch::kPhi3;
+  if (name == "qwen3moe") return Arch::kQwen3Moe;
   return std::nullopt;
 }
 
@@ -132,6 +150,8 @@ std::string_view arch_name(Arch a) {
       return "gemma3";
     case Arch::kPhi3:
       return "phi3";
+    case Arch::kQwen3Moe:
+      return "qwen3moe";
   }
   return "?";
 }
@@ -140,7 +160,8 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
   Shape s;
   s.arch = arch;
   const bool qwen = arch == Arch::kQwen2;
-  const bool modern = arch == Arch::kQwen3 || arch == Arch::kGemma3;
+  const bool moe = arch == Arch::kQwen3Moe;
+  const bool modern = arch == Arch::kQwen3 || arch == Arch::kGemma3 || moe;
   s.tied_embeddings = qwen || modern;
   s.qkv_bias = qwen;
   s.qk_norm = modern;
@@ -162,6 +183,27 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
       s.n_embd_head = 128;
       s.sliding_window = 32;
     }
+    if (moe) {
+      s.n_expert = 8;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 128;
+    }
+    return s;
+  }
+  if (moe != (name == "qwen3moe-0.5b")) {
+    return std::nullopt;  // the larger presets are dense or mixture-of-experts shapes
+  }
+  if (name == "qwen3moe-0.5b") {
+    s.n_embd = 1024;
+    s.n_layer = 12;
+    s.n_head = 16;
+    s.n_head_kv = 4;
+    s.n_embd_head = 64;
+    s.n_ff = 3072;
+    s.n_ctx_train = 32768;
+    s.n_expert = 16;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 512;
     return s;
   }
   if (name == "qwen3-0.6b") {
@@ -193,7 +235,7 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "qwen2.5-0.5b", "qwen3-0.6b"};
+  return {"tiny", "qwen2.5-0.5b", "qwen3-0.6b", "qwen3moe-0.5b"};
 }
 
 std::optional<FtypeInfo> ftype_from_name(std::string_view name) {
@@ -226,6 +268,14 @@ std::string shape_problem(const Shape& s) {
   if (s.n_embd_head % 2 != 0) return "the head dimension must be even (RoPE rotates pairs)";
   if (s.n_embd % 32 != 0 || s.n_ff % 32 != 0 || (s.n_head * s.n_embd_head) % 32 != 0) {
     return "n_embd, n_ff and n_head*head_dim must be multiples of 32 (quant block rows)";
+  }
+  if (s.n_expert > 0) {
+    if (s.n_expert_used == 0 || s.n_expert_used > s.n_expert) {
+      return "expert_used_count must be in 1..expert_count";
+    }
+    if (s.n_ff_exp == 0 || s.n_ff_exp % 32 != 0) {
+      return "the expert width must be a positive multiple of 32 (quant block rows)";
+    }
   }
   return "";
 }
@@ -271,6 +321,17 @@ std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype) {
           kNormJitter);
     }
     add(p + "ffn_norm.weight", Role::kFfnNorm, l, {s.n_embd}, 1, kNormJitter);
+    if (s.n_expert > 0) {  // llama.cpp's LLM_TENSOR_FFN_{GATE_INP,GATE_EXPS,UP_EXPS,DOWN_EXPS}
+      add(p + "ffn_gate_inp.weight", Role::kFfnGateInp, l, {s.n_embd, s.n_expert}, 0,
+          kRouterGain / std::sqrt(static_cast<double>(s.n_embd)));
+      add(p + "ffn_gate_exps.weight", Role::kFfnGateExps, l, {s.n_embd, s.n_ff_exp, s.n_expert}, 0,
+          lin(s.n_embd));
+      add(p + "ffn_up_exps.weight", Role::kFfnUpExps, l, {s.n_embd, s.n_ff_exp, s.n_expert}, 0,
+          lin(s.n_embd));
+      add(p + "ffn_down_exps.weight", Role::kFfnDownExps, l, {s.n_ff_exp, s.n_embd, s.n_expert}, 0,
+          lin(s.n_ff_exp));
+      continue;
+    }
     if (s.fused) {  // rows [0, n_ff) the SwiGLU gate, [n_ff, 2 n_ff) the up projection
       add(p + "ffn_up.weight", Role::kFfnUp, l, {s.n_embd, 2 * s.n_ff}, 0, lin(s.n_embd));
     } else {

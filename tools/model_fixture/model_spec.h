@@ -18,7 +18,7 @@
 
 namespace minfer::fixture {
 
-enum class Arch { kQwen2, kLlama, kQwen3, kGemma3, kPhi3 };
+enum class Arch { kQwen2, kLlama, kQwen3, kGemma3, kPhi3, kQwen3Moe };
 std::optional<Arch> arch_from_name(std::string_view name);
 std::string_view arch_name(Arch a);
 
@@ -42,6 +42,13 @@ struct Shape {
   bool fused = false;            // attn_qkv and ffn_up = gate | up (Phi-3); the _K mixes'
                                  // attn_qkv rules of llama-quantize are not modelled
                                  // (use F32/F16/Q8_0 for these)
+  // Mixture of experts (qwen3moe): every block's FFN is n_expert SwiGLU experts of width
+  // n_ff_exp, n_expert_used of them per token (ffn_gate_inp router [n_embd, n_expert],
+  // ffn_{gate,up}_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps [n_ff_exp, n_embd,
+  // n_expert]); 0 = a dense FFN of n_ff.
+  uint64_t n_expert = 0;
+  uint64_t n_expert_used = 0;
+  uint64_t n_ff_exp = 0;
 };
 
 // Presets: "tiny" (n_embd 256 so every k-quant's 256-block fits a row, 2 layers,
@@ -52,7 +59,11 @@ struct Shape {
 // 1e6, eps 1e-6; gemma3 → tied, QK-norm, post-norms, head dim 256 (the "tiny" preset: 6
 // layers so layer 5 is global, sliding window 32), base 1e6, eps 1e-6.
 // "qwen3-0.6b": Qwen3-0.6B's shape (n_embd 1024, 28 layers, 16 / 8 heads of 128,
-// n_ff 3072, context 40960, tied). n_vocab stays 0 (set from the vocab).
+// n_ff 3072, context 40960, tied). qwen3moe → qwen3's defaults with a mixture-of-experts
+// FFN: "tiny" has 8 experts of width 128, 2 used per token; "qwen3moe-0.5b" (a benchmark
+// shape, ~0.5B weights of which ~0.2B are read per token: n_embd 1024, 12 layers, 16 / 4
+// heads of 64, 16 experts of width 512, 2 used, context 32768, tied).
+// n_vocab stays 0 (set from the vocab).
 std::optional<Shape> preset(std::string_view name, Arch arch);
 std::vector<std::string> preset_names();
 
@@ -102,6 +113,10 @@ enum class Role {
   kAttnPostNorm,
   kFfnPostNorm,
   kAttnQkv,
+  kFfnGateInp,   // the router of a mixture of experts
+  kFfnGateExps,  // 3-D: one matrix per expert
+  kFfnUpExps,
+  kFfnDownExps,
 };
 
 struct TensorPlan {
@@ -115,7 +130,8 @@ struct TensorPlan {
 };
 
 // Tensors in the order the file stores them: token_embd, then per block attn_norm,
-// attn_q/k/v (+ biases), attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then
+// attn_q/k/v (+ biases), attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down (a mixture of
+// experts: ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps), then
 // output_norm and output (untied only). Types per `ftype` (see model_spec.cpp).
 std::vector<TensorPlan> plan_tensors(const Shape& s, Ftype ftype);
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A plain numpy forward pass in f64 for llama/qwen2/qwen3/gemma3 GGUFs: an independent oracle that
+"""A plain numpy forward pass in f64 for llama/qwen2/qwen3/gemma3/phi3/qwen3moe GGUFs: an independent oracle that
 reads top to bottom, for debugging an engine layer by layer and for the exact logits of
 the goldens (tools/reference/exact_logits.py).
 
@@ -27,7 +27,7 @@ class Model:
         r = gguf.GGUFReader(path)
         kv = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.")}
         arch = self.arch = kv["general.architecture"]
-        assert arch in ("llama", "qwen2", "qwen3", "gemma3", "phi3"), f"{arch}: not implemented here"
+        assert arch in ("llama", "qwen2", "qwen3", "gemma3", "phi3", "qwen3moe"), f"{arch}: not implemented here"
         if not dequantize:
             bad = [t.name for t in r.tensors if t.tensor_type.name != "F32"]
             assert not bad, f"F32 models only without --dequantize ({bad[0]} is not F32)"
@@ -48,6 +48,7 @@ class Model:
                 up = self.W.pop(p + "ffn_up.weight")
                 self.W[p + "ffn_gate.weight"], self.W[p + "ffn_up.weight"] = up[:n_ff], up[n_ff:]
         self.n_head_kv = kv[f"{arch}.attention.head_count_kv"]
+        self.n_expert_used = kv.get(f"{arch}.expert_used_count", 0)  # qwen3moe
         self.eps = kv[f"{arch}.attention.layer_norm_rms_epsilon"]
         self.base = kv.get(f"{arch}.rope.freq_base", 10000.0)
         self.emb = self.W["token_embd.weight"]                 # [n_vocab, n_embd]
@@ -114,6 +115,9 @@ class Model:
                 a = self.norm(a, W[p + "post_attention_norm.weight"])
             x = x + a
             h = self.norm(x, W[p + "ffn_norm.weight"])
+            if p + "ffn_gate_inp.weight" in W:                 # mixture of experts (qwen3moe)
+                x = x + self.moe(h, p)
+                continue
             gt, up = h @ W[p + "ffn_gate.weight"].T, h @ W[p + "ffn_up.weight"].T
             if self.gemma:
                 act = 0.5 * gt * (1 + np.tanh(np.sqrt(2 / np.pi) * (gt + 0.044715 * gt ** 3)))
@@ -122,6 +126,25 @@ class Model:
                 f = (gt / (1 + np.exp(-gt)) * up) @ W[p + "ffn_down.weight"].T
             x = x + f
         return self.norm(x[-1], W["output_norm.weight"]) @ self.out_w.T
+
+
+    def moe(self, h, p):
+        """llama.cpp's build_moe_ffn for qwen3moe: softmax router, the n_expert_used most
+        probable experts (ties to the lower id), their probabilities normalised to sum 1
+        (the sum clamped below at 2^-14), SwiGLU experts, the weighted sum."""
+        W = self.W
+        lg = h @ W[p + "ffn_gate_inp.weight"].T                # [T, n_expert]
+        pr = np.exp(lg - lg.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        gate, up, down = (W[p + f"ffn_{n}_exps.weight"] for n in ("gate", "up", "down"))
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            sel = np.argsort(-pr[t], kind="stable")[:self.n_expert_used]
+            w = pr[t, sel] / max(pr[t, sel].sum(), 2.0 ** -14)
+            for e, we in zip(sel, w):
+                gt, u = gate[e] @ h[t], up[e] @ h[t]           # [n_ff_exp]
+                out[t] += we * (down[e] @ (gt / (1 + np.exp(-gt)) * u))
+        return out
 
 
 def main():

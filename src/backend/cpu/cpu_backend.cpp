@@ -100,6 +100,7 @@ DotKernel avx512_or_avx2(DType t) {
 // K-quant matmul.
 DotKernel llamacpp_or_avx2(DType t) {
   if (t == DType::kF16) return llamacpp_f16_dot_kernel();
+  if (t == DType::kF32) return llamacpp_f32_dot_kernel();
   if (t == DType::kQ5_0) return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q5_0_q8_0_ggml};
   if (t == DType::kQ6_K) {  // ggml's x86 GEMV; its tiled K-quant matmul from 8 rows
     DotKernel k = avx2_or_scalar(t);

@@ -108,7 +108,8 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
         const uint64_t bytes = static_cast<uint64_t>(std::min(n_out, p0 + kTileRows) - p0) * w_row;
         for (uint64_t off = 0; off < bytes; off += 64) __builtin_prefetch(next + off, 0, 3);
       }
-      if (dk.vec_dot_batch != nullptr && m_rows >= std::max<int64_t>(2, dk.batch_min_rows)) {
+      if (dk.vec_dot_batch != nullptr && m_rows >= std::max<int64_t>(2, dk.batch_min_rows) &&
+          n_out % dk.batch_w_rows_multiple == 0) {
         for (int64_t m = 0; m < m_rows; ++m) {
           const uint8_t* xr = xq + m * x_row;
           float* yr = y + m * n_out;

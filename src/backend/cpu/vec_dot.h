@@ -67,6 +67,9 @@ struct DotKernel {
   // vec_dot_batch serves a batch of at least this many rows (llama.cpp's tiled K-quant
   // matmul starts at 8; its f16 sgemm at 2).
   int64_t batch_min_rows = 2;
+  // vec_dot_batch serves only weights whose row count this divides (llamafile's tinyBLAS
+  // declines others, which then take the GEMV's order).
+  int64_t batch_w_rows_multiple = 1;
 };
 
 // Activation converters, shared by every ISA so SIMD and scalar dots read identical
@@ -155,6 +158,10 @@ float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
 float ggml_v_expf_lane(float x);
 // The mul_mat table entry for F16 weights under llamacpp numerics (AVX2 only).
 DotKernel llamacpp_f16_dot_kernel();
+// llama.cpp's F32 weight matmul: ggml_vec_dot_f32 for one activation row, llamafile's
+// tinyBLAS (one 16-lane FMA accumulator per output) for two or more, as its AVX-512
+// build computes them (vec_dot_avx2.cpp; AVX2+FMA, the same operations per output).
+DotKernel llamacpp_f32_dot_kernel();
 // llama.cpp's CPU "repack" extra buffer (on by default, x86 with AVX2): at load it re-lays
 // the MUL_MAT weights of some types whose row count is a multiple of 8 into 8-row
 // interleaved blocks (llamacpp_repacks) and multiplies them with its own GEMV / GEMM

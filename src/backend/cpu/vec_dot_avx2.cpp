@@ -505,6 +505,45 @@ float ggml_dot_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
   return reduce16(lo, hi);
 }
 
+// llama.cpp's F32 weight matmul (ggml-cpu mul_mat on its AVX-512 build): one activation
+// row goes through ggml_vec_dot_f32 — four 16-lane FMA accumulators over steps of 64,
+// folded 0+2, 1+3, then 0+1, _mm512_reduce_add_ps, the tail added one fused product at a
+// time (GCC contracts `sumf += x[i]*y[i]`) in f32 —, two or more through llamafile's
+// tinyBLAS: one 16-lane FMA accumulator per output over steps of 16, then
+// _mm512_reduce_add_ps; tinyBLAS declines a row length that 16 does not divide.
+float ggml_dot_f32_vec_avx2(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const float*>(vw);
+  const auto* x = static_cast<const float*>(vx);
+  __m256 lo[4], hi[4];
+  for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+  const int64_t np = n & ~int64_t{63};
+  for (int64_t i = 0; i < np; i += 64) {
+    for (int j = 0; j < 4; ++j) {
+      const int64_t at = i + j * 16;
+      lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + at), _mm256_loadu_ps(x + at), lo[j]);
+      hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + at + 8), _mm256_loadu_ps(x + at + 8), hi[j]);
+    }
+  }
+  const __m256 l = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
+  const __m256 h = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
+  float sum = reduce16(l, h);
+  for (int64_t i = np; i < n; ++i) sum = std::fma(w[i], x[i], sum);
+  return sum;
+}
+
+float ggml_dot_f32_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
+  if (n % 16 != 0) return ggml_dot_f32_vec_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
+  const auto* w = static_cast<const float*>(vw);
+  const auto* x = static_cast<const float*>(vx);
+  __m256 lo = _mm256_setzero_ps();
+  __m256 hi = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    lo = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), lo);
+    hi = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), hi);
+  }
+  return reduce16(lo, hi);
+}
+
 }  // namespace
 
 // The Q·K dot of llama.cpp's flash attention (attn_ggml_f16.h) is ggml_vec_dot_f16, the
@@ -598,6 +637,14 @@ DotKernel llamacpp_f16_dot_kernel() {
           .from_f32 = from_f32_f16,
           .vec_dot = ggml_dot_f16_vec_avx2,
           .vec_dot_batch = ggml_dot_f16_sgemm_avx2};
+}
+
+DotKernel llamacpp_f32_dot_kernel() {
+  return {.vec_dot_type = DType::kF32,
+          .from_f32 = from_f32_f32,
+          .vec_dot = ggml_dot_f32_vec_avx2,
+          .vec_dot_batch = ggml_dot_f32_sgemm_avx2,
+          .batch_w_rows_multiple = 4};  // tinyBLAS::matmul declines m % 4 != 0
 }
 
 DotKernel avx2_dot_kernel(DType t) {

@@ -6,21 +6,9 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <string_view>
-
 namespace minfer::model::qwen3moe {
 
 Status adjust(const gguf::Model& file, HParams& hp) {
-  // Not yet verified against llama.cpp (no fixture, goldens or twin tests): refused
-  // unless a developer asks for it, so no user runs unproven arithmetic unknowingly.
-  const char* dev = std::getenv("MINFER_EXPERIMENTAL_QWEN3MOE");
-  if (dev == nullptr || std::string_view(dev) != "1") {
-    return make_error(
-        "qwen3moe (mixture of experts) is not supported yet: its kernels are written but not "
-        "yet verified against llama.cpp (MINFER_EXPERIMENTAL_QWEN3MOE=1 loads it anyway, for "
-        "development)");
-  }
   hp.rope_mode = graph::RopeMode::kNeox;
   const std::string& a = hp.arch;
   auto get = [&](const std::string& key, uint32_t* out) -> Status {
