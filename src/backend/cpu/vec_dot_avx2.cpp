@@ -13,6 +13,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/attn_ggml_f16.h"
@@ -470,22 +471,52 @@ inline float reduce16(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
 }
 
-float ggml_dot_f16_vec_avx2(int64_t n, const void* vw, const void* vx) {
-  const auto* w = static_cast<const uint16_t*>(vw);
-  const auto* x = static_cast<const uint16_t*>(vx);
+// ggml's 4 × 16-lane FMA body over steps of 64 (ggml_vec_dot_f16 / _f32 on AVX-512): the
+// lanes folded 0+2, 1+3, then 0+1 and reduced as _mm512_reduce_add_ps. T is the element
+// type (f16 widened exactly, or f32); the n % 64 tail is the caller's.
+template <typename T>
+inline __m256 load8(const T* p) {
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    return load_f16x8(p);
+  } else {
+    return _mm256_loadu_ps(p);
+  }
+}
+
+template <typename T>
+float ggml_vec_body64(int64_t np, const T* w, const T* x) {
   __m256 lo[4], hi[4];
   for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
-  const int64_t np = n & ~int64_t{63};
   for (int64_t i = 0; i < np; i += 64) {
     for (int j = 0; j < 4; ++j) {
       const int64_t at = i + j * 16;
-      lo[j] = _mm256_fmadd_ps(load_f16x8(w + at), load_f16x8(x + at), lo[j]);
-      hi[j] = _mm256_fmadd_ps(load_f16x8(w + at + 8), load_f16x8(x + at + 8), hi[j]);
+      lo[j] = _mm256_fmadd_ps(load8(w + at), load8(x + at), lo[j]);
+      hi[j] = _mm256_fmadd_ps(load8(w + at + 8), load8(x + at + 8), hi[j]);
     }
   }
   const __m256 l = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
   const __m256 h = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
-  double sum = static_cast<double>(reduce16(l, h));
+  return reduce16(l, h);
+}
+
+// llamafile's tinyBLAS output: one 16-lane FMA accumulator over steps of 16 (n % 16 == 0),
+// then _mm512_reduce_add_ps.
+template <typename T>
+float tinyblas_dot16(int64_t n, const T* w, const T* x) {
+  __m256 lo = _mm256_setzero_ps();
+  __m256 hi = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    lo = _mm256_fmadd_ps(load8(w + i), load8(x + i), lo);
+    hi = _mm256_fmadd_ps(load8(w + i + 8), load8(x + i + 8), hi);
+  }
+  return reduce16(lo, hi);
+}
+
+float ggml_dot_f16_vec_avx2(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const uint16_t*>(vw);
+  const auto* x = static_cast<const uint16_t*>(vx);
+  const int64_t np = n & ~int64_t{63};
+  double sum = static_cast<double>(ggml_vec_body64(np, w, x));
   for (int64_t i = np; i < n; ++i) {
     sum += static_cast<double>(fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]));
   }
@@ -494,15 +525,7 @@ float ggml_dot_f16_vec_avx2(int64_t n, const void* vw, const void* vx) {
 
 float ggml_dot_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
   if (n % 16 != 0) return ggml_dot_f16_vec_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
-  const auto* w = static_cast<const uint16_t*>(vw);
-  const auto* x = static_cast<const uint16_t*>(vx);
-  __m256 lo = _mm256_setzero_ps();
-  __m256 hi = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    lo = _mm256_fmadd_ps(load_f16x8(w + i), load_f16x8(x + i), lo);
-    hi = _mm256_fmadd_ps(load_f16x8(w + i + 8), load_f16x8(x + i + 8), hi);
-  }
-  return reduce16(lo, hi);
+  return tinyblas_dot16(n, static_cast<const uint16_t*>(vw), static_cast<const uint16_t*>(vx));
 }
 
 // llama.cpp's F32 weight matmul (ggml-cpu mul_mat on its AVX-512 build): one activation
@@ -514,34 +537,15 @@ float ggml_dot_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
 float ggml_dot_f32_vec_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const float*>(vw);
   const auto* x = static_cast<const float*>(vx);
-  __m256 lo[4], hi[4];
-  for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
   const int64_t np = n & ~int64_t{63};
-  for (int64_t i = 0; i < np; i += 64) {
-    for (int j = 0; j < 4; ++j) {
-      const int64_t at = i + j * 16;
-      lo[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + at), _mm256_loadu_ps(x + at), lo[j]);
-      hi[j] = _mm256_fmadd_ps(_mm256_loadu_ps(w + at + 8), _mm256_loadu_ps(x + at + 8), hi[j]);
-    }
-  }
-  const __m256 l = _mm256_add_ps(_mm256_add_ps(lo[0], lo[2]), _mm256_add_ps(lo[1], lo[3]));
-  const __m256 h = _mm256_add_ps(_mm256_add_ps(hi[0], hi[2]), _mm256_add_ps(hi[1], hi[3]));
-  float sum = reduce16(l, h);
+  float sum = ggml_vec_body64(np, w, x);
   for (int64_t i = np; i < n; ++i) sum = std::fma(w[i], x[i], sum);
   return sum;
 }
 
 float ggml_dot_f32_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
   if (n % 16 != 0) return ggml_dot_f32_vec_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
-  const auto* w = static_cast<const float*>(vw);
-  const auto* x = static_cast<const float*>(vx);
-  __m256 lo = _mm256_setzero_ps();
-  __m256 hi = _mm256_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    lo = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(x + i), lo);
-    hi = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 8), _mm256_loadu_ps(x + i + 8), hi);
-  }
-  return reduce16(lo, hi);
+  return tinyblas_dot16(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
 }
 
 }  // namespace
