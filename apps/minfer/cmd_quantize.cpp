@@ -303,25 +303,7 @@ DType fallback(MixState& qs, const gguf::TensorInfo& t, DType target) {
   const uint64_t ncols = t.dims[0];
   if (ncols % block_of(target) == 0) return target;
   ++qs.n_fallback;
-  DType r = target;
-  switch (target) {
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-      r = DType::kQ4_0;
-      break;
-    case DType::kQ4_K:
-      r = DType::kQ5_0;
-      break;
-    case DType::kQ5_K:
-      r = DType::kQ5_1;
-      break;
-    case DType::kQ6_K:
-      r = DType::kQ8_0;
-      break;
-    default:
-      break;
-  }
-  if (ncols % block_of(r) != 0) r = DType::kF16;
+  const DType r = quant::tensor_type_fallback(target, ncols);
   fmt::print(stderr,
              "warning: {:<36} - ncols {:6} not divisible by {:3} (required for type {:>7}) "
              "-> falling back to {:>7}\n",

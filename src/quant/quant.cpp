@@ -113,6 +113,30 @@ Result<uint64_t> row_bytes(DType type, uint64_t n_elements) {
   return n_elements / info->block_size * info->type_size;
 }
 
+DType tensor_type_fallback(DType target, uint64_t ncols) {
+  auto block = [](DType t) { return dtype_info(static_cast<uint32_t>(t))->block_size; };
+  if (ncols % block(target) == 0) return target;
+  DType r = target;
+  switch (target) {
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+      r = DType::kQ4_0;
+      break;
+    case DType::kQ4_K:
+      r = DType::kQ5_0;
+      break;
+    case DType::kQ5_K:
+      r = DType::kQ5_1;
+      break;
+    case DType::kQ6_K:
+      r = DType::kQ8_0;
+      break;
+    default:
+      break;
+  }
+  return ncols % block(r) == 0 ? r : DType::kF16;
+}
+
 Status dequantize(DType type, std::span<const uint8_t> src, std::span<float> dst) {
   MINFER_TRY(const TypeTraits* t, lookup(type, "dequantize"));
   MINFER_TRY(uint64_t bytes, row_bytes(type, dst.size()));

@@ -34,6 +34,12 @@ const TypeTraits* traits(DType type);
 // blocks or the type is unknown to the table.
 Result<uint64_t> row_bytes(DType type, uint64_t n_elements);
 
+// llama-quantize's tensor_type_fallback: the type a `target` tensor with `ncols`-element
+// rows gets when target's block size does not divide them — a 32-block type of similar
+// size (Q2_K/Q3_K → Q4_0, Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0), or F16 when even that
+// does not fit; `target` itself when it fits.
+DType tensor_type_fallback(DType target, uint64_t ncols);
+
 // Checked front doors: `dst.size()` elements are decoded from exactly
 // row_bytes(type, dst.size()) bytes of `src`, and vice versa. Errors name the type
 // and the sizes; nothing is written on error. Block data must be aligned like its

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "quant/quant.h"
+
 namespace minfer::fixture {
 
 namespace {
@@ -52,31 +54,6 @@ bool use_more_bits(int64_t i_layer, int64_t n_layer) {
   return i_layer < n_layer / 8 || i_layer >= 7 * n_layer / 8 || (i_layer - n_layer / 8) % 3 == 2;
 }
 
-// llama-quant.cpp tensor_type_fallback: a row length the block size does not divide
-// demotes to a 32-block type of similar size, or to F16 when even that does not fit.
-DType fallback(DType t, uint64_t ncols) {
-  if (ncols % block(t) == 0) return t;
-  DType r = t;
-  switch (t) {
-    case DType::kQ2_K:
-    case DType::kQ3_K:
-      r = DType::kQ4_0;
-      break;
-    case DType::kQ4_K:
-      r = DType::kQ5_0;
-      break;
-    case DType::kQ5_K:
-      r = DType::kQ5_1;
-      break;
-    case DType::kQ6_K:
-      r = DType::kQ8_0;
-      break;
-    default:
-      break;
-  }
-  return ncols % block(r) == 0 ? r : DType::kF16;
-}
-
 // Type of one tensor, as llama_tensor_get_type picks it for `ftype` (no imatrix,
 // no overrides, quantize_output_tensor on). F32/F16/BF16 files are what
 // convert_hf_to_gguf.py --outtype writes: every 2-D weight in that type.
@@ -123,7 +100,7 @@ DType choose_type(const TensorPlan& t, const Shape& s, const FtypeInfo& ft) {
       (ft.ftype == Ftype::kQ4_K_S || ft.ftype == Ftype::kQ4_K_M)) {
     type = DType::kQ5_K;  // llama-quant.cpp ATTENTION_OUTPUT, 8 experts
   }
-  return fallback(type, nx);
+  return quant::tensor_type_fallback(type, nx);  // a row length the block does not divide
 }
 
 }  // namespace
