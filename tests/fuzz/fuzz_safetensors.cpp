@@ -20,16 +20,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto& tensors = parsed.value();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
+    const char* name = t.name.c_str();
     uint64_t n = 1;
     for (uint64_t d : t.shape) n *= d;  // cannot overflow: the reader checked it
-    MINFER_CHECK(n == t.n_elements, "tensor {}: n_elements {} != product {}", t.name, t.n_elements,
-                 n);
-    MINFER_CHECK(t.data.size() == n * t.elem_size, "tensor {}: {} bytes for {} x {}", t.name,
-                 t.data.size(), n, t.elem_size);
+    MINFER_CHECK(n == t.n_elements, "tensor %s: n_elements %llu != product %llu", name,
+                 static_cast<unsigned long long>(t.n_elements), static_cast<unsigned long long>(n));
+    MINFER_CHECK(t.data.size() == n * t.elem_size, "tensor %s: %zu bytes for %llu x %u", name,
+                 t.data.size(), static_cast<unsigned long long>(n), t.elem_size);
     MINFER_CHECK(
         t.data.empty() || (t.data.data() >= data && t.data.data() + t.data.size() <= data + size),
-        "tensor {}: data outside the input", t.name);
-    if (i > 0) MINFER_CHECK(tensors[i - 1].name <= t.name, "tensors not sorted at {}", t.name);
+        "tensor %s: data outside the input", name);
+    if (i > 0) MINFER_CHECK(tensors[i - 1].name <= t.name, "tensors not sorted at %s", name);
   }
   return 0;
 }
