@@ -90,6 +90,7 @@ struct StreamState {
   bool include_usage = false;
   bool sent_head = false;
   bool finished = false;
+  std::atomic<int32_t>* open_streams = nullptr;  // ServerContext::open_streams
   TextLogprobs text_lp;
   std::unique_ptr<ToolCallParser> tools;  // tools in play: content and calls split
 };
@@ -217,6 +218,9 @@ void note_counts(const JobEvent& ev) {
 
 void reply_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
   res.set_header("Cache-Control", "no-cache");
+  // Counted until the response is gone (the releaser runs when httplib drops it, after
+  // the last chunk or a failed write).
+  if (st->open_streams != nullptr) st->open_streams->fetch_add(1, std::memory_order_acq_rel);
   res.set_chunked_content_provider(
       "text/event-stream",
       [st](size_t /*offset*/, httplib::DataSink& sink) {
@@ -255,6 +259,7 @@ void reply_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
       },
       [st](bool /*success*/) {
         if (!st->finished) st->stream->cancel();
+        if (st->open_streams != nullptr) st->open_streams->fetch_sub(1, std::memory_order_acq_rel);
       });
 }
 
@@ -364,6 +369,7 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Req
     st->created = created;
     st->logprobs = r.logprobs;
     st->include_usage = r.include_usage;
+    st->open_streams = ctx.open_streams;
     if (endpoint == Endpoint::kChat && r.tools.active()) {
       st->tools = std::make_unique<ToolCallParser>(format, true);
     }

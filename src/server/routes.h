@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 
@@ -26,6 +27,9 @@ struct ServerContext {
   const ServerOptions& options;
   std::shared_ptr<const grammar::TokenVocab> vocab;  // token bytes trie for grammar masks
   int64_t created = 0;                               // server start, unix seconds
+  // Completion streams whose response has not been written to its end (the drain waits
+  // for them before it closes the HTTP server, which stops writing chunked bodies).
+  std::atomic<int32_t>* open_streams = nullptr;
 };
 
 // Per request, on its worker thread: what the one stderr log line reports.

@@ -141,6 +141,7 @@ void Scheduler::loop() {
         }
       }
       publish_kv();
+      stopped_.store(true, std::memory_order_release);
       return;
     }
     for (Job& j : admitted) {
@@ -247,9 +248,10 @@ void Scheduler::admit(Job job) {
   target->admitted_at = ++tick_;
   target->last_used = tick_;
   job.state->reset(prompt);
-  target->job = std::move(job);
+  // (prompt may be the job's own tokens: count them before the job moves)
   metrics_.prefix_reused_tokens.fetch_add(reuse, std::memory_order_relaxed);
   metrics_.prompt_tokens.fetch_add(prompt.size(), std::memory_order_relaxed);
+  target->job = std::move(job);
   metrics_.running.fetch_add(1, std::memory_order_relaxed);
 }
 

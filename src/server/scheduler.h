@@ -93,6 +93,8 @@ class Scheduler {
   // left at `deadline`, then exits. A later call may only bring the deadline closer.
   // join() waits for it.
   void drain(std::chrono::steady_clock::time_point deadline);
+  // The inference thread has left its loop: every job it held got its final event.
+  bool stopped() const { return stopped_.load(std::memory_order_acquire); }
   void join();
   const SchedulerOptions& options() const { return options_; }
   // The model's token bytes, shared by every request's SequenceState.
@@ -136,6 +138,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   bool draining_ = false;
+  std::atomic<bool> stopped_{false};
   std::chrono::steady_clock::time_point deadline_{};
   std::thread thread_;
 

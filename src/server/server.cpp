@@ -5,11 +5,14 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "server/routes.h"
@@ -203,6 +206,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   Scheduler scheduler(engine, options.scheduler, metrics, &viz);
   MINFER_TRY_STATUS(scheduler.start());
 
+  std::atomic<int32_t> open_streams{0};
   ServerContext ctx{.engine = engine,
                     .tok = tok,
                     .renderer = *renderer.renderer,
@@ -212,9 +216,16 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                     .vocab = grammar::TokenVocab::build(tok),
                     .created = std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
-                                   .count()};
+                                   .count(),
+                    .open_streams = &open_streams};
 
   httplib::Server svr;
+  // httplib's default sets SO_REUSEPORT as well, which lets a second server bind a busy
+  // port and take half its connections: SO_REUSEADDR only, so a busy port is an error.
+  svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   const int n_http = options.http_threads > 0
                          ? options.http_threads
                          : static_cast<int>(std::max<uint32_t>(
@@ -347,27 +358,45 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     port = svr.bind_to_any_port(options.host);
     if (port < 0) return make_error(fmt::format("serve: cannot bind {}", options.host));
   } else if (!svr.bind_to_port(options.host, port)) {
-    return make_error(fmt::format("serve: cannot bind {}:{}", options.host, port));
+    const int err = errno;
+    if (err == EADDRINUSE) return make_error(fmt::format("{}:{} is in use", options.host, port));
+    return make_error(
+        fmt::format("serve: cannot bind {}:{}: {}", options.host, port, std::strerror(err)));
   }
 
-  // The signal thread: the first SIGINT/SIGTERM starts the drain and closes the
-  // listener; a second one ends the drain now (what still runs is cancelled).
+  // The signal thread: the first SIGINT/SIGTERM starts the drain — the scheduler takes
+  // no new request (503) and finishes what runs and what is queued, ending the rest at
+  // the deadline with an error event; a second signal moves the deadline to now. The
+  // HTTP server is stopped only once the scheduler has stopped and every completion
+  // stream has written its last chunk (httplib stops writing chunked bodies once it is
+  // stopped), or at the deadline plus a grace second for a client that does not read.
   std::atomic<bool> listening_done{false};
   std::thread signals([&] {
-    const timespec poll{.tv_sec = 0, .tv_nsec = 100'000'000};
+    const timespec poll{.tv_sec = 0, .tv_nsec = 50'000'000};
     int n_signals = 0;
+    bool stopping = false;
+    Clock::time_point hard_stop{};
     while (!listening_done.load()) {
       const int sig = sigtimedwait(&sigs, nullptr, &poll);
-      if (sig < 0) continue;
-      if (++n_signals == 1) {
-        std::fprintf(stderr, "[server] signal %d: draining (up to %d ms; again to stop now)\n", sig,
-                     options.drain_ms);
-        scheduler.drain(Clock::now() + std::chrono::milliseconds(options.drain_ms));
+      if (sig >= 0) {
+        const auto now = Clock::now();
+        if (++n_signals == 1) {
+          std::fprintf(stderr, "[server] signal %d: draining (up to %d ms; again to stop now)\n",
+                       sig, options.drain_ms);
+          const auto deadline = now + std::chrono::milliseconds(options.drain_ms);
+          scheduler.drain(deadline);
+          hard_stop = deadline + std::chrono::seconds(1);
+        } else {
+          std::fprintf(stderr, "[server] signal %d: stopping now\n", sig);
+          scheduler.drain(now);
+          hard_stop = std::min(hard_stop, now + std::chrono::seconds(1));
+        }
+      }
+      if (n_signals > 0 && !stopping &&
+          ((scheduler.stopped() && open_streams.load(std::memory_order_acquire) == 0) ||
+           Clock::now() >= hard_stop)) {
+        stopping = true;
         svr.stop();
-      } else {
-        std::fprintf(stderr, "[server] signal %d: stopping now\n", sig);
-        scheduler.drain(Clock::now());
-        break;
       }
     }
   });

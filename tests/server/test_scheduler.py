@@ -233,3 +233,55 @@ def test_second_signal_ends_the_drain_now(make_server):
     st, raw = res[0]
     assert st == 503 and json.loads(raw)["error"]["message"] == "the server is shutting down"
     assert "stopping now" in s.stderr()
+
+
+@needs_model
+def test_sigterm_lets_running_streams_end_with_finish_reason_and_done(make_server):
+    # The drain must not cut a stream: its last chunks (finish_reason, then
+    # "data: [DONE]") are written before the HTTP server stops, and the chunked body
+    # ends properly (an unterminated one is http.client's IncompleteRead).
+    s = make_server("--slots", 2, "--n-ctx", 512, "-t", 2)
+    host, port = urllib.parse.urlsplit(s.url).netloc.split(":")
+    body = {"prompt": "Story:", "max_tokens": 60, "stream": True, "seed": 3,
+            "logit_bias": {"2": -100, "0": -100}}
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("POST", COMP, json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200
+    first = r.readline()  # a token arrived: the request runs
+    assert first.startswith(b"data: ")
+    s.terminate()
+    rest = r.read().decode()
+    conn.close()
+    events = [ln[len("data: "):] for ln in (first.decode() + rest).splitlines()
+              if ln.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    finals = [json.loads(e)["choices"][0]["finish_reason"] for e in events[:-1]]
+    assert finals[-1] == "length" and all(f is None for f in finals[:-1])
+    assert s.proc.wait(60) == 0
+    assert "draining" in s.stderr()
+
+
+@needs_model
+def test_prompt_tokens_total_counts_every_admitted_prompt(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 512, "-t", 2)
+    n = 0
+    for prompt in ["One two three", "The quick brown fox jumps"]:
+        st, body = s.post(COMP, {"prompt": prompt, "max_tokens": 2})
+        assert st == 200, body
+        n += body["usage"]["prompt_tokens"]
+    assert n > 0
+    assert s.metrics()["minfer_prompt_tokens_total"] == n
+
+
+@needs_model
+def test_a_second_server_on_a_busy_port_is_an_error(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 256, "-t", 1)
+    port = urllib.parse.urlsplit(s.url).port
+    from conftest import BIN, MODEL
+    import subprocess
+    r = subprocess.run([BIN, "serve", str(MODEL), "--port", str(port), "-t", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert f"minfer: error: 127.0.0.1:{port} is in use" in r.stderr
+    assert s.healthy()
