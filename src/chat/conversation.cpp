@@ -134,8 +134,18 @@ Status Conversation::prefill_turn(TurnStats& stats) {
     MINFER_TRY(tokens, tokenize(text));
   }
   if (tokens.size() >= n_ctx) {
-    return make_error(
-        fmt::format("context full: need {} tokens, have {} (--n-ctx)", tokens.size() + 1, n_ctx));
+    // The hint never names a context the model cannot have.
+    const uint32_t model_ctx = engine_.hparams().n_ctx_train;
+    if (model_ctx > 0 && tokens.size() + 1 > model_ctx) {
+      return make_error(fmt::format(
+          "context full: need {} tokens, more than the model's context of {} (shorten the "
+          "message or the system prompt)",
+          tokens.size() + 1, model_ctx));
+    }
+    return make_error(fmt::format(
+        "context full: need {} tokens, have {} (-c {} or more{})", tokens.size() + 1, n_ctx,
+        tokens.size() + 1,
+        model_ctx > 0 ? fmt::format(", up to the model's {}", model_ctx) : std::string()));
   }
 
   // The KV keeps its longest common prefix with the canonical render; everything
@@ -271,8 +281,16 @@ Result<TurnStats> Conversation::regen(const engine::TextSink& sink, int32_t atte
 }
 
 void Conversation::clear() {
-  messages_.clear();
-  if (!options_.system.empty()) messages_.push_back({.role = "system", .content = options_.system});
+  // The conversation's own system message stays: the one it started with or, after a
+  // resumed session, the one the session file holds (options_.system is only the
+  // command line's, empty when a session is resumed without --system).
+  std::vector<Message> kept;
+  if (!messages_.empty() && messages_.front().role == "system") {
+    kept.push_back(messages_.front());
+  } else if (!options_.system.empty()) {
+    kept.push_back({.role = "system", .content = options_.system});
+  }
+  messages_ = std::move(kept);
   stream_.clear();
   engine_.clear_kv();
   turn_pos_ = 0;

@@ -95,7 +95,8 @@ class Conversation {
   // Error: no assistant reply to regenerate.
   Result<TurnStats> regen(const engine::TextSink& sink, int32_t attempt = -1);
 
-  // Forgets every message but the system prompt and frees the KV (the next turn
+  // Forgets every message but the system prompt (the first message when its role is
+  // system — a resumed session's own included) and frees the KV (the next turn
   // prefills the system prompt again). Turn numbering restarts at 1.
   void clear();
 

@@ -80,6 +80,35 @@ TEST(Session, ResumeRunsZeroForwardsAndContinuesLikeAnUninterruptedSessionBitwis
   EXPECT_EQ(rb->reply, ra->reply);
 }
 
+TEST(Session, ClearAfterAResumeWithoutSystemFlagKeepsTheSessionsSystemPrompt) {
+  TempPath file("clear"), again("clear-again");
+  auto a = chat_engine(512, "sess-clear-a");
+  auto b = chat_engine(512, "sess-clear-b");
+  ASSERT_TRUE(a.engine && b.engine);
+  std::vector<float> l;
+  bool w = false;
+  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
+  turn(*ca, "first");
+  ASSERT_TRUE(ca->save(file.path).ok());
+
+  // Resumed as `-cnv --session S` without --system: the system prompt is the file's.
+  ConversationOptions o = sampled(&l, &w);
+  o.system.clear();
+  auto cb = make_conversation(*b, kChatMl, o);
+  ASSERT_TRUE(cb->load(file.path).ok());
+  cb->clear();
+  ASSERT_EQ(cb->messages().size(), 1u);
+  EXPECT_EQ(cb->messages()[0].role, "system");
+  EXPECT_EQ(cb->messages()[0].content, "You answer in riddles.");
+  EXPECT_EQ(cb->cursor(), 0u);
+  // ... and a save after /clear keeps it too.
+  ASSERT_TRUE(cb->save(again.path).ok());
+  auto cc = make_conversation(*b, kChatMl, o);
+  ASSERT_TRUE(cc->load(again.path).ok());
+  ASSERT_EQ(cc->messages().size(), 1u);
+  EXPECT_EQ(cc->messages()[0].content, "You answer in riddles.");
+}
+
 TEST(Session, ResumeIntoALargerContextWorksAndIntoATooSmallOneIsRefused) {
   TempPath file("ctx");
   auto a = chat_engine(256, "sess-ctx-a");
