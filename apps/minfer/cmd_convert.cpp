@@ -4,6 +4,7 @@
 // OUT.tmp and renamed when complete, so an error leaves no OUT behind.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ int run_convert(const std::vector<std::string>& args) {
                "f32, f16, bf16, q8_0, or auto (the default: bf16 or f16 as the checkpoint's\n"
                "first matrix is stored, f16 for f32 checkpoints); norms and biases stay f32",
                outtype);
+  bool force = false;
+  p.flag("--force", "replace an existing OUT.gguf (never a file of HF_DIR)", [&] { force = true; });
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(p, args, parsed)) return *done;
   if (parsed.positionals.size() != 2) {
@@ -34,7 +37,13 @@ int run_convert(const std::vector<std::string>& args) {
   auto ot = convert::parse_outtype(outtype);
   if (!ot) return fail("convert: " + ot.error().message);
   const std::string& out = parsed.positionals[1];
-  if (auto st = check_writable(out, "OUT.gguf"); !st.ok()) {
+  // The checkpoint's own files are the inputs OUT must not be.
+  std::vector<std::string> inputs;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(parsed.positionals[0], ec)) {
+    inputs.push_back(e.path().string());
+  }
+  if (auto st = check_new_output(out, inputs, force, "OUT.gguf"); !st.ok()) {
     return fail("convert: " + st.error().message);
   }
   convert::ConvertOptions opts{.hf_dir = parsed.positionals[0], .out_path = out, .outtype = *ot};

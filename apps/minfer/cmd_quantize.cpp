@@ -8,10 +8,12 @@
 // with ggml's quantize_row_*_ref), so the output file is byte-identical to
 // llama-quantize's for the same input.
 // Not covered (refused or not reproduced): importance matrices and the IQ types that
-// need them, requantizing a quantized input, MoE-specific rules (expert_count > 1), and
-// llama.cpp's 70B-only attn_v bump.
+// need them, MoE-specific rules (expert_count > 1), and llama.cpp's 70B-only attn_v bump.
+// A quantized input is refused unless --allow-requantize (then each quantized tensor is
+// dequantized to F32 and quantized again, as llama-quantize does).
 // Invariants: the output is written to OUT.tmp and renamed when complete (never a half
-// file under OUT); rows are quantized independently, so the bytes do not depend on -t.
+// file under OUT), never over an input and over an existing file only with --force;
+// rows are quantized independently, so the bytes do not depend on -t.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -414,6 +416,13 @@ int run_quantize(const std::vector<std::string>& args) {
                output_type_name);
   p.string_opt("--token-embedding-type", "T", "type of token_embd.weight", token_embd_type_name);
   p.int_opt("-t,--threads", "N", "threads (all cores)", n_threads, 1, 4096);
+  bool allow_requantize = false, force = false;
+  p.flag("--allow-requantize",
+         "quantize tensors that are already quantized (dequantized to F32 first, as\n"
+         "llama-quantize does): the result carries both roundings, worse than quantizing\n"
+         "from F32/F16/BF16",
+         [&] { allow_requantize = true; });
+  p.flag("--force", "replace an existing OUT.gguf (never the input)", [&] { force = true; });
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(p, args, parsed)) return *done;
   const auto& pos = parsed.positionals;
@@ -440,10 +449,16 @@ int run_quantize(const std::vector<std::string>& args) {
   if (n_threads <= 0)
     n_threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (auto st = check_model_file(in_path); !st.ok()) return fail(st.error().message);
-  if (auto st = check_writable(out_path, "OUT.gguf"); !st.ok()) return fail(st.error().message);
   auto opened = gguf::Model::open(in_path);
   if (!opened) return fail(opened.error().message);
   const gguf::Model& m = *opened;
+  {
+    std::vector<std::string> inputs;
+    for (const auto& f : m.files()) inputs.push_back(f->name());
+    if (auto st = check_new_output(out_path, inputs, force, "OUT.gguf"); !st.ok()) {
+      return fail("quantize: " + st.error().message);
+    }
+  }
 
   auto arch = m.get_string("general.architecture");
   if (!arch) return fail("quantize: " + arch.error().message);
@@ -482,15 +497,17 @@ int run_quantize(const std::vector<std::string>& args) {
   // Types first (the header needs every size), then the data.
   std::vector<DType> targets;
   std::vector<gguf::StreamWriter::TensorDecl> decls;
+  int n_requantized = 0;
   for (const auto* t : order) {
     const DType target = target_type(qs, ft->base, *t);
     if (target != t->type) {
-      if (is_quantized(t->type)) {
+      if (is_quantized(t->type) && !allow_requantize) {
         return fail(
-            fmt::format("quantize: {} is {}: requantizing a quantized tensor is not "
-                        "supported (quantize from an F32/F16/BF16 model)",
+            fmt::format("quantize: {} is {}: requantizing a quantized tensor loses quality "
+                        "(quantize from an F32/F16/BF16 model, or pass --allow-requantize)",
                         t->name, dtype_name(t->type)));
       }
+      if (is_quantized(t->type)) ++n_requantized;
       if (quant::traits(t->type) == nullptr) {
         return fail(fmt::format("quantize: {} has type {}, which we cannot read", t->name,
                                 dtype_name(t->type)));
@@ -514,6 +531,12 @@ int run_quantize(const std::vector<std::string>& args) {
   kvs.push_back({"general.quantization_version", gguf::Value::u32(2)});  // GGML_QNT_VERSION
   kvs.push_back({"general.file_type", gguf::Value::u32(static_cast<uint32_t>(ft->ftype))});
 
+  if (n_requantized > 0) {
+    fmt::print(stderr,
+               "quantize: WARNING: requantizing {} tensor(s) that are already quantized; the "
+               "result is worse than quantizing from F32/F16/BF16\n",
+               n_requantized);
+  }
   auto writer = gguf::StreamWriter::create(out_path, kvs, decls);
   if (!writer) return fail("quantize: " + writer.error().message);
   const auto t0 = Clock::now();

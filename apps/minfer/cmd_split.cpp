@@ -73,6 +73,8 @@ int run_split(const std::vector<std::string>& args) {
                max_size);
   p.int_opt("--split-max-tensors", "N", "at most N tensors per part (128 when no limit is given)",
             max_tensors, 1, INT32_MAX);
+  bool force = false;
+  p.flag("--force", "replace existing parts (never the input)", [&] { force = true; });
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(p, args, parsed)) return *done;
   if (parsed.positionals.size() != 2) {
@@ -127,6 +129,15 @@ int run_split(const std::vector<std::string>& args) {
   }
   if (parts.size() > UINT16_MAX) return fail("split: more than 65535 parts");
   const auto n_parts = static_cast<uint32_t>(parts.size());
+  // Every part's path is checked before the first is written: an existing part or the
+  // input itself stops the command with nothing written.
+  for (uint32_t i = 0; i < n_parts; ++i) {
+    if (auto st =
+            check_new_output(gguf::split_path(prefix, i, n_parts), {in_path}, force, "OUT_PREFIX");
+        !st.ok()) {
+      return fail("split: " + st.error().message);
+    }
+  }
   std::vector<std::string> written;
   for (uint32_t i = 0; i < n_parts; ++i) {
     std::vector<gguf::KeyValue> kvs;
@@ -141,7 +152,6 @@ int run_split(const std::vector<std::string>& args) {
     kvs.push_back(
         {std::string(gguf::kKeySplitCount), gguf::Value::u16(static_cast<uint16_t>(n_parts))});
     const std::string path = gguf::split_path(prefix, i, n_parts);
-    if (auto st = check_writable(path, "OUT_PREFIX"); !st.ok()) return fail(st.error().message);
     if (auto st = write_file(path, kvs, parts[i]); !st.ok()) {
       for (const auto& w : written) std::remove(w.c_str());
       return fail("split: " + st.error().message);
@@ -157,6 +167,8 @@ int run_merge(const std::vector<std::string>& args) {
   ArgParser p(
       "minfer merge FIRST_PART OUT.gguf\n"
       "one GGUF from the parts of a split model (split then merge gives back the input)");
+  bool force = false;
+  p.flag("--force", "replace an existing OUT.gguf (never one of the parts)", [&] { force = true; });
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(p, args, parsed)) return *done;
   if (parsed.positionals.size() != 2) {
@@ -166,13 +178,13 @@ int run_merge(const std::vector<std::string>& args) {
   const std::string& in_path = parsed.positionals[0];
   const std::string& out_path = parsed.positionals[1];
   if (auto st = check_model_file(in_path); !st.ok()) return fail(st.error().message);
-  std::error_code ec;
-  if (std::filesystem::exists(out_path, ec)) {
-    return fail("merge: '" + out_path + "' exists (merge does not overwrite)");
-  }
-  if (auto st = check_writable(out_path, "OUT.gguf"); !st.ok()) return fail(st.error().message);
   auto model = gguf::Model::open(in_path);
   if (!model) return fail(model.error().message);
+  std::vector<std::string> inputs;
+  for (const auto& f : model->files()) inputs.push_back(f->name());
+  if (auto st = check_new_output(out_path, inputs, force, "OUT.gguf"); !st.ok()) {
+    return fail("merge: " + st.error().message);
+  }
   if (model->find(gguf::kKeySplitCount) == nullptr) {
     return fail("merge: " + in_path + " is not part of a split model (no split.count)");
   }

@@ -81,4 +81,22 @@ Status check_writable(const std::string& path, const std::string& flag) {
   return Ok{};
 }
 
+Status check_new_output(const std::string& path, const std::vector<std::string>& inputs, bool force,
+                        const std::string& flag) {
+  struct stat out {};
+  if (::stat(path.c_str(), &out) == 0) {
+    for (const std::string& in : inputs) {
+      struct stat st {};
+      if (::stat(in.c_str(), &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
+        return make_error(flag + ": '" + path + "' is the input '" + in +
+                          "' (a tool never overwrites its own input)");
+      }
+    }
+    if (!force) {
+      return make_error(flag + ": '" + path + "' exists (pass --force to replace it)");
+    }
+  }
+  return check_writable(path, flag);
+}
+
 }  // namespace minfer::cli

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 
@@ -23,5 +24,13 @@ Status check_model_file(const std::string& path);
 // path must be a regular file we may write; otherwise its folder must exist and be
 // writable (writes go through a temporary file renamed over the target).
 Status check_writable(const std::string& path, const std::string& flag);
+
+// The output of a tool that writes a new file from inputs (quantize, split, merge,
+// convert): never one of its own inputs — the same inode, through symbolic or hard
+// links too, refused even with --force — and an existing file only with `force`
+// (llama.cpp's tools overwrite silently; losing a model to a swapped argument is worse
+// than typing --force). Then check_writable(path, flag).
+Status check_new_output(const std::string& path, const std::vector<std::string>& inputs, bool force,
+                        const std::string& flag);
 
 }  // namespace minfer::cli

@@ -359,3 +359,24 @@ def test_rope_base_inside_rope_parameters_gives_the_same_file(checkpoints, tmp_p
     r = convert(d, out, "--outtype", "f32")
     assert r.returncode == 0, r.stderr
     assert sha256(out) == json.loads((DIGESTS / "qwen3-f32.json").read_text())["file_sha256"]
+
+
+def test_existing_output_needs_force_and_a_checkpoint_file_is_never_the_output(
+        checkpoints, tmp_path):
+    import shutil
+    d = tmp_path / "copy" / checkpoints["llama"].name  # the folder name is in general.name
+    shutil.copytree(checkpoints["llama"], d)
+    weights = d / "model.safetensors"
+    before = sha256(weights)
+    for extra in ((), ("--force",)):
+        r = convert(d, weights, "--outtype", "f32", *extra)
+        assert r.returncode == 1 and "is the input" in r.stderr, r.stderr
+    assert sha256(weights) == before
+    out = tmp_path / "out.gguf"
+    out.write_bytes(b"keep me")
+    r = convert(d, out, "--outtype", "f32")
+    assert r.returncode == 1 and "exists (pass --force" in r.stderr, r.stderr
+    assert out.read_bytes() == b"keep me"
+    r = convert(d, out, "--outtype", "f32", "--force")
+    assert r.returncode == 0, r.stderr
+    assert sha256(out) == json.loads((DIGESTS / "llama-f32.json").read_text())["file_sha256"]

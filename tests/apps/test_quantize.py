@@ -126,5 +126,52 @@ def test_requantizing_a_quantized_model_is_refused(fixture_model, tmp_path):
     q = tmp_path / "q4_0.gguf"
     assert quantize(fixture_model, q, "Q4_0").returncode == 0
     r = quantize(q, tmp_path / "again.gguf", "Q8_0")
-    assert r.returncode == 1 and "requantizing" in r.stderr
+    assert r.returncode == 1 and "requantizing" in r.stderr and "--allow-requantize" in r.stderr
     assert not (tmp_path / "again.gguf").exists()
+
+
+def test_requantizing_needs_allow_requantize_and_equals_quantizing_the_dequantized_model(
+        fixture_model, tmp_path):
+    q8 = tmp_path / "q8_0.gguf"
+    assert quantize(fixture_model, q8, "Q8_0").returncode == 0
+    r = quantize(q8, tmp_path / "refused.gguf", "Q4_0")
+    assert r.returncode == 1 and "--allow-requantize" in r.stderr
+    # Requantizing dequantizes each quantized tensor to F32 first, as llama-quantize does:
+    # the same bytes as dequantizing the whole model, then quantizing it.
+    direct = tmp_path / "direct.gguf"
+    r = quantize(q8, direct, "Q4_0", "--allow-requantize")
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: requantizing" in r.stderr
+    f32 = tmp_path / "f32.gguf"
+    assert quantize(q8, f32, "F32", "--allow-requantize").returncode == 0
+    via_f32 = tmp_path / "via_f32.gguf"
+    assert quantize(f32, via_f32, "Q4_0").returncode == 0
+    assert sha256(direct) == sha256(via_f32)
+    assert sha256(direct) != REF["Q4_0"]  # two roundings are not one
+
+
+def test_output_that_is_the_input_is_refused_through_links_even_with_force(fixture_model, tmp_path):
+    src = tmp_path / "model.gguf"
+    src.write_bytes(fixture_model.read_bytes())
+    sym = tmp_path / "sym.gguf"
+    sym.symlink_to(src)
+    hard = tmp_path / "hard.gguf"
+    os.link(src, hard)
+    for out in (src, sym, hard):
+        for extra in ((), ("--force",)):
+            r = quantize(src, out, "Q4_0", *extra)
+            assert r.returncode == 1, (out, extra, r.stderr)
+            assert "is the input" in r.stderr, r.stderr
+    assert sha256(src) == REF["input"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_existing_output_is_replaced_only_with_force(fixture_model, tmp_path):
+    out = tmp_path / "out.gguf"
+    out.write_bytes(b"keep me")
+    r = quantize(fixture_model, out, "Q4_0")
+    assert r.returncode == 1 and "exists (pass --force" in r.stderr, r.stderr
+    assert out.read_bytes() == b"keep me"
+    r = quantize(fixture_model, out, "Q4_0", "--force")
+    assert r.returncode == 0, r.stderr
+    assert sha256(out) == REF["Q4_0"]

@@ -98,3 +98,30 @@ def test_bad_inputs_are_clear_errors_and_leave_no_file(model, tmp_path):
         assert "minfer: error:" in r.stderr and needle in r.stderr, (args, r.stderr)
     assert not list(tmp_path.glob("o-*")) and not (tmp_path / "m.gguf").exists()
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_existing_parts_are_replaced_only_with_force_and_merge_never_writes_over_a_part(
+        model, tmp_path):
+    flag = ["--split-max-tensors", "10"]
+    second = tmp_path / "m-00002-of-00004.gguf"
+    second.write_bytes(b"keep me")
+    r = minfer("split", model, tmp_path / "m", *flag)
+    assert r.returncode == 1 and "exists (pass --force" in r.stderr, r.stderr
+    # checked before any part is written: nothing new, the old file intact
+    assert sorted(p.name for p in tmp_path.glob("m-*")) == [second.name]
+    assert second.read_bytes() == b"keep me"
+    r = minfer("split", model, tmp_path / "m", *flag, "--force")
+    assert r.returncode == 0, r.stderr
+    assert sha256(second) == REF["tensors10"]["-00002-of-00004.gguf"]
+    first = tmp_path / "m-00001-of-00004.gguf"
+    before = sha256(second)
+    for extra in ((), ("--force",)):
+        r = minfer("merge", first, second, *extra)
+        assert r.returncode == 1 and "is the input" in r.stderr, r.stderr
+    assert sha256(second) == before
+    # a split whose one part would be the input itself is refused, --force or not
+    one = tmp_path / "one-00001-of-00001.gguf"
+    one.write_bytes(model.read_bytes())
+    r = minfer("split", one, tmp_path / "one", "--split-max-tensors", "1000", "--force")
+    assert r.returncode == 1 and "is the input" in r.stderr, r.stderr
+    assert sha256(one) == REF["input"]
