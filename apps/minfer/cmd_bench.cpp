@@ -161,6 +161,8 @@ int run_bench(const std::vector<std::string>& args) {
   if (auto done = parse_model_command(p, args, "bench", model_arg)) return *done;
   for (const std::string& n : notices) fmt::print(stderr, "notice: {}\n", n);
 
+  // Usage errors (--cache-type, --numerics) before the model is looked for.
+  if (auto options = engine_options(0, kv); !options) return fail(options.error().message);
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
   const int32_t max_p = *std::max_element(prompts.begin(), prompts.end());

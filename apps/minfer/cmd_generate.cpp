@@ -96,13 +96,17 @@ std::string generate_help() {
   return run_help();
 }
 
-int run_generate(const std::vector<std::string>& args) {
+int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   ArgParser parser("minfer MODEL [PROMPT] [flags]");
   RunArgs a;
   add_run_flags(parser, a);
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(parser, args, parsed)) return *done;
   a.positionals = std::move(parsed.positionals);
+  if (ollama_run && a.mode == RunMode::kAuto && !a.prompt && a.prompt_file.empty() &&
+      a.positionals.size() == (a.model_opt.empty() ? 1u : 0u) && isatty(fileno(stdin))) {
+    a.mode = RunMode::kConversation;
+  }
   if (a.mode == RunMode::kConversation) {
     if (!a.dump_trace.empty()) return fail("--dump-trace traces single-shot runs, not -cnv");
     return run_chat(a);

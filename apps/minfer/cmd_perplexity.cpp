@@ -358,10 +358,11 @@ int run_perplexity(const std::vector<std::string>& args) {
     text = std::move(*content);
   }
 
-  auto path = resolve_model_path(o.model_arg);
-  if (!path) return fail(path.error().message);
+  // Usage errors (--cache-type, --numerics) before the model is looked for.
   auto options = engine_options(o.n_threads, o.kv);
   if (!options) return fail(options.error().message);
+  auto path = resolve_model_path(o.model_arg);
+  if (!path) return fail(path.error().message);
   auto eng = open_engine(*path, *options);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;

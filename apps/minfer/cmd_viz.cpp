@@ -41,10 +41,11 @@ int run_viz(const std::vector<std::string>& args) {
   o.drain_ms = 2000;
 
   server::block_shutdown_signals();
-  auto path = resolve_model_path(model_arg);
-  if (!path) return fail(path.error().message);
+  // Usage errors (--cache-type, --numerics) before the model is looked for.
   auto options = engine_options(n_threads, kv);
   if (!options) return fail(options.error().message);
+  auto path = resolve_model_path(model_arg);
+  if (!path) return fail(path.error().message);
   auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
   const uint32_t n_ctx_train = (*eng)->hparams().n_ctx_train;

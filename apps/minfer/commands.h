@@ -34,7 +34,9 @@ int run_list(const std::vector<std::string>& args);
 int run_rm(const std::vector<std::string>& args);
 int run_pull(const std::vector<std::string>& args);
 // `minfer MODEL [PROMPT] [flags]`: the default when the first argument is no subcommand.
-int run_generate(const std::vector<std::string>& args);
+// `ollama_run`: `minfer run MODEL [PROMPT]` as Ollama users type it — without a prompt
+// (no PROMPT, -p or -f) and with a terminal on stdin it is the conversation (-cnv).
+int run_generate(const std::vector<std::string>& args, bool ollama_run = false);
 std::string generate_help();  // the generation flags, for `minfer --help`
 
 // Shared error path: "minfer: error: <message>" on stderr, exit code 1.

@@ -18,6 +18,8 @@ constexpr const char* kUsage =
     "usage:\n"
     "  minfer MODEL [PROMPT] [flags]          generate (flags below)\n"
     "  minfer MODEL -cnv [MESSAGE] [flags]    interactive conversation\n"
+    "  minfer run MODEL [PROMPT] [flags]      as `ollama run`: PROMPT's answer, or without\n"
+    "                                         one (stdin a terminal) the conversation\n"
     "  minfer info [MODEL] [--json]           metadata, tensors, totals\n"
     "  minfer tokenize MODEL [TEXT] [flags]   token ids of a text\n"
     "  minfer template (MODEL | --template FILE) --messages FILE.json [flags]\n"
@@ -34,6 +36,7 @@ constexpr const char* kUsage =
     "bytes)\n"
     "  minfer list | rm NAME | pull REF       the model cache\n"
     "  minfer COMMAND --help                  the flags of a command\n"
+    "  minfer help [COMMAND]                  the same (this text without COMMAND)\n"
     "\n"
     "  -h, --help                             this text and the generation flags\n"
     "  -V, --version                          version, commit, build type, CPU kernels\n"
@@ -70,6 +73,39 @@ int fail(const std::string& message) {
   return 1;
 }
 
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+};
+
+constexpr Command kCommands[] = {
+    {"info", run_info},
+    {"tokenize", run_tokenize},
+    {"template", run_template},
+    {"bench", run_bench},
+    {"serve", run_serve},
+    {"viz", run_viz},
+    {"perplexity", run_perplexity},
+    {"quantize", run_quantize},
+    {"split", run_split},
+    {"merge", run_merge},
+    {"convert", run_convert},
+    {"list", run_list},
+    {"rm", run_rm},
+    {"pull", run_pull},
+};
+
+const Command* find_command(const std::string& name) {
+  for (const Command& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 int dispatch(const std::vector<std::string>& args) {
   if (args.empty()) {
     // A usage error like any other: the short usage, then the one error line.
@@ -85,20 +121,17 @@ int dispatch(const std::vector<std::string>& args) {
   if (args[0] == "-V" || args[0] == "--version") return print_version();
   const std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (cmd == "info") return run_info(rest);
-  if (cmd == "tokenize") return run_tokenize(rest);
-  if (cmd == "template") return run_template(rest);
-  if (cmd == "bench") return run_bench(rest);
-  if (cmd == "serve") return run_serve(rest);
-  if (cmd == "viz") return run_viz(rest);
-  if (cmd == "perplexity") return run_perplexity(rest);
-  if (cmd == "quantize") return run_quantize(rest);
-  if (cmd == "split") return run_split(rest);
-  if (cmd == "merge") return run_merge(rest);
-  if (cmd == "convert") return run_convert(rest);
-  if (cmd == "list") return run_list(rest);
-  if (cmd == "rm") return run_rm(rest);
-  if (cmd == "pull") return run_pull(rest);
+  if (cmd == "help") {  // `minfer help [COMMAND]`, as Ollama and git spell it
+    if (rest.empty() || rest[0] == "run" || rest[0] == "generate") return dispatch({"--help"});
+    if (rest.size() > 1) return fail("help takes one COMMAND (minfer help [COMMAND])");
+    if (const Command* c = find_command(rest[0])) return c->run({"--help"});
+    return fail("help: no command '" + rest[0] + "' (minfer --help lists them)");
+  }
+  if (cmd == "run") {  // `minfer run MODEL [PROMPT]`, as Ollama users type it
+    if (rest.empty()) return fail("run: no model given (minfer run MODEL [PROMPT] [flags])");
+    return run_generate(rest, /*ollama_run=*/true);
+  }
+  if (const Command* c = find_command(cmd)) return c->run(rest);
   return run_generate(args);  // minfer MODEL [PROMPT] [flags]
 }
 

@@ -8,6 +8,7 @@
 #include "core/config.h"
 #include "files.h"
 #include "graph/params.h"
+#include "kv/cells.h"
 
 namespace minfer::cli {
 
@@ -48,6 +49,11 @@ Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& f
   if (!type.empty()) {
     auto parsed = graph::parse_kv_format(type);
     if (!parsed) return parsed.error().context(type_flag ? "--cache-type" : "MINFER_CACHE_TYPE");
+    // A type the parser knows but the KV store does not hold yet is a usage error too,
+    // found here, before the model is opened.
+    if (auto dt = kv::kv_dtype(*parsed); !dt) {
+      return dt.error().context(type_flag ? "--cache-type" : "MINFER_CACHE_TYPE");
+    }
     options.kv_format = *parsed;
   } else if (engine::llamacpp_family(options.numerics)) {
     options.kv_format = graph::KvFormat::kF16;

@@ -146,7 +146,7 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
   p.flag("--jinja", "accepted for llama.cpp compatibility: templates are always Jinja", [] {});
 
   p.section("conversation");
-  p.flag("-cnv,--conversation,--cnv", "interactive conversation mode",
+  p.flag("-cnv,--conversation,--cnv,-i,--interactive", "interactive conversation mode",
          [&a] { a.mode = RunMode::kConversation; });
   p.flag("-no-cnv,--no-conversation", "single-shot generation (the default)",
          [&a] { a.mode = RunMode::kSingleShot; });
@@ -158,7 +158,7 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
          "conversation input: lines join until one ends with '/' (default: a line ending\n"
          "with '\\' continues on the next)",
          [&a] { a.multiline = true; });
-  p.string_opt("--session", "PATH",
+  p.string_opt("--session,--prompt-cache", "PATH",
                "conversation: resume from / save to this file after every turn", a.session);
 
   p.section("generation");
@@ -203,7 +203,11 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
            [&a](const std::string& v) { return set_constraint(a, "--json-schema-file", v); });
 
   p.section("sampling");
-  p.option("-s,--seed", "N", "sampling seed; -1: a random one, printed on stderr (42)",
+  // One table of defaults: SamplerConfig's (llama.cpp's), shared by the CLI, the chat and
+  // the server; --help prints them from it.
+  static const sample::SamplerConfig kDefaults;
+  p.option("-s,--seed", "N",
+           fmt::format("sampling seed; -1: a random one, printed on stderr ({})", kDefaults.seed),
            [&a](const std::string& v) -> Status {
              if (v == "-1") {
                a.seed_random = true;
@@ -213,16 +217,24 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
              a.seed_random = false;
              return Ok{};
            });
-  p.float_opt("--temp", "T", "temperature; 0: greedy (0.8)", sc.temp, 0.0f, FLT_MAX);
+  p.float_opt("--temp", "T", fmt::format("temperature; 0: greedy ({})", kDefaults.temp), sc.temp,
+              0.0f, FLT_MAX);
   p.flag("--greedy", "greedy decoding (same as --temp 0)", [&a] { a.greedy = true; });
-  p.int_opt("--top-k", "K", "top-k; 0 disables (40)", sc.top_k, 0, kI32Max);
-  p.float_opt("--top-p", "P", "top-p; 1 disables (0.95)", sc.top_p, 0.0f, 1.0f);
-  p.float_opt("--min-p", "P", "min-p; 0 disables (0)", sc.min_p, 0.0f, 1.0f);
-  p.float_opt("--typical", "P", "locally typical sampling; 1 disables (1)", sc.typical_p, 0.0f,
-              1.0f);
-  p.float_opt("--repeat-penalty", "R", "repeat penalty; 1 disables (1.1)", sc.repeat_penalty, 0.0f,
-              FLT_MAX);
-  p.option("--repeat-last-n", "N", "penalty window in tokens; 0 disables, -1: the context (64)",
+  p.int_opt("--top-k", "K", fmt::format("top-k; 0 disables ({})", kDefaults.top_k), sc.top_k, 0,
+            kI32Max);
+  p.float_opt("--top-p", "P", fmt::format("top-p; 1 disables ({})", kDefaults.top_p), sc.top_p,
+              0.0f, 1.0f);
+  p.float_opt("--min-p", "P", fmt::format("min-p; 0 disables ({})", kDefaults.min_p), sc.min_p,
+              0.0f, 1.0f);
+  p.float_opt("--typical", "P",
+              fmt::format("locally typical sampling; 1 disables ({})", kDefaults.typical_p),
+              sc.typical_p, 0.0f, 1.0f);
+  p.float_opt("--repeat-penalty", "R",
+              fmt::format("repeat penalty; 1 disables ({})", kDefaults.repeat_penalty),
+              sc.repeat_penalty, 0.0f, FLT_MAX);
+  p.option("--repeat-last-n", "N",
+           fmt::format("penalty window in tokens; 0 disables, -1: the context ({})",
+                       kDefaults.repeat_last_n),
            [&a](const std::string& v) {
              return set_int(v, "--repeat-last-n", -1, kI32Max, a.repeat_last_n);
            });
@@ -308,6 +320,15 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
   p.flag("--mlock", "lock the model's memory in RAM (mlockall; a warning if refused)",
          [&a] { a.mlock = true; });
   p.flag("--no-display-prompt", "accepted: the prompt is never echoed", [] {});
+  p.option("-tb,--threads-batch", "N",
+           "accepted: prefill and decode share -t's threads (a notice when N differs)",
+           [&a](const std::string& v) -> Status {
+             int32_t n = 0;
+             MINFER_TRY_STATUS(set_int(v, "-tb", -1, kI32Max, n));
+             a.n_threads_batch = n;
+             return Ok{};
+           });
+  p.flag("--no-warmup", "accepted: minfer runs no warm-up pass", [] {});
   p.flag("--simple-io", "accepted: output is always plain", [] {});
 }
 
@@ -385,6 +406,11 @@ Status prepare_run(RunArgs& a) {
     fmt::print(stderr, "seed: {} (random; -s {} repeats this run)\n", a.sampler.seed,
                a.sampler.seed);
   }
+  if (a.n_threads_batch && *a.n_threads_batch != a.n_threads) {
+    a.notices.push_back(
+        fmt::format("-tb {}: prefill uses the same threads as decode (-t); -tb is ignored",
+                    *a.n_threads_batch));
+  }
   a.n_threads = resolve_threads(a.n_threads);
   if (a.n_batch > 0 && a.n_ubatch > 0) a.n_batch = std::min(a.n_batch, a.n_ubatch);
   if (a.n_batch == 0) a.n_batch = a.n_ubatch;
@@ -400,6 +426,9 @@ Status prepare_run(RunArgs& a) {
     if (!path->empty()) MINFER_TRY_STATUS(check_writable(*path, flag));
   }
   MINFER_TRY_STATUS(compile_constraint(a));
+  // Every usage error that needs no model comes before the model is looked for.
+  if (auto o = engine_options(a.n_threads, a.kv); !o.ok()) return o.error();
+  MINFER_TRY_STATUS(check_template_flags(a));
   for (const std::string& n : a.notices) fmt::print(stderr, "notice: {}\n", n);
   return Ok{};
 }
@@ -420,10 +449,30 @@ Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a,
   return e;
 }
 
-Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::Tokenizer& tok) {
+Status check_template_flags(const RunArgs& a) {
   if (!a.chat_template.empty() && !a.template_file.empty()) {
     return make_error("give --chat-template or --chat-template-file, not both");
   }
+  if (!a.chat_template.empty() && a.chat_template != "chatml" &&
+      a.chat_template.find("{%") == std::string::npos &&
+      a.chat_template.find("{{") == std::string::npos) {
+    return make_error("--chat-template: unknown template name '" + a.chat_template +
+                      "' (known: chatml; or give the Jinja text itself, or "
+                      "--chat-template-file)");
+  }
+  if (!a.chat_template_kwargs.empty()) {
+    const auto kwargs = nlohmann::ordered_json::parse(a.chat_template_kwargs, nullptr, false);
+    if (kwargs.is_discarded() || !kwargs.is_object()) {
+      return make_error(
+          "--chat-template-kwargs: expected a JSON object, e.g. "
+          "'{\"enable_thinking\": false}'");
+    }
+  }
+  return Ok{};
+}
+
+Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::Tokenizer& tok) {
+  MINFER_TRY_STATUS(check_template_flags(a));
   std::string source;
   if (!a.template_file.empty()) {
     MINFER_TRY(source, read_input_file(a.template_file));
@@ -433,22 +482,11 @@ Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::
     return chat::RendererChoice{.renderer = std::make_unique<chat::ChatMlRenderer>(),
                                 .fallback = false};
   } else if (!a.chat_template.empty()) {
-    if (a.chat_template.find("{%") == std::string::npos &&
-        a.chat_template.find("{{") == std::string::npos) {
-      return make_error("--chat-template: unknown template name '" + a.chat_template +
-                        "' (known: chatml; or give the Jinja text itself, or "
-                        "--chat-template-file)");
-    }
-    source = a.chat_template;
+    source = a.chat_template;  // Jinja text (check_template_flags)
   }
   nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
   if (!a.chat_template_kwargs.empty()) {
     kwargs = nlohmann::ordered_json::parse(a.chat_template_kwargs, nullptr, false);
-    if (kwargs.is_discarded() || !kwargs.is_object()) {
-      return make_error(
-          "--chat-template-kwargs: expected a JSON object, e.g. "
-          "'{\"enable_thinking\": false}'");
-    }
   }
   chat::RendererChoice choice = chat::renderer_for(tok, source, std::move(kwargs));
   if (choice.fallback) {
@@ -475,10 +513,19 @@ Result<uint32_t> run_context(const RunArgs& a, const engine::Engine& e, uint32_t
     ctx = static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(4096, want), model_ctx));
   }
   if (n_prompt >= ctx) {
+    // The hint never names a context the model cannot have.
+    if (n_prompt >= model_ctx) {
+      return make_error(fmt::format(
+          "the prompt has {} tokens but the model's context holds at most {}: no room to "
+          "generate (shorten the prompt)",
+          n_prompt, model_ctx));
+    }
+    const uint64_t need = std::min<uint64_t>(
+        model_ctx, static_cast<uint64_t>(n_prompt) + std::max<int32_t>(a.n_predict, 1));
     return make_error(fmt::format(
-        "the prompt has {} tokens but the context holds {}{}: no room to generate (a larger "
-        "-c, up to the model's {})",
-        n_prompt, ctx, a.n_ctx ? fmt::format(" (-c {})", *a.n_ctx) : "", model_ctx));
+        "the prompt has {} tokens but the context holds {}{}: no room to generate (-c {}, "
+        "up to the model's {})",
+        n_prompt, ctx, a.n_ctx ? fmt::format(" (-c {})", *a.n_ctx) : "", need, model_ctx));
   }
   return ctx;
 }

@@ -42,9 +42,10 @@ struct RunArgs {
   int32_t repeat_last_n = 64;       // -1: the context size
   int32_t dry_penalty_last_n = -2;  // -2: unset; -1: the context size
   int32_t n_predict = 512;
-  std::optional<uint32_t> n_ctx;      // -c; 0: the model's context
-  int32_t n_threads = 0;              // <= 0: every core
-  int32_t n_batch = 0, n_ubatch = 0;  // 0: the whole prompt in one forward
+  std::optional<uint32_t> n_ctx;           // -c; 0: the model's context
+  int32_t n_threads = 0;                   // <= 0: every core
+  std::optional<int32_t> n_threads_batch;  // -tb: accepted; a notice when it differs from -t
+  int32_t n_batch = 0, n_ubatch = 0;       // 0: the whole prompt in one forward
   bool greedy = false, no_template = false, ignore_eos = false, verbose = false, color = false,
        mlock = false;
   RunMode mode = RunMode::kAuto;
@@ -83,9 +84,14 @@ std::string process_escapes(const std::string& text);
 int32_t resolve_threads(int32_t requested);
 
 // Both modes, before the model is loaded: --greedy, -s -1 (the seed drawn and printed),
-// -t, the sampler's own checks, output paths writable (--session, --dump-*), and the
-// notices of accepted-but-ignored flags — all on stderr, each once.
+// -t, the sampler's own checks, output paths writable (--session, --dump-*), the KV and
+// numerics flags, the template flags, and the notices of accepted-but-ignored flags —
+// all on stderr, each once. Every usage error that needs no model is found here.
 Status prepare_run(RunArgs& a);
+
+// --chat-template (a known name or Jinja text), not both template flags, and
+// --chat-template-kwargs a JSON object: what needs no model.
+Status check_template_flags(const RunArgs& a);
 
 // "Loading model: ..." and Engine::open (via open_engine), then --mlock.
 Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a, const std::string& model_arg);

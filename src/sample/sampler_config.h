@@ -25,15 +25,17 @@ struct LogitBias {
 enum class Mirostat : int32_t { kOff = 0, kV1 = 1, kV2 = 2 };
 
 // Designated-initializer friendly: `SamplerConfig{.temp = 0.7f, .top_k = 20}`.
-// Defaults are the CLI's (minfer-features §1.2 "Sampling options").
+// The defaults are llama.cpp's (common_params_sampling: temp 0.8, top-k 40, top-p 0.95,
+// min-p 0.05, repeat penalty 1.0 over 64 tokens) and the one table of defaults the CLI,
+// the chat and the server share; the CLI's --help prints them from here.
 struct SamplerConfig {
   uint64_t seed = 42;
   float temp = 0.8f;                // < kGreedyTemp (including <= 0) → greedy
   int32_t top_k = 40;               // 0 disables
   float top_p = 0.95f;              // in [0,1]; 0 or 1 disables
-  float min_p = 0.0f;               // in [0,1]; 0 disables; 1 keeps only the argmax (and ties)
+  float min_p = 0.05f;              // in [0,1]; 0 disables; 1 keeps only the argmax (and ties)
   float typical_p = 1.0f;           // in [0,1]; 1 disables; 0 keeps the single most typical
-  float repeat_penalty = 1.1f;      // > 0; 1 disables
+  float repeat_penalty = 1.0f;      // > 0; 1 disables
   int32_t repeat_last_n = 64;       // penalty window (tokens); 0 disables all penalties
   float frequency_penalty = 0.0f;   // subtracted count times
   float presence_penalty = 0.0f;    // subtracted once per distinct token in the window

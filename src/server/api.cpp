@@ -284,13 +284,7 @@ std::string dump(const json& j) {
 }
 
 sample::SamplerConfig default_sampler() {
-  sample::SamplerConfig c;
-  c.temp = 0.8f;
-  c.top_k = 40;
-  c.top_p = 0.95f;
-  c.min_p = 0.05f;
-  c.repeat_penalty = 1.0f;
-  return c;
+  return sample::SamplerConfig{};  // the one table of defaults (llama.cpp's), as the CLI's
 }
 
 std::optional<ApiError> parse_object(const std::string& body, json& out) {

@@ -38,9 +38,11 @@ def usage_error(r, *needles):
     assert r.stdout == b""
 
 
-def on_pty(args, stdin_tty=False, stdout_tty=False, send=b"", timeout=120):
+def on_pty(args, stdin_tty=False, stdout_tty=False, send=b"", timeout=120, resend_s=None):
     """Runs minfer with stdin and/or stdout on a pseudo-terminal; returns (rc, what the
-    terminal showed, stderr)."""
+    terminal showed, stderr). With resend_s, `send` is typed again every resend_s seconds
+    while the program runs (a line editor that sets up the terminal discards what was
+    typed before it)."""
     master, slave = pty.openpty()
     p = subprocess.Popen([BIN, *map(str, args)], stdin=slave if stdin_tty else subprocess.DEVNULL,
                          stdout=slave if stdout_tty else subprocess.PIPE, stderr=subprocess.PIPE)
@@ -48,9 +50,13 @@ def on_pty(args, stdin_tty=False, stdout_tty=False, send=b"", timeout=120):
     if send:
         time.sleep(0.5)
         os.write(master, send)
+    next_send = time.time() + (resend_s or 0)
     shown = b""
     end = time.time() + timeout
     while time.time() < end:
+        if resend_s and time.time() >= next_send and p.poll() is None:
+            os.write(master, send)
+            next_send = time.time() + resend_s
         r, _, _ = select.select([master], [], [], 0.2)
         if r:
             try:
@@ -500,3 +506,97 @@ def test_random_argument_vectors_end_with_status_0_or_1():
 
 def test_no_arguments_is_a_usage_error():
     usage_error(minfer(), "no command or model given")
+
+
+# Usage errors that need no model come before the model is looked for: a missing model
+# file must not hide them (and a present one is never loaded for them).
+@pytest.mark.parametrize("args,needle", [
+    (["--cache-type", "q8_0"], "--cache-type"),
+    (["--numerics", "bogus"], "--numerics"),
+    (["--chat-template", "bogus"], "--chat-template: unknown template name 'bogus'"),
+    (["-ctk", "f16", "-ctv", "f32"], "-ctv f32"),
+    (["--chat-template-kwargs", "[1]"], "--chat-template-kwargs: expected a JSON object"),
+])
+@pytest.mark.parametrize("mode", [[], ["-cnv"]])
+def test_usage_errors_come_before_the_model_is_opened(args, needle, mode):
+    r = minfer("no-such-model.gguf", "hi", *mode, *args)
+    usage_error(r, needle)
+    assert "no-such-model" not in r.stderr.decode()
+
+
+@pytest.mark.parametrize("cmd", [["bench", "no-such-model.gguf"],
+                                 ["perplexity", "no-such-model.gguf", "-f", "/dev/null"]])
+def test_subcommands_check_kv_and_numerics_flags_before_the_model(cmd):
+    for args, needle in ((["--cache-type", "q8_0"], "--cache-type"),
+                         (["--numerics", "bogus"], "--numerics")):
+        r = minfer(*cmd, *args)
+        usage_error(r, needle)
+        assert "no-such-model" not in r.stderr.decode()
+
+
+@needs_model
+def test_context_overflow_hint_never_names_a_context_the_model_cannot_have(tmp_path):
+    model_ctx = 8192  # SmolLM2-135M's n_ctx_train
+    long_prompt = tmp_path / "long.txt"
+    long_prompt.write_text("hello " * (model_ctx + 200))
+    r = minfer(MODEL, "-f", long_prompt, "--no-template", "-n", "4", "-t", "2")
+    usage_error(r, f"the model's context holds at most {model_ctx}", "shorten the prompt")
+    assert "-c " not in r.stderr.decode()
+    # A prompt that fits the model but not -c: the hint names a -c the model can have.
+    short = tmp_path / "short.txt"
+    short.write_text("hello " * 100)
+    r = minfer(MODEL, "-f", short, "--no-template", "-n", "4", "-c", "32", "-t", "2")
+    err = r.stderr.decode()
+    usage_error(r, "(-c 32)", f"up to the model's {model_ctx}")
+    suggested = int(re.search(r"no room to generate \(-c (\d+)", err).group(1))
+    assert 100 < suggested <= model_ctx
+
+
+# ---------------------------------------------------------------- Ollama's and llama.cpp's verbs
+
+
+@needs_model
+def test_run_with_a_prompt_is_the_plain_generation_and_without_one_the_conversation():
+    plain = minfer(MODEL, PROMPT, *RAW, "-n", 6)
+    run = minfer("run", MODEL, PROMPT, *RAW, "-n", 6)
+    assert plain.returncode == run.returncode == 0, run.stderr.decode()
+    assert run.stdout == plain.stdout and plain.stdout
+    # No prompt and stdin not a terminal: the prompt comes from stdin, as `ollama run` does.
+    piped = minfer("run", MODEL, *RAW, "-n", 6, stdin=PROMPT.encode())
+    assert piped.returncode == 0 and piped.stdout == plain.stdout
+    # No prompt on a terminal: the conversation (its banner and prompt), ended by /exit.
+    rc, shown, err = on_pty(["run", MODEL, "-t", "2", "-n", "4"], stdin_tty=True,
+                            send=b"/exit\r", timeout=120, resend_s=1.0)
+    assert rc == 0, err
+    assert "/help for commands" in err
+
+
+def test_help_command_prints_the_same_as_dash_dash_help():
+    top = minfer("--help")
+    assert top.returncode == 0
+    assert minfer("help").stdout == top.stdout
+    assert minfer("help", "run").stdout == top.stdout
+    for cmd in ("quantize", "serve", "bench", "list"):
+        a, b = minfer("help", cmd), minfer(cmd, "--help")
+        assert a.returncode == b.returncode == 0, cmd
+        assert a.stdout == b.stdout and a.stdout, cmd
+    usage_error(minfer("help", "frobnicate"), "help: no command 'frobnicate'")
+    usage_error(minfer("run"), "run: no model given")
+
+
+@needs_model
+def test_interactive_prompt_cache_threads_batch_and_no_warmup_spellings(tmp_path):
+    base = minfer(MODEL, PROMPT, *RAW, "-n", 4)
+    r = minfer(MODEL, PROMPT, *RAW, "-n", 4, "--no-warmup", "-tb", 2)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout == base.stdout
+    assert "-tb" not in r.stderr.decode()  # -tb equal to -t: nothing to say
+    r = minfer(MODEL, PROMPT, *RAW, "-n", 4, "--threads-batch", 1)
+    assert r.returncode == 0 and r.stdout == base.stdout
+    assert "notice: -tb 1: prefill uses the same threads as decode" in r.stderr.decode()
+    # -i is the conversation; --prompt-cache is the session file.
+    cache = tmp_path / "s.session"
+    r = minfer(MODEL, "-i", "--prompt-cache", cache, "-t", 2, "-n", 4, "--greedy",
+               stdin=b"Hello\n/exit\n")
+    assert r.returncode == 0, r.stderr.decode()
+    assert cache.stat().st_size > 0 and "[session] saved" in r.stderr.decode()

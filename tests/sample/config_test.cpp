@@ -1,6 +1,6 @@
 // Stage 14 tests: SamplerConfig defaults and validation.
-// Invariant pinned: defaults equal the CLI's; bad values are refused (never clamped)
-// with an error naming the field and the value.
+// Invariant pinned: defaults are llama.cpp's (the CLI, chat and server share them); bad values are
+// refused (never clamped) with an error naming the field and the value.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,15 +12,15 @@
 namespace minfer::sample {
 namespace {
 
-TEST(SamplerConfig, DefaultsAreTheCliDefaults) {
+TEST(SamplerConfig, DefaultsAreLlamaCppsSharedByCliChatAndServer) {
   const SamplerConfig c;
   EXPECT_EQ(c.seed, 42u);
   EXPECT_EQ(c.temp, 0.8f);
   EXPECT_EQ(c.top_k, 40);
   EXPECT_EQ(c.top_p, 0.95f);
-  EXPECT_EQ(c.min_p, 0.0f);
+  EXPECT_EQ(c.min_p, 0.05f);
   EXPECT_EQ(c.typical_p, 1.0f);
-  EXPECT_EQ(c.repeat_penalty, 1.1f);
+  EXPECT_EQ(c.repeat_penalty, 1.0f);
   EXPECT_EQ(c.repeat_last_n, 64);
   EXPECT_EQ(c.frequency_penalty, 0.0f);
   EXPECT_EQ(c.presence_penalty, 0.0f);
