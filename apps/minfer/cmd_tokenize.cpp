@@ -44,6 +44,12 @@ int run_tokenize(const std::vector<std::string>& args) {
   std::string model_opt, file;
   bool ids_only = false, no_special = false, parse_special = false;
   p.string_opt("-m,--model", "PATH", "GGUF file (then the only positional is TEXT)", model_opt);
+  std::optional<std::string> prompt_opt;
+  p.option("-p,--prompt", "TEXT", "the text (instead of the positional; llama-tokenize's -p)",
+           [&](const std::string& v) -> Status {
+             prompt_opt = v;
+             return Ok{};
+           });
   p.string_opt("-f,--file", "PATH", "read the text from this file (bytes used exactly)", file);
   p.flag("--ids", "print only the ids, on one line, separated by spaces", [&] { ids_only = true; });
   p.flag("--no-special", "add no BOS/EOS tokens", [&] { no_special = true; });
@@ -62,6 +68,10 @@ int run_tokenize(const std::vector<std::string>& args) {
   }
   if (next < positionals.size()) text = positionals[next++];
   if (next < positionals.size()) return fail("tokenize: too many arguments");
+  if (prompt_opt) {
+    if (text) return fail("tokenize: give TEXT or -p, not both");
+    text = std::move(prompt_opt);
+  }
   if (text && !file.empty()) return fail("tokenize: give TEXT or --file, not both");
   if (!file.empty()) {
     auto content = read_input_file(file);

@@ -278,7 +278,7 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
   p.float_opt("--xtc-threshold", "P", "XTC: probability a cut token must reach (0.5)",
               sc.xtc_threshold, 0.0f, 0.5f);
   p.option(
-      "--logit-bias", "ID(+|-)BIAS", "add BIAS to token ID's logit, e.g. 15043+1, 2-inf",
+      "-l,--logit-bias", "ID(+|-)BIAS", "add BIAS to token ID's logit, e.g. 15043+1, 2-inf",
       [&a](const std::string& v) { return add_logit_bias(v, a); }, /*repeatable=*/true);
 
   p.section("output and debugging");

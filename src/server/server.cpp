@@ -194,7 +194,8 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     return st.error().context("serve: the chat template cannot be used");
   }
   if (renderer.fallback) {
-    std::fprintf(stderr, "[server] the model has no chat template; chat uses ChatML\n");
+    std::fprintf(stderr, "[server] the model has no chat template; chat uses %.*s\n",
+                 static_cast<int>(renderer.fallback_name.size()), renderer.fallback_name.data());
   }
 
   block_shutdown_signals();

@@ -251,6 +251,11 @@ def test_logit_bias_bans_a_token():
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout != b" Paris"
     assert "an infinite bias is applied as -100" in r.stderr.decode()
+    # llama.cpp's short spelling, and llama-tokenize's -p for the text.
+    assert minfer("tokenize", MODEL, "-p", " Paris", "--ids", "--no-special").stdout.decode().split() == ids
+    short = minfer(MODEL, PROMPT, *RAW, "-n", 1, "-l", f"{ids[0]}-inf")
+    assert short.returncode == 0 and short.stdout == r.stdout
+    usage_error(minfer("tokenize", MODEL, "x", "-p", "y"), "tokenize: give TEXT or -p, not both")
 
 
 @needs_model
