@@ -72,7 +72,7 @@ Conversation::Conversation(engine::Engine& engine, const ChatRenderer& renderer,
     : engine_(engine),
       renderer_(renderer),
       options_(std::move(options)),
-      token_bytes_(engine.tokenizer()) {
+      token_bytes_(engine.token_bytes()) {
   if (!options_.system.empty()) messages_.push_back({.role = "system", .content = options_.system});
   stream_.reserve(engine_.n_ctx());
 }

@@ -150,7 +150,7 @@ class Conversation {
   engine::Engine& engine_;
   const ChatRenderer& renderer_;
   ConversationOptions options_;
-  engine::TokenBytes token_bytes_;  // shared by every reply's SequenceState
+  const engine::TokenBytes& token_bytes_;  // the model's, read by every reply's SequenceState
 
   std::vector<Message> messages_;  // canonical history (system first if any)
   std::vector<TokenId> stream_;    // host mirror of KV positions [0, cursor)

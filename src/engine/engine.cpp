@@ -44,6 +44,7 @@ Result<std::shared_ptr<const LoadedModel>> LoadedModel::create(gguf::Model file)
       return make_error(fmt::format("tokenizer has {} tokens but the model's vocabulary is {}",
                                     m->tokenizer_->n_vocab(), m->model_->hparams().n_vocab));
     }
+    m->token_bytes_ = std::make_unique<TokenBytes>(*m->tokenizer_);
   }
   return std::shared_ptr<const LoadedModel>(std::move(m));
 }
@@ -51,6 +52,11 @@ Result<std::shared_ptr<const LoadedModel>> LoadedModel::create(gguf::Model file)
 const tokenizer::Tokenizer& LoadedModel::tokenizer() const {
   MINFER_CHECK(tokenizer_ != nullptr, "Engine::tokenizer: the model has no tokenizer metadata");
   return *tokenizer_;
+}
+
+const TokenBytes& LoadedModel::token_bytes() const {
+  MINFER_CHECK(token_bytes_ != nullptr, "Engine::token_bytes: the model has no tokenizer metadata");
+  return *token_bytes_;
 }
 
 Result<std::unique_ptr<Engine>> Engine::open(const std::string& path,
@@ -141,10 +147,6 @@ Status Context::init(const EngineOptions& options) {
 }
 
 Context::~Context() = default;
-
-uint32_t Context::context_for(uint32_t requested, uint32_t n_prompt) const {
-  return std::min(std::max(requested, n_prompt), model_->hparams().n_ctx_train);
-}
 
 Status Context::set_n_ctx(uint32_t n_ctx) {
   if (n_ctx == 0) return make_error("n_ctx must be > 0");

@@ -17,6 +17,7 @@
 
 #include "core/result.h"
 #include "engine/batch.h"
+#include "engine/text.h"
 #include "gguf/gguf.h"
 #include "graph/cache.h"
 #include "graph/params.h"
@@ -96,12 +97,16 @@ class LoadedModel {
   const gguf::Model& file() const { return file_; }
   bool has_tokenizer() const { return tokenizer_ != nullptr; }
   const tokenizer::Tokenizer& tokenizer() const;  // MINFER_CHECK has_tokenizer()
+  // Every token's bytes, built once with the tokenizer: the one table the CLI, the chat
+  // and the server's slots read (MINFER_CHECK has_tokenizer()).
+  const TokenBytes& token_bytes() const;
 
  private:
   LoadedModel() = default;
   gguf::Model file_;  // first: the model's views point into its mapping
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<TokenBytes> token_bytes_;
 };
 
 // One independent KV arena over a shared model: KV cells and regions, the runtime
@@ -125,11 +130,8 @@ class Context {
   const gguf::Model& file() const { return loaded_->file(); }
   bool has_tokenizer() const { return loaded_->has_tokenizer(); }
   const tokenizer::Tokenizer& tokenizer() const { return loaded_->tokenizer(); }
+  const TokenBytes& token_bytes() const { return loaded_->token_bytes(); }
   int32_t n_threads() const { return n_threads_; }
-
-  // The context of a run: max(requested, n_prompt) capped at the model's
-  // context_length. The one place the CLI's n_ctx rule lives.
-  uint32_t context_for(uint32_t requested, uint32_t n_prompt) const;
 
   // Sizes the KV for a run. A different n_ctx replaces the graph cache and its
   // allocator (regions are sized once per n_ctx, never grown); the same n_ctx only

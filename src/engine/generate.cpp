@@ -35,7 +35,7 @@ Result<std::unique_ptr<Generator>> Generator::create(Engine& engine, const Gener
 Generator::Generator(Engine& engine, const GenerateOptions& options, TextSink sink)
     : engine_(engine),
       options_(options),
-      token_bytes_(engine.tokenizer()),
+      token_bytes_(engine.token_bytes()),
       sink_(std::move(sink)) {}
 
 Status Generator::prefill(std::span<const TokenId> prompt) {

@@ -94,7 +94,7 @@ class Generator {
 
   Engine& engine_;
   GenerateOptions options_;
-  TokenBytes token_bytes_;                // before state_: the state reads it
+  const TokenBytes& token_bytes_;         // the model's (LoadedModel::token_bytes)
   std::unique_ptr<SequenceState> state_;  // sampler, stop hold-back, UTF-8, gates, cursor
   TextSink sink_;
   GenerateStats stats_;

@@ -42,7 +42,7 @@ Scheduler::Scheduler(engine::Engine& engine, const SchedulerOptions& options, Me
       options_(options),
       metrics_(metrics),
       viz_(viz),
-      token_bytes_(engine.tokenizer()) {}
+      token_bytes_(engine.token_bytes()) {}
 
 Scheduler::~Scheduler() {
   drain(Clock::now());

@@ -132,7 +132,7 @@ class Scheduler {
   Metrics& metrics_;
   VizState* viz_ = nullptr;
   bool profiling_ = false;  // the engine's profile hook is set (a viz client watches)
-  engine::TokenBytes token_bytes_;
+  const engine::TokenBytes& token_bytes_;  // the model's (LoadedModel::token_bytes)
 
   std::mutex mu_;
   std::condition_variable cv_;
