@@ -24,6 +24,9 @@ Config Config::from_env() {
   if (const char* t = std::getenv("MINFER_CACHE_TYPE"); t != nullptr) c.cache_type = t;
   if (const char* d = std::getenv("MINFER_GRAPH_DUMP"); d != nullptr) c.graph_dump = d;
   if (const char* m = std::getenv("MINFER_NUMERICS"); m != nullptr) c.numerics = m;
+  if (const char* a = std::getenv("MINFER_LLAMACPP_TILED_ATTN"); a != nullptr) {
+    c.llamacpp_tiled_attn = std::strcmp(a, "0") != 0;
+  }
   return c;
 }
 

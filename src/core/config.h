@@ -16,6 +16,9 @@ struct Config {
   std::string cache_type;      // MINFER_CACHE_TYPE: "" (f32), f32, f16 (--cache-type wins)
   std::string graph_dump;      // MINFER_GRAPH_DUMP: directory for per-node f32 dumps ("" off)
   std::string numerics;        // MINFER_NUMERICS: "" (default), default, llamacpp (flag wins)
+  // MINFER_LLAMACPP_TILED_ATTN: on unless "0" — under --numerics llamacpp, batches of
+  // >= 64 query rows take llama.cpp's tiled flash attention (docs/USAGE.md).
+  bool llamacpp_tiled_attn = true;
 
   // Reads the variables now (a flag is on when set to anything but "", "0").
   static Config from_env();

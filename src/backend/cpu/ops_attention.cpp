@@ -17,12 +17,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "backend/cpu/attn_ggml_f16.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vec_dot.h"
+#include "core/config.h"
 #include "core/fp16.h"
 
 namespace minfer::backend::cpu {
@@ -99,10 +99,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
     // its batch, as in llama.cpp — the one place that mode gives up invariant 8, on
     // purpose and documented (docs/ARCHITECTURE.md). MINFER_LLAMACPP_TILED_ATTN=0 keeps
     // the per-row kernel for every batch (batch-invariant, llama.cpp's bits for < 64 rows).
-    static const bool tiled_on = [] {
-      const char* e = std::getenv("MINFER_LLAMACPP_TILED_ATTN");
-      return e == nullptr || std::string_view(e) != "0";
-    }();
+    const bool tiled_on = Config::get().llamacpp_tiled_attn;
     if (tiled_on && n_real >= kGgmlFaTileRows) {
       auto tiled = [&](int64_t lo, int64_t hi, int32_t thread) {
         float* acc = scratch_all + thread * stride;
