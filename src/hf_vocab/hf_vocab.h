@@ -14,18 +14,12 @@
 
 #include "core/result.h"
 #include "gguf/gguf.h"
+#include "gguf/token_type.h"
 
 namespace minfer::hf_vocab {
 
 // llama.cpp's LLAMA_TOKEN_TYPE_* / gguf.TokenType.
-enum class TokenType : int32_t {
-  kNormal = 1,
-  kUnknown = 2,
-  kControl = 3,
-  kUserDefined = 4,
-  kUnused = 5,
-  kByte = 6,
-};
+using TokenType = gguf::TokenType;
 
 struct Options {
   std::string arch = "llama";  // general.architecture

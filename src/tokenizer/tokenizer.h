@@ -14,6 +14,7 @@
 
 #include "core/result.h"
 #include "gguf/gguf.h"
+#include "gguf/token_type.h"
 
 namespace minfer::tokenizer {
 
@@ -21,15 +22,7 @@ using TokenId = int32_t;
 constexpr TokenId kNoToken = -1;
 
 // GGUF `tokenizer.ggml.token_type` values (llama.cpp's LLAMA_TOKEN_TYPE_*).
-enum class TokenType : int32_t {
-  kUndefined = 0,
-  kNormal = 1,
-  kUnknown = 2,
-  kControl = 3,
-  kUserDefined = 4,
-  kUnused = 5,
-  kByte = 6,
-};
+using TokenType = gguf::TokenType;
 
 // llama.cpp's per-token attributes (LLAMA_TOKEN_ATTR_*): derived from the token type,
 // then adjusted at load by llama.cpp's name-based rules (end-of-turn texts become
