@@ -2,6 +2,7 @@
 #include "chat/session_file.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <span>
 #include <string_view>
 
@@ -19,17 +21,15 @@ constexpr char kMagic[8] = {'M', 'I', 'N', 'F', 'S', 'E', 'S', 'S'};
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8 + 8 + 8;
 constexpr uint64_t kWeightSample = 256;  // bytes of each tensor in the model hash
 
-// FNV-1a 64 (http://www.isthe.com/chongo/tech/comp/fnv/): fast, dependency-free and
-// enough to catch truncation and bit rot; this is not a defence against tampering.
-struct Fnv {
-  uint64_t h = 0xcbf29ce484222325ull;
-  void bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) {
-      h ^= b[i];
-      h *= 0x100000001b3ull;
-    }
+// XXH3-64 (libxxhash, streaming): fast and enough to catch truncation and bit rot; not
+// a defence against tampering.
+class Hasher {
+ public:
+  Hasher() : state_(XXH3_createState()) {
+    MINFER_CHECK(state_ != nullptr, "session: out of memory for the hash state");
+    XXH3_64bits_reset(state_.get());
   }
+  void bytes(const void* p, size_t n) { XXH3_64bits_update(state_.get(), p, n); }
   template <typename T>
   void pod(T v) {
     bytes(&v, sizeof v);
@@ -38,9 +38,16 @@ struct Fnv {
     pod<uint64_t>(s.size());
     bytes(s.data(), s.size());
   }
+  uint64_t digest() const { return XXH3_64bits_digest(state_.get()); }
+
+ private:
+  struct Free {
+    void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+  };
+  std::unique_ptr<XXH3_state_t, Free> state_;
 };
 
-void hash_value(Fnv& f, const gguf::Value& v) {
+void hash_value(Hasher& f, const gguf::Value& v) {
   f.pod(static_cast<uint32_t>(v.type));
   switch (v.type) {
     case gguf::ValueType::kString:
@@ -78,7 +85,7 @@ T get(const std::string& in, size_t& off) {
 }  // namespace
 
 uint64_t model_hash(const gguf::Model& model) {
-  Fnv f;
+  Hasher f;
   for (const gguf::KeyValue& kv : model.metadata()) {
     f.str(kv.key);
     hash_value(f, kv.value);
@@ -94,7 +101,7 @@ uint64_t model_hash(const gguf::Model& model) {
     // fine-tune, another quantization run) differ here, at the cost of one page each.
     if (t.data != nullptr) f.bytes(t.data, std::min<uint64_t>(t.n_bytes, kWeightSample));
   }
-  return f.h;
+  return f.digest();
 }
 
 Status write_session(const std::string& path, const SessionData& data) {
@@ -111,7 +118,7 @@ Status write_session(const std::string& path, const SessionData& data) {
   put<uint64_t>(head, state.size());
   put<uint64_t>(head, data.n_kv_tokens);
   put<uint64_t>(head, data.kv_token_bytes);
-  Fnv sum;
+  Hasher sum;
   sum.bytes(head.data(), head.size());
   sum.bytes(state.data(), state.size());
   sum.bytes(data.kv.data(), data.kv.size());
@@ -124,7 +131,8 @@ Status write_session(const std::string& path, const SessionData& data) {
     f.write(state.data(), static_cast<std::streamsize>(state.size()));
     f.write(reinterpret_cast<const char*>(data.kv.data()),
             static_cast<std::streamsize>(data.kv.size()));
-    f.write(reinterpret_cast<const char*>(&sum.h), sizeof sum.h);
+    const uint64_t checksum = sum.digest();
+    f.write(reinterpret_cast<const char*>(&checksum), sizeof checksum);
     f.close();
     if (!f) return make_error(fmt::format("session: error writing '{}'", tmp));
   }
@@ -162,11 +170,11 @@ Result<SessionData> read_session(const std::string& path) {
     return make_error(
         fmt::format("session: '{}' is truncated or corrupt (sizes do not add up)", path));
   }
-  Fnv sum;
+  Hasher sum;
   sum.bytes(in.data(), in.size() - 8);
   uint64_t stored = 0;
   std::memcpy(&stored, in.data() + in.size() - 8, 8);
-  if (stored != sum.h) {
+  if (stored != sum.digest()) {
     return make_error(fmt::format("session: '{}' fails its checksum (corrupt file)", path));
   }
   try {

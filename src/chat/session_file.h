@@ -8,7 +8,7 @@
 //   "MINFSESS"  u32 version  u32 flags(0)  u64 model_hash
 //   u64 state_len  u64 n_kv_tokens  u64 kv_token_bytes
 //   state (JSON text, state_len bytes)  KV (n_kv_tokens * kv_token_bytes bytes)
-//   u64 checksum (FNV-1a 64 of every byte before it)
+//   u64 checksum (XXH3-64 of every byte before it)
 #pragma once
 
 #include <cstddef>
@@ -22,9 +22,10 @@
 
 namespace minfer::chat {
 
-inline constexpr uint32_t kSessionVersion = 1;
+// 2: XXH3-64 checksum and model hash (1 used FNV-1a 64; such files are refused).
+inline constexpr uint32_t kSessionVersion = 2;
 
-// FNV-1a 64 over metadata (key, type, value; arrays element by element), the tensor
+// XXH3-64 over metadata (key, type, value; arrays element by element), the tensor
 // table (name, type, dims, offset) and the first 256 bytes of every tensor. Editing
 // metadata, re-quantizing or other weights of the same shapes change it; reading it
 // touches one page per tensor, not the whole file.

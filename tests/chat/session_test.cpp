@@ -2,9 +2,12 @@
 // exactly as a conversation that never stopped (tokens and logits, bitwise); refusal
 // of corrupt files, other models and contexts too small.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -159,6 +162,42 @@ TEST(Session, CorruptFileFailsItsChecksumAndNothingChanges) {
   info = c->load(file.path);
   ASSERT_FALSE(info.ok());
   EXPECT_NE(info.error().message.find("not a minfer session file"), std::string::npos);
+}
+
+TEST(Session, ChecksumIsXxh3OfEveryByteBeforeItAndVersion1FilesAreRefused) {
+  TempPath file("xxh3");
+  auto a = chat_engine(256, "sess-xxh3");
+  ASSERT_TRUE(a.engine);
+  std::vector<float> l;
+  bool w = false;
+  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
+  turn(*ca, "hello");
+  ASSERT_TRUE(ca->save(file.path).ok());
+  std::string bytes;
+  {
+    std::ifstream f(file.path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  ASSERT_GT(bytes.size(), 48u);
+  uint64_t stored = 0;
+  std::memcpy(&stored, bytes.data() + bytes.size() - 8, 8);
+  EXPECT_EQ(stored, XXH3_64bits(bytes.data(), bytes.size() - 8));
+  uint32_t version = 0;
+  std::memcpy(&version, bytes.data() + 8, 4);
+  EXPECT_EQ(version, kSessionVersion);
+  // A file of the FNV-1a era (version 1) is refused by its version, before its checksum.
+  {
+    std::fstream f(file.path, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(8);
+    const uint32_t v1 = 1;
+    f.write(reinterpret_cast<const char*>(&v1), 4);
+  }
+  auto c = make_conversation(*a, kChatMl, sampled(&l, &w));
+  auto info = c->load(file.path);
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.error().message.find("has version 1, this build reads 2"), std::string::npos)
+      << info.error().message;
+  EXPECT_EQ(c->cursor(), 0u);
 }
 
 TEST(Session, ModelHashCoversMetadataTensorTableAndWeightSamples) {
