@@ -3,52 +3,13 @@
 
 #include <algorithm>
 
+#include "core/utf8.h"
 #include "sample/stop.h"
 
 namespace minfer::engine {
 namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-
-enum class Utf8 : uint8_t { kValid, kTruncated, kInvalid };
-
-// Classifies the sequence starting at p[0] (n >= 1 bytes available). kValid / kInvalid
-// set `len` to the sequence length / the maximal invalid subpart (>= 1); kTruncated:
-// every byte present is a valid start of a longer sequence (Unicode Table 3-7).
-Utf8 classify(const unsigned char* p, size_t n, size_t& len) {
-  const unsigned char c = p[0];
-  if (c < 0x80) {
-    len = 1;
-    return Utf8::kValid;
-  }
-  size_t need = 0;
-  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    len = 1;  // 80..C1 (continuation or overlong lead), F5..FF
-    return Utf8::kInvalid;
-  }
-  for (size_t i = 1; i < need; ++i) {
-    if (i >= n) return Utf8::kTruncated;
-    const unsigned char b = p[i];
-    const bool ok = i == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
-    if (!ok) {
-      len = i;
-      return Utf8::kInvalid;
-    }
-  }
-  len = need;
-  return Utf8::kValid;
-}
 
 }  // namespace
 
@@ -120,13 +81,14 @@ void Utf8Emitter::emit_checked(std::string_view bytes, bool final) {
   size_t i = 0, run = 0, tail = bytes.size();
   while (i < bytes.size()) {
     size_t len = 0;
-    const Utf8 k = classify(p + i, bytes.size() - i, len);
-    if (k == Utf8::kValid) {
+    uint32_t cp = 0;
+    const utf8::Scan k = utf8::scan(p + i, bytes.size() - i, len, cp);
+    if (k == utf8::Scan::kValid) {
       i += len;
       continue;
     }
     scratch_.append(bytes.substr(run, i - run));
-    if (k == Utf8::kTruncated) {
+    if (k == utf8::Scan::kTruncated) {
       if (final) {
         scratch_.append(kReplacement);
       } else {

@@ -8,9 +8,6 @@
 
 namespace minfer::gguf::detail {
 
-// Strict UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing past U+10FFFF.
-bool is_valid_utf8(std::string_view s);
-
 // Why `key` cannot be a metadata key ("" if it can): empty, or not UTF-8.
 std::string key_problem(std::string_view key);
 // Why `name` cannot be a tensor name ("" if it can): empty, longer than

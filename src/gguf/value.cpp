@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "core/utf8.h"
 #include "gguf/detail.h"
 #include "gguf/gguf.h"
 
@@ -240,46 +241,9 @@ std::string Value::to_display(size_t max_elems) const {
 
 namespace detail {
 
-bool is_valid_utf8(std::string_view s) {
-  size_t k = 0;
-  const size_t n = s.size();
-  while (k < n) {
-    const auto c = static_cast<unsigned char>(s[k]);
-    if (c < 0x80) {
-      ++k;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return false;  // continuation byte, overlong lead (C0/C1) or F5..FF
-    }
-    if (n - k < len) return false;
-    for (size_t j = 1; j < len; ++j) {
-      const auto cc = static_cast<unsigned char>(s[k + j]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;  // overlong
-    if (cp >= 0xD800 && cp <= 0xDFFF) return false;                            // surrogate
-    if (cp > 0x10FFFF) return false;
-    k += len;
-  }
-  return true;
-}
-
 std::string key_problem(std::string_view key) {
   if (key.empty()) return "key is empty";
-  if (!is_valid_utf8(key)) return "key " + quote_for_error(key) + " is not valid UTF-8";
+  if (!utf8::is_valid(key)) return "key " + quote_for_error(key) + " is not valid UTF-8";
   return {};
 }
 
@@ -289,7 +253,7 @@ std::string tensor_name_problem(std::string_view name) {
     return fmt::format("tensor name {} is {} bytes long, more than the {} ggml allows",
                        quote_for_error(name), name.size(), kMaxTensorNameLength);
   }
-  if (!is_valid_utf8(name)) return "tensor name " + quote_for_error(name) + " is not valid UTF-8";
+  if (!utf8::is_valid(name)) return "tensor name " + quote_for_error(name) + " is not valid UTF-8";
   if (name.find('\0') != std::string_view::npos) {
     return "tensor name " + quote_for_error(name) + " contains a NUL byte";
   }

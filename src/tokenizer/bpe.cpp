@@ -58,7 +58,7 @@ void VocabTokenizer::bpe_encode_word(const std::string& word, std::vector<TokenI
   std::vector<Symbol> symbols;
   for (size_t off = 0; off < word.size();) {
     const size_t n =
-        std::min(word.size() - off, unicode::utf8_seq_len(static_cast<uint8_t>(word[off])));
+        std::min(word.size() - off, utf8::lead_length(static_cast<uint8_t>(word[off])));
     const int index = static_cast<int>(symbols.size());
     symbols.push_back(Symbol{.prev = index - 1, .next = index + 1, .offset = off, .n = n});
     off += n;

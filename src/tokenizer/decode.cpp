@@ -30,7 +30,7 @@ std::string byte_level_decode(const std::string& text) {
     }
     out += "[UNK_BYTE_0x";
     static constexpr char kHex[] = "0123456789abcdef";
-    for (const char c : unicode::to_utf8(cp)) {
+    for (const char c : utf8::encode(cp)) {
       const auto u = static_cast<uint8_t>(c);
       out.push_back(kHex[u >> 4]);
       out.push_back(kHex[u & 15]);
@@ -83,7 +83,7 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool special) con
 
 std::string StreamDecoder::push(TokenId id) {
   pending_ += tok_.token_to_bytes(id, special_);
-  const size_t keep = unicode::incomplete_utf8_tail(pending_);
+  const size_t keep = utf8::incomplete_tail(pending_);
   std::string ready = pending_.substr(0, pending_.size() - keep);
   pending_.erase(0, pending_.size() - keep);
   return ready;

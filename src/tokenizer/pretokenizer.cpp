@@ -168,7 +168,7 @@ Result<std::vector<std::string>> PreTokenizer::split(std::string_view text) cons
     } else if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
       cp = kSubjectStandIn;
     }
-    unicode::append_utf8(subject, cp);
+    utf8::append(subject, cp);
   }
   cp_byte[n_cps] = subject.size();
   std::vector<uint32_t> byte_cp(subject.size() + 1, 0);
@@ -223,7 +223,7 @@ Result<std::vector<std::string>> PreTokenizer::split(std::string_view text) cons
   size_t start = 0;
   for (const size_t len : pieces) {
     std::string w;
-    for (size_t i = start; i < start + len; ++i) unicode::append_utf8(w, cps[i]);
+    for (size_t i = start; i < start + len; ++i) utf8::append(w, cps[i]);
     words.push_back(std::move(w));
     start += len;
   }

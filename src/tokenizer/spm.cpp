@@ -51,7 +51,7 @@ void VocabTokenizer::spm_encode(const std::string& text, std::vector<TokenId>& o
   std::vector<Symbol> symbols;
   for (size_t off = 0; off < text.size();) {
     const size_t n =
-        std::min(text.size() - off, unicode::utf8_seq_len(static_cast<uint8_t>(text[off])));
+        std::min(text.size() - off, utf8::lead_length(static_cast<uint8_t>(text[off])));
     const int index = static_cast<int>(symbols.size());
     symbols.push_back(Symbol{.prev = index - 1, .next = index + 1, .offset = off, .n = n});
     off += n;

@@ -7,16 +7,9 @@
 
 namespace minfer::tokenizer::unicode {
 
-size_t utf8_seq_len(uint8_t lead) {
-  // Indexed by the high nibble: 0x0..0xB → 1 (ASCII and stray continuation bytes),
-  // 0xC..0xD → 2, 0xE → 3, 0xF → 4.
-  static constexpr std::array<uint8_t, 16> kLen = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-  return kLen[lead >> 4];
-}
-
 namespace {
 bool is_cont(uint8_t b) {
-  return (b & 0xC0) == 0x80;
+  return utf8::is_continuation(b);
 }
 }  // namespace
 
@@ -66,30 +59,6 @@ std::vector<uint32_t> decode_utf8(std::string_view text) {
     }
   }
   return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp <= 0x7F) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp <= 0x7FF) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp <= 0xFFFF) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | ((cp >> 18) & 0x07)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-std::string to_utf8(uint32_t cp) {
-  std::string s;
-  append_utf8(s, cp);
-  return s;
 }
 
 bool is_whitespace(uint32_t cp) {
@@ -143,26 +112,7 @@ std::optional<uint8_t> cp_to_byte(uint32_t cp) {
 }
 
 void append_byte_encoded(std::string& out, std::string_view bytes) {
-  for (char c : bytes) append_utf8(out, byte_to_cp(static_cast<uint8_t>(c)));
-}
-
-size_t incomplete_utf8_tail(std::string_view bytes) {
-  const size_t n = bytes.size();
-  const size_t lowest = n >= 4 ? n - 4 : 0;
-  for (size_t i = n; i > lowest; --i) {
-    const auto b = static_cast<uint8_t>(bytes[i - 1]);
-    if (is_cont(b)) continue;
-    size_t need = 1;
-    if ((b & 0xE0) == 0xC0)
-      need = 2;
-    else if ((b & 0xF0) == 0xE0)
-      need = 3;
-    else if ((b & 0xF8) == 0xF0)
-      need = 4;
-    const size_t have = n - (i - 1);
-    return have < need ? have : 0;
-  }
-  return 0;  // only continuation bytes: nothing can complete them
+  for (char c : bytes) utf8::append(out, byte_to_cp(static_cast<uint8_t>(c)));
 }
 
 }  // namespace minfer::tokenizer::unicode

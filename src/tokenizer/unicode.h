@@ -11,23 +11,18 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"
+
+// (Encoding, lead lengths and incomplete tails are core/utf8.h's; this file keeps the
+// tokenizer's own decoding policy and tables.)
 namespace minfer::tokenizer::unicode {
 
-constexpr uint32_t kReplacementChar = 0xFFFD;
-
-// Length of the UTF-8 sequence a lead byte announces (1 for ASCII, stray
-// continuation bytes and bytes >= 0xF8), the same table llama.cpp splits symbols by.
-size_t utf8_seq_len(uint8_t lead);
+using utf8::kReplacementChar;
 
 // Code points of `text`. A byte that does not start a well-formed sequence (bad lead,
 // missing or wrong continuation bytes, truncated at the end) becomes U+FFFD and
 // decoding resumes at the next byte — llama.cpp's unicode_cpts_from_utf8.
 std::vector<uint32_t> decode_utf8(std::string_view text);
-
-// Appends the UTF-8 form of `cp`. Code points above 0x10FFFF (which the lenient
-// decoder can produce from F5..F7 leads) are written with the 4-byte pattern.
-void append_utf8(std::string& out, uint32_t cp);
-std::string to_utf8(uint32_t cp);
 
 // Unicode White_Space (PropList.txt): 0009..000D, 0020, 0085, 00A0, 1680, 2000..200A,
 // 2028, 2029, 202F, 205F, 3000. This is the set llama.cpp's pre-tokenizers call
@@ -41,10 +36,5 @@ uint32_t byte_to_cp(uint8_t byte);
 std::optional<uint8_t> cp_to_byte(uint32_t cp);
 // Appends the byte-level form of every byte of `bytes`.
 void append_byte_encoded(std::string& out, std::string_view bytes);
-
-// Number of bytes at the end of `bytes` that start a UTF-8 sequence still missing
-// continuation bytes (0 when the text ends on a complete sequence or on bytes that
-// can never complete one).
-size_t incomplete_utf8_tail(std::string_view bytes);
 
 }  // namespace minfer::tokenizer::unicode

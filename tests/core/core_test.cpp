@@ -1,5 +1,5 @@
-// Stage 1 tests: Result propagation, overflow-safe arithmetic, fp16/bf16 conversions
-// and the dtype table.
+// Stage 1 tests: Result propagation, overflow-safe arithmetic, fp16/bf16 conversions,
+// the dtype table and UTF-8.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "core/result.h"
+#include "core/utf8.h"
 
 namespace minfer {
 namespace {
@@ -198,6 +199,68 @@ TEST(DType, TableMatchesGgmlSizes) {
   EXPECT_EQ(dtype_from_name("Q4_K"), DType::kQ4_K);
   EXPECT_EQ(dtype_from_name("bf16"), DType::kBF16);
   EXPECT_FALSE(dtype_from_name("q9_9").has_value());
+}
+
+TEST(Utf8, EncodeThenStrictScanRoundTripsEveryScalarValue) {
+  for (uint32_t cp = 0; cp <= utf8::kMaxCodePoint; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    const std::string s = utf8::encode(cp);
+    ASSERT_EQ(s.size(), cp < 0x80 ? 1u : cp < 0x800 ? 2u : cp < 0x10000 ? 3u : 4u) << cp;
+    size_t len = 0;
+    uint32_t back = 0;
+    ASSERT_EQ(utf8::scan(reinterpret_cast<const unsigned char*>(s.data()), s.size(), len, back),
+              utf8::Scan::kValid)
+        << cp;
+    ASSERT_EQ(len, s.size());
+    ASSERT_EQ(back, cp);
+    ASSERT_EQ(utf8::lead_length(static_cast<uint8_t>(s[0])), s.size());
+  }
+}
+
+TEST(Utf8, StrictScanReportsMaximalIllFormedSubpartsAndTruncation) {
+  auto kind = [](std::string_view s, size_t* len_out = nullptr) {
+    size_t len = 0;
+    uint32_t cp = 0;
+    const auto k = utf8::scan(reinterpret_cast<const unsigned char*>(s.data()), s.size(), len, cp);
+    if (len_out) *len_out = len;
+    return k;
+  };
+  size_t len = 0;
+  EXPECT_EQ(kind("\xC0\x80", &len), utf8::Scan::kInvalid);  // overlong lead
+  EXPECT_EQ(len, 1u);
+  EXPECT_EQ(kind("\xE0\x80\x80", &len), utf8::Scan::kInvalid);  // overlong 3-byte form
+  EXPECT_EQ(len, 1u);
+  EXPECT_EQ(kind("\xED\xA0\x80", &len), utf8::Scan::kInvalid);  // a surrogate
+  EXPECT_EQ(len, 1u);
+  EXPECT_EQ(kind("\xF4\x90\x80\x80", &len), utf8::Scan::kInvalid);  // past U+10FFFF
+  EXPECT_EQ(len, 1u);
+  EXPECT_EQ(kind("\xE4\xB8x", &len), utf8::Scan::kInvalid);  // two good bytes, then not
+  EXPECT_EQ(len, 2u);
+  EXPECT_EQ(kind("\xF5", &len), utf8::Scan::kInvalid);
+  EXPECT_EQ(kind("\xE4\xB8"), utf8::Scan::kTruncated);
+  EXPECT_EQ(kind("\xF0\x9F\x99"), utf8::Scan::kTruncated);
+  EXPECT_TRUE(utf8::is_valid("a\xC3\xA9\xE4\xB8\x96\xF0\x9F\x99\x82"));
+  EXPECT_FALSE(utf8::is_valid("a\xC3"));
+  EXPECT_FALSE(utf8::is_valid("\xED\xBF\xBF"));
+  EXPECT_TRUE(utf8::is_valid(""));
+}
+
+TEST(Utf8, IncompleteTailCountsOnlyBytesThatCanStillComplete) {
+  EXPECT_EQ(utf8::incomplete_tail(""), 0u);
+  EXPECT_EQ(utf8::incomplete_tail("abc"), 0u);
+  EXPECT_EQ(utf8::incomplete_tail("a\xF0\x9F\x99"), 3u);
+  EXPECT_EQ(utf8::incomplete_tail("a\xF0\x9F\x99\x82"), 0u);
+  EXPECT_EQ(utf8::incomplete_tail("a\xC3"), 1u);
+  EXPECT_EQ(utf8::incomplete_tail("\x80\x80\x80\x80"), 0u);  // can never complete
+}
+
+TEST(Utf8, LeadLengthIsLlamaCppsNibbleTable) {
+  EXPECT_EQ(utf8::lead_length(0x41), 1u);
+  EXPECT_EQ(utf8::lead_length(0x80), 1u);  // a stray continuation byte
+  EXPECT_EQ(utf8::lead_length(0xC0), 2u);
+  EXPECT_EQ(utf8::lead_length(0xEF), 3u);
+  EXPECT_EQ(utf8::lead_length(0xF8), 4u);
+  EXPECT_EQ(utf8::lead_length(0xFF), 4u);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ TEST_P(RoundTrip, decode_encode_is_identity_bitwise) {
   for (uint32_t first = 0; first <= 0x10FFFF && failures < 5; first += kRun) {
     std::string text;
     for (uint32_t cp = first; cp < first + kRun && cp <= 0x10FFFF; ++cp) {
-      if (!skipped(cp)) unicode::append_utf8(text, cp);
+      if (!skipped(cp)) utf8::append(text, cp);
     }
     if (text.empty()) continue;
     auto ids = tok->encode(text, opts);
@@ -48,7 +48,7 @@ TEST_P(RoundTrip, single_code_points_below_u3000_bitwise) {
   ASSERT_NE(tok, nullptr);
   for (uint32_t cp = 0; cp < 0x3000; ++cp) {
     if (skipped(cp)) continue;
-    const std::string text = unicode::to_utf8(cp);
+    const std::string text = utf8::encode(cp);
     auto ids = tok->encode(text, EncodeOptions{.add_special = false, .parse_special = false});
     ASSERT_TRUE(ids.ok());
     ASSERT_EQ(tok->decode(*ids), text) << GetParam() << " U+" << std::hex << cp;

@@ -149,7 +149,7 @@ TEST(StreamDecoder, every_chunk_is_complete_utf8_and_all_bytes_arrive) {
     std::string all, expected;
     for (const TokenId id : ids) {
       const std::string chunk = dec.push(id);
-      EXPECT_EQ(unicode::incomplete_utf8_tail(chunk), 0u) << name;
+      EXPECT_EQ(utf8::incomplete_tail(chunk), 0u) << name;
       all += chunk;
       expected += t->token_to_bytes(id);
     }

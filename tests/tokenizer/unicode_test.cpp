@@ -30,19 +30,10 @@ TEST(Utf8, decode_valid_and_invalid_like_llama_cpp) {
 TEST(Utf8, encode_decode_roundtrip_every_scalar_value) {
   for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-    const auto back = decode_utf8(to_utf8(cp));
+    const auto back = decode_utf8(utf8::encode(cp));
     ASSERT_EQ(back.size(), 1u) << cp;
     ASSERT_EQ(back[0], cp);
   }
-}
-
-TEST(Utf8, incomplete_tail_bytes) {
-  EXPECT_EQ(incomplete_utf8_tail(""), 0u);
-  EXPECT_EQ(incomplete_utf8_tail("abc"), 0u);
-  EXPECT_EQ(incomplete_utf8_tail("a\xF0\x9F\x99"), 3u);
-  EXPECT_EQ(incomplete_utf8_tail("a\xF0\x9F\x99\x82"), 0u);
-  EXPECT_EQ(incomplete_utf8_tail("a\xC3"), 1u);
-  EXPECT_EQ(incomplete_utf8_tail("\x80\x80\x80\x80"), 0u);  // can never complete
 }
 
 TEST(ByteTable, gpt2_table_is_a_bijection) {
@@ -69,7 +60,7 @@ TEST(Whitespace, equals_pcre2_white_space_property_everywhere) {
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
   for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
-    const std::string s = to_utf8(cp);
+    const std::string s = utf8::encode(cp);
     const bool pcre =
         pcre2_match(re, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), 0, 0, md, nullptr) >= 0;
     ASSERT_EQ(is_whitespace(cp), pcre) << std::hex << cp;

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "core/utf8.h"
+
 namespace minfer::chat_template {
 namespace {
 
@@ -41,24 +43,6 @@ std::string normalize_newlines(std::string_view s) {
   return out;
 }
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // Python "unicode-escape" decoding of a string literal body; unknown escapes keep
 // their backslash, as Python does.
 std::string unescape(std::string_view body) {
@@ -78,7 +62,7 @@ std::string unescape(std::string_view body) {
         char h = static_cast<char>(std::tolower(static_cast<unsigned char>(body[i + k])));
         cp = cp * 16 + static_cast<uint32_t>(h <= '9' ? h - '0' : h - 'a' + 10);
       }
-      append_utf8(out, cp);
+      utf8::append(out, cp);
       i += n;
       return true;
     };
@@ -130,7 +114,7 @@ std::string unescape(std::string_view body) {
           for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7';
                ++k)
             cp = cp * 8 + static_cast<uint32_t>(body[++i] - '0');
-          append_utf8(out, cp);
+          utf8::append(out, cp);
         } else {
           out += '\\';
           out += e;

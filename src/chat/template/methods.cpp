@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "chat/template/builtins.h"
+#include "core/utf8.h"
 
 namespace minfer::chat_template {
 namespace {
@@ -86,18 +87,6 @@ uint32_t decode_cp(std::string_view c) {
   if (c.size() == 3) return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
   return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
 }
-void encode_cp(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
 // Latin Extended-A pairs upper/lower as even/odd, except two runs that pair odd/even.
 bool odd_is_upper(uint32_t c) {
   return (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
@@ -169,7 +158,7 @@ void map_case(std::string& out, std::string_view ch, bool to_upper) {
   if (m == c)
     out += ch;  // unchanged: keep the original bytes
   else
-    encode_cp(out, m);
+    utf8::append(out, m);
 }
 bool is_cased(std::string_view ch) {
   uint32_t c = decode_cp(ch);
