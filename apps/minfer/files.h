@@ -22,7 +22,8 @@ Status check_model_file(const std::string& path);
 
 // An output path (--session, --dump-json, --dump-logits, --dump-graph): an existing
 // path must be a regular file we may write; otherwise its folder must exist and be
-// writable (writes go through a temporary file renamed over the target).
+// writable (the session file and the model tools' outputs are written to a temporary
+// file renamed over the target; the --dump-* files are written in place).
 Status check_writable(const std::string& path, const std::string& flag);
 
 // The output of a tool that writes a new file from inputs (quantize, split, merge,
