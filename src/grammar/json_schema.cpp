@@ -423,28 +423,17 @@ class Converter {
 
   Result<std::string> visit_array(const Json& s, const std::string& path, int depth) {
     use("ws");
-    const Json* tuple = nullptr;
     if (s.contains("prefixItems")) {
-      if (s.contains("items") && !(s["items"].is_boolean() && !s["items"].get<bool>())) {
-        return make_error("JSON Schema: prefixItems with items at " + path + " is not supported");
-      }
-      tuple = &s["prefixItems"];
-    } else if (s.contains("items") && s["items"].is_array()) {
-      tuple = &s["items"];
+      const bool items_false =
+          s.contains("items") && s["items"].is_boolean() && !s["items"].get<bool>();
+      const Json* items = s.contains("items") && !items_false ? &s["items"] : nullptr;
+      return visit_tuple(s, s["prefixItems"], items, path, depth);
     }
-    if (tuple) {
-      if (!tuple->is_array())
-        return make_error("JSON Schema: prefixItems must be an array at " + path);
-      if (s.contains("minItems") || s.contains("maxItems")) {
-        return make_error("JSON Schema: minItems/maxItems with a tuple at " + path +
-                          " is not supported");
-      }
-      std::string out = "\"[\" ws";
-      for (size_t i = 0; i < tuple->size(); ++i) {
-        MINFER_TRY(std::string item, visit((*tuple)[i], path + "/" + std::to_string(i), depth + 1));
-        out += (i ? " \",\" ws " : " ") + item;
-      }
-      return add_rule(path + "-tuple", out + " \"]\" ws");
+    if (s.contains("items") && s["items"].is_array()) {
+      // The older tuple form (items: [...]); what follows it is left closed.
+      Json closed = s;
+      closed["items"] = false;
+      return visit_tuple(closed, s["items"], nullptr, path, depth);
     }
     std::string item = use("value");
     if (s.contains("items")) {
@@ -464,6 +453,58 @@ class Converter {
       body += lo == 0 ? "(" + list + ")? \"]\" ws" : list + " \"]\" ws";
     }
     return add_rule(path + "-array", body);
+  }
+
+  // A tuple: item i follows the tuple's schema i; items past the tuple follow `items`
+  // (a schema; false: none; absent: any value). Without minItems all tuple items are
+  // required, and without maxItems nothing may follow them unless `items` is a schema
+  // or minItems asks for more (llama.cpp's reading: a subset of what the schema
+  // allows, and the shape a user means). The comma-led rest after k items is built
+  // from the inside out, one rule per position.
+  Result<std::string> visit_tuple(const Json& s, const Json& tuple, const Json* items,
+                                  const std::string& path, int depth) {
+    if (!tuple.is_array())
+      return make_error("JSON Schema: prefixItems must be an array at " + path);
+    static const Json kAny = Json::object();
+    const bool closed = s.contains("items") && !items;  // items: false
+    const Json* tail = closed ? nullptr : items ? items : &kAny;
+    const uint64_t n = tuple.size();
+    MINFER_TRY(const uint64_t min_given, count(s, "minItems", 0, path));
+    MINFER_TRY(const uint64_t max_given, count(s, "maxItems", UINT64_MAX, path));
+    const bool has_min = s.contains("minItems"), has_max = s.contains("maxItems");
+    uint64_t hi = has_max ? max_given : closed ? n : items ? UINT64_MAX : std::max(n, min_given);
+    const uint64_t lo = has_min ? min_given : std::min(n, hi);
+    if (closed && lo > n) {
+      return make_error("JSON Schema: minItems larger than prefixItems with items false at " +
+                        path + " matches nothing");
+    }
+    if (hi < lo) return make_error("JSON Schema: maxItems < minItems at " + path);
+    if (closed) hi = std::min(hi, n);
+    std::vector<std::string> elems;  // the schema of each position up to n (or hi)
+    for (uint64_t i = 0; i < n && i < hi; ++i) {
+      MINFER_TRY(std::string e, visit(tuple[i], path + "/" + std::to_string(i), depth + 1));
+      elems.push_back(e);
+    }
+    std::string t;
+    if (hi > n) {
+      MINFER_TRY(t, visit(*tail, path + "/items", depth + 1));
+    }
+    std::string body = "\"[\" ws ";
+    if (hi == 0) return add_rule(path + "-tuple", body + "\"]\" ws");
+    // rest(k): what may follow once k >= 1 items are written.
+    std::string rest;
+    if (hi > n) {
+      const uint64_t t_lo = lo > std::max<uint64_t>(n, 1) ? lo - std::max<uint64_t>(n, 1) : 0;
+      const uint64_t t_hi = hi == UINT64_MAX ? UINT64_MAX : hi - std::max<uint64_t>(n, 1);
+      if (t_hi > 0) rest = "(\",\" ws " + t + ")" + repeat(t_lo, t_hi);
+    }
+    for (uint64_t k = elems.size(); k-- > 1;) {
+      const std::string step = "\",\" ws " + elems[k] + (rest.empty() ? "" : " " + rest);
+      rest = add_rule(path + "-tuple-" + std::to_string(k), k >= lo ? "(" + step + ")?" : step);
+    }
+    const std::string first = (elems.empty() ? t : elems[0]) + (rest.empty() ? "" : " " + rest);
+    body += lo == 0 ? "(" + first + ")? " : first + " ";
+    return add_rule(path + "-tuple", body + "\"]\" ws");
   }
 
   Result<std::string> visit_all_of(const Json& s, const std::string& path, int depth) {
