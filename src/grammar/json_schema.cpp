@@ -304,15 +304,7 @@ class Converter {
     if (t == "boolean") return use("boolean");
     if (t == "string") return visit_string(s, path);
     if (t == "integer") return visit_integer(s, path);
-    if (t == "number") {
-      for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-        if (s.contains(kw)) {
-          return make_error(std::string("JSON Schema: '") + kw + "' on type number at " + path +
-                            " is not supported (only on integer)");
-        }
-      }
-      return use("number");
-    }
+    if (t == "number") return visit_number(s, path);
     if (t == "array") return visit_array(s, path, depth);
     if (t == "object") {
       std::vector<std::pair<std::string, const Json*>> props;
@@ -419,6 +411,34 @@ class Converter {
     if (!lo && !hi) return use("integer");
     if (lo && hi && *lo > *hi) return make_error("JSON Schema: empty integer range at " + path);
     return add_rule(path + "-int", schema::int_range(lo, hi) + " " + use("ws"));
+  }
+
+  // Bounds on a number: the tighter of minimum / exclusiveMinimum (and of the maxima)
+  // becomes an exact decimal range without exponent (schema::number_range).
+  Result<std::string> visit_number(const Json& s, const std::string& path) {
+    std::optional<schema::NumberBound> lo, hi;
+    for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      if (!s.contains(kw)) continue;
+      const Json& v = s[kw];
+      if (!v.is_number())
+        return make_error(std::string("JSON Schema: ") + kw + " must be a number at " + path);
+      const std::string k = kw;
+      const schema::NumberBound b{
+          .value = v.get<double>(), .text = v.dump(), .exclusive = k.rfind("exclusive", 0) == 0};
+      const bool is_lo = k == "minimum" || k == "exclusiveMinimum";
+      auto& slot = is_lo ? lo : hi;
+      // The tighter bound wins; at equal values the exclusive one.
+      if (!slot || (is_lo ? b.value > slot->value : b.value < slot->value) ||
+          (b.value == slot->value && b.exclusive)) {
+        slot = b;
+      }
+    }
+    if (!lo && !hi) return use("number");
+    auto range = schema::number_range(lo, hi);
+    if (!range.ok()) {
+      return make_error("JSON Schema: number bounds at " + path + ": " + range.error().message);
+    }
+    return add_rule(path + "-num", *range + " " + use("ws"));
   }
 
   Result<std::string> visit_array(const Json& s, const std::string& path, int depth) {
