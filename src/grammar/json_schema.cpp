@@ -293,7 +293,8 @@ class Converter {
                                             "minimum",
                                             "maximum",
                                             "exclusiveMinimum",
-                                            "exclusiveMaximum"};
+                                            "exclusiveMaximum",
+                                            "multipleOf"};
     return k;
   }
 
@@ -408,14 +409,91 @@ class Converter {
         hi = hi ? std::min(*hi, b) : b;
       }
     }
-    if (!lo && !hi) return use("integer");
     if (lo && hi && *lo > *hi) return make_error("JSON Schema: empty integer range at " + path);
+    if (s.contains("multipleOf")) return visit_multiple_of(s["multipleOf"], lo, hi, path);
+    if (!lo && !hi) return use("integer");
     return add_rule(path + "-int", schema::int_range(lo, hi) + " " + use("ws"));
+  }
+
+  // multipleOf m on an integer: a bounded range with few multiples lists them; m = 10^k
+  // is a range on the quotient followed by k zeros; unbounded, m in {2, 5} x 10^k is a
+  // last-digits rule. Everything else is refused.
+  Result<std::string> visit_multiple_of(const Json& mv, std::optional<int64_t> lo,
+                                        std::optional<int64_t> hi, const std::string& path) {
+    constexpr int64_t kMaxListed = 256;
+    const std::string supported =
+        " (supported on integer: any m with a minimum and a maximum spanning at most 256 "
+        "multiples; m = 10^k with any bounds; m = 2 x 10^k or 5 x 10^k without bounds)";
+    if (!mv.is_number() || !(mv.get<double>() > 0)) {
+      return make_error("JSON Schema: multipleOf must be a number > 0 at " + path);
+    }
+    const double md = mv.get<double>();
+    if (md != std::floor(md) || md > 1e16) {
+      return make_error("JSON Schema: multipleOf " + mv.dump() + " at " + path +
+                        " is not supported" + supported);
+    }
+    const auto m = static_cast<int64_t>(md);
+    use("ws");
+    // Quotient bounds: ceil(lo / m), floor(hi / m).
+    auto div_floor = [](int64_t a, int64_t b) { return a / b - ((a % b != 0) && (a < 0)); };
+    std::optional<int64_t> q_lo, q_hi;
+    if (lo) q_lo = -div_floor(-*lo, m);
+    if (hi) q_hi = div_floor(*hi, m);
+    if (q_lo && q_hi && *q_lo > *q_hi) {
+      return make_error("JSON Schema: no multiple of " + mv.dump() + " in the range at " + path);
+    }
+    if (m == 1) {
+      if (!lo && !hi) return use("integer");
+      return add_rule(path + "-int", schema::int_range(lo, hi) + " ws");
+    }
+    if (q_lo && q_hi && *q_hi - *q_lo < kMaxListed) {
+      std::string out = "(";
+      for (int64_t q = *q_lo; q <= *q_hi; ++q) {
+        out += (q == *q_lo ? "\"" : " | \"") + std::to_string(q * m) + "\"";
+      }
+      return add_rule(path + "-multiple", out + ") ws");
+    }
+    int k = 0;
+    int64_t d = m;
+    while (d % 10 == 0) {
+      d /= 10;
+      ++k;
+    }
+    const std::string zeros = k ? " \"" + std::string(static_cast<size_t>(k), '0') + "\"" : "";
+    if (d == 1) {
+      std::vector<std::string> alts;
+      if ((!q_lo || *q_lo <= 0) && (!q_hi || *q_hi >= 0)) alts.push_back("\"0\"");
+      if (!q_hi || *q_hi >= 1) {
+        alts.push_back(schema::int_range(std::max<int64_t>(q_lo.value_or(1), 1), q_hi) + zeros);
+      }
+      if (!q_lo || *q_lo <= -1) {
+        alts.push_back(schema::int_range(q_lo, std::min<int64_t>(q_hi.value_or(-1), -1)) + zeros);
+      }
+      std::string out = "(";
+      for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | (" : "(") + alts[i] + ")";
+      return add_rule(path + "-multiple", out + ") ws");
+    }
+    if ((d == 2 || d == 5) && !lo && !hi) {
+      const std::string last = d == 2 ? "[02468]" : "[05]";
+      const std::string lead = d == 2 ? "[2468]" : "\"5\"";
+      // A nonzero multiple: its last digit before the k zeros is in `last`; at most 16
+      // digits in all, as the plain integer rule.
+      const int free = std::max(0, 16 - k - 2);
+      const std::string body = "\"0\" | \"-\"? (" + lead + " | [1-9] [0-9]{0," +
+                               std::to_string(free) + "} " + last + ")" + zeros;
+      return add_rule(path + "-multiple", "(" + body + ") ws");
+    }
+    return make_error("JSON Schema: multipleOf " + mv.dump() + " at " + path + " is not supported" +
+                      supported);
   }
 
   // Bounds on a number: the tighter of minimum / exclusiveMinimum (and of the maxima)
   // becomes an exact decimal range without exponent (schema::number_range).
   Result<std::string> visit_number(const Json& s, const std::string& path) {
+    if (s.contains("multipleOf")) {
+      return make_error("JSON Schema: multipleOf on type number at " + path +
+                        " is not supported (only on integer)");
+    }
     std::optional<schema::NumberBound> lo, hi;
     for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
       if (!s.contains(kw)) continue;
