@@ -346,12 +346,26 @@ class Converter {
       return add_rule(f + "-string", "\"\\\"\" " + use(f) + " \"\\\"\" " + use("ws"));
     }
     if (s.contains("pattern")) {
-      if (has_len)
-        return make_error("JSON Schema: 'pattern' with a length at " + path + " is not supported");
       if (!s["pattern"].is_string())
         return make_error("JSON Schema: pattern must be a string at " + path);
-      MINFER_TRY(std::string e, schema::pattern_to_gbnf(s["pattern"].get<std::string>()));
-      return add_rule(path + "-pattern", "\"\\\"\" " + e + " \"\\\"\" " + use("ws"));
+      MINFER_TRY(const schema::Pattern p, schema::pattern_to_gbnf(s["pattern"].get<std::string>()));
+      if (has_len) {
+        // Lengths beside a pattern: kept when every string the pattern matches already
+        // has an allowed length (a grammar for the intersection is not built).
+        MINFER_TRY(const uint64_t lo, count(s, "minLength", 0, path));
+        MINFER_TRY(const uint64_t hi, count(s, "maxLength", UINT64_MAX, path));
+        auto show = [](uint64_t v) {
+          return v == UINT64_MAX ? std::string("inf") : std::to_string(v);
+        };
+        if (p.min_len < lo || p.max_len > hi) {
+          return make_error("JSON Schema: minLength/maxLength with 'pattern' at " + path +
+                            " is not supported unless every string the pattern matches fits (the "
+                            "pattern's lengths are " +
+                            show(p.min_len) + ".." + show(p.max_len) + ", the bounds " + show(lo) +
+                            ".." + show(hi) + "; put the length in the pattern, e.g. {m,n})");
+        }
+      }
+      return add_rule(path + "-pattern", "\"\\\"\" " + p.expr + " \"\\\"\" " + use("ws"));
     }
     if (has_len) {
       MINFER_TRY(const uint64_t lo, count(s, "minLength", 0, path));

@@ -20,8 +20,13 @@ std::string literal(std::string_view bytes);
 // written as JSON writes it (raw, or \" \\ \b \f \n \r \t \u00XX for the others).
 std::string json_char_in(const CharClass& set);
 // A GBNF expression for the content of a JSON string (without quotes) matched by an
-// anchored regular expression `^...$`.
-Result<std::string> pattern_to_gbnf(std::string_view pattern);
+// anchored regular expression `^...$`, and the lengths (in characters) of the strings
+// it matches (max_len UINT64_MAX: unbounded).
+struct Pattern {
+  std::string expr;
+  uint64_t min_len = 0, max_len = 0;
+};
+Result<Pattern> pattern_to_gbnf(std::string_view pattern);
 // A GBNF expression for the decimal integers in [lo, hi] (either side open), written
 // without leading zeros and with at most kMaxIntDigits digits.
 constexpr int kMaxIntDigits = 16;
