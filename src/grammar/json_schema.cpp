@@ -43,6 +43,27 @@ const std::map<std::string, std::string>& primitives() {
       {"uuid",
        "[0-9a-fA-F]{8} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" [0-9a-fA-F]{4} \"-\" "
        "[0-9a-fA-F]{12}"},
+      // Formats below are conservative subsets of what their RFCs allow, so that any
+      // validator accepts them: ipv4 without leading zeros (RFC 2673 dotted-quad as
+      // Python's ipaddress reads it), hostnames of up to 4 labels of up to 32
+      // characters (RFC 1123, well under 253 in all), e-mail as up to 4 dot-atoms (63
+      // characters at most) at a domain
+      // with an alphabetic top label (RFC 5321), URIs as scheme://host[:port][/path]
+      // [?query][#fragment] with unreserved, sub-delim and percent-encoded characters
+      // (RFC 3986).
+      {"ipv4-octet", "\"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]"},
+      {"ipv4", "ipv4-octet \".\" ipv4-octet \".\" ipv4-octet \".\" ipv4-octet"},
+      {"hostname-label", "[a-zA-Z0-9] ([a-zA-Z0-9\\-]{0,30} [a-zA-Z0-9])?"},
+      {"hostname", "hostname-label (\".\" hostname-label){0,3}"},
+      {"email-atom", "[a-zA-Z0-9!#$%&'*+/=?^_`{|}~\\-]{1,15}"},
+      {"email",
+       "email-atom (\".\" email-atom){0,3} \"@\" hostname-label (\".\" hostname-label){0,2} "
+       "\".\" [a-zA-Z]{2,16}"},
+      {"uri-char", "[a-zA-Z0-9._~!$&'()*+,;=:@\\-] | \"%\" [0-9a-fA-F] [0-9a-fA-F]"},
+      {"uri",
+       "[a-zA-Z] [a-zA-Z0-9+.\\-]{0,15} \"://\" hostname (\":\" [0-9]{1,5})? "
+       "(\"/\" uri-char{0,32}){0,8} (\"?\" (uri-char | [/?]){0,64})? "
+       "(\"#\" (uri-char | [/?]){0,32})?"},
   };
   return p;
 }
@@ -59,6 +80,10 @@ const std::map<std::string, std::vector<std::string>>& primitive_deps() {
       {"object", {"ws", "string", "value"}},
       {"array", {"ws", "value"}},
       {"date-time", {"date", "time"}},
+      {"ipv4", {"ipv4-octet"}},
+      {"hostname", {"hostname-label"}},
+      {"email", {"email-atom", "hostname-label"}},
+      {"uri", {"hostname", "uri-char"}},
   };
   return d;
 }
@@ -339,9 +364,11 @@ class Converter {
                           " is not supported");
       }
       const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
-      if (f != "date" && f != "time" && f != "date-time" && f != "uuid") {
+      static const std::set<std::string> kFormats = {"date", "time",     "date-time", "uuid",
+                                                     "ipv4", "hostname", "email",     "uri"};
+      if (!kFormats.count(f)) {
         return make_error("JSON Schema: unsupported format '" + f + "' at " + path +
-                          " (supported: date, time, date-time, uuid)");
+                          " (supported: date, time, date-time, uuid, ipv4, hostname, email, uri)");
       }
       return add_rule(f + "-string", "\"\\\"\" " + use(f) + " \"\\\"\" " + use("ws"));
     }
