@@ -269,7 +269,8 @@ class Converter {
         return make_error("JSON Schema: type must be a string or an array at " + path);
       }
     } else if (s.contains("properties") || s.contains("additionalProperties") ||
-               s.contains("required")) {
+               s.contains("required") || s.contains("minProperties") ||
+               s.contains("maxProperties")) {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
                s.contains("maxItems")) {
@@ -319,7 +320,9 @@ class Converter {
                                             "maximum",
                                             "exclusiveMinimum",
                                             "exclusiveMaximum",
-                                            "multipleOf"};
+                                            "multipleOf",
+                                            "minProperties",
+                                            "maxProperties"};
     return k;
   }
 
@@ -351,7 +354,12 @@ class Converter {
       }
       const Json* additional =
           s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
-      return build_object(props, required, additional, path, depth);
+      MINFER_TRY(const uint64_t min_props, count(s, "minProperties", 0, path));
+      MINFER_TRY(const uint64_t max_props, count(s, "maxProperties", UINT64_MAX, path));
+      if (max_props < min_props) {
+        return make_error("JSON Schema: maxProperties < minProperties at " + path);
+      }
+      return build_object(props, required, additional, path, depth, min_props, max_props);
     }
     return make_error("JSON Schema: unknown type '" + t + "' at " + path);
   }
@@ -745,7 +753,8 @@ class Converter {
 
   Result<std::string> build_object(const std::vector<std::pair<std::string, const Json*>>& props,
                                    const std::set<std::string>& required, const Json* additional,
-                                   const std::string& path, int depth) {
+                                   const std::string& path, int depth, uint64_t min_props = 0,
+                                   uint64_t max_props = UINT64_MAX) {
     use("ws");
     static const Json kAny = Json::object();
     // Required ones first, then the optional ones, each in schema order.
@@ -795,6 +804,9 @@ class Converter {
       use("char");
       extra = add_rule(path + "-additional-kv", key + " \":\" ws " + value);
     }
+    if (min_props > 0 || max_props != UINT64_MAX) {
+      return counted_object(kvs, is_req, extra, min_props, max_props, path);
+    }
     // S_j: items j.. with none written yet; T_j: items j.. after one was written.
     const size_t n = kvs.size();
     std::vector<std::string> t(n + 1), sname(n + 1);
@@ -813,6 +825,81 @@ class Converter {
     }
     const std::string inner = sname[0].empty() ? "" : sname[0] + " ";
     return add_rule(path + "-object", "\"{\" ws " + inner + "\"}\" ws");
+  }
+
+  // An object with minProperties / maxProperties: the states of build_object, also
+  // counting the declared properties written. Additional properties count toward the
+  // maximum only: two of them may share a key, and a parser keeps one, so they cannot
+  // be relied on to reach a minimum.
+  Result<std::string> counted_object(const std::vector<std::string>& kvs,
+                                     const std::vector<bool>& is_req, const std::string& extra,
+                                     uint64_t min_props, uint64_t max_props,
+                                     const std::string& path) {
+    const size_t n = kvs.size();
+    if (min_props > n) {
+      return make_error("JSON Schema: minProperties " + std::to_string(min_props) + " at " + path +
+                        " is more than the declared properties (" + std::to_string(n) +
+                        "); additional properties are not counted toward it, as their keys "
+                        "could repeat");
+    }
+    auto join = [](const std::string& a, const std::string& b) {
+      return a.empty() ? b : b.empty() ? a : a + " " + b;
+    };
+    // Extras after c declared ones (k of the comma-led form, or the first without).
+    auto extras = [&](uint64_t c, bool first) -> std::string {
+      if (extra.empty() || c >= max_props) return "";
+      const uint64_t room = max_props == UINT64_MAX ? UINT64_MAX : max_props - c;
+      if (!first) return "(\",\" ws " + extra + ")" + repeat(0, room);
+      if (room == 1) return "(" + extra + ")?";
+      return "(" + extra + " (\",\" ws " + extra + ")" +
+             repeat(0, room == UINT64_MAX ? room : room - 1) + ")?";
+    };
+    // T(j, c): properties j.. after c >= 1 declared ones; nullopt when it cannot end
+    // within the bounds. S(j): properties j.. with none written.
+    std::map<std::pair<size_t, uint64_t>, std::optional<std::string>> memo_t;
+    auto t_state = [&](auto&& self, size_t j, uint64_t c) -> std::optional<std::string> {
+      if (c > max_props || c + (n - j) < min_props) return std::nullopt;
+      auto it = memo_t.find({j, c});
+      if (it != memo_t.end()) return it->second;
+      std::optional<std::string> out;
+      if (j == n) {
+        out = extras(c, false);
+      } else {
+        std::vector<std::string> alts;
+        if (auto take = self(self, j + 1, c + 1)) alts.push_back(join("\",\" ws " + kvs[j], *take));
+        if (!is_req[j]) {
+          if (auto skip = self(self, j + 1, c)) alts.push_back(skip->empty() ? "\"\"" : *skip);
+        }
+        if (!alts.empty()) {
+          std::string body;
+          for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
+          out = add_rule(path + "-count-" + std::to_string(j) + "-" + std::to_string(c), body);
+        }
+      }
+      memo_t[{j, c}] = out;
+      return out;
+    };
+    std::optional<std::string> s_next;  // S(n), then S(j) from the inside out
+    if (min_props == 0) s_next = extras(0, true);
+    for (size_t j = n; j-- > 0;) {
+      std::vector<std::string> alts;
+      if (max_props >= 1) {
+        if (auto take = t_state(t_state, j + 1, 1)) alts.push_back(join(kvs[j], *take));
+      }
+      if (!is_req[j] && s_next) alts.push_back(s_next->empty() ? "\"\"" : *s_next);
+      if (alts.empty()) {
+        s_next.reset();
+        continue;
+      }
+      std::string body;
+      for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
+      s_next = add_rule(path + "-count-first-" + std::to_string(j), body);
+    }
+    if (!s_next) {
+      return make_error("JSON Schema: no object at " + path +
+                        " meets minProperties/maxProperties with its required properties");
+    }
+    return add_rule(path + "-object", join("\"{\" ws", *s_next) + " \"}\" ws");
   }
 
   const Json& root_;
