@@ -6,6 +6,7 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -337,7 +338,8 @@ class Converter {
                                             "exclusiveMaximum",
                                             "multipleOf",
                                             "minProperties",
-                                            "maxProperties"};
+                                            "maxProperties",
+                                            "uniqueItems"};
     return k;
   }
 
@@ -585,6 +587,12 @@ class Converter {
 
   Result<std::string> visit_array(const Json& s, const std::string& path, int depth) {
     use("ws");
+    if (s.contains("uniqueItems")) {
+      if (!s["uniqueItems"].is_boolean()) {
+        return make_error("JSON Schema: uniqueItems must be a boolean at " + path);
+      }
+      if (s["uniqueItems"].get<bool>()) return visit_unique_array(s, path);
+    }
     if (s.contains("prefixItems")) {
       const bool items_false =
           s.contains("items") && s["items"].is_boolean() && !s["items"].get<bool>();
@@ -784,6 +792,88 @@ class Converter {
       merged["additionalProperties"] = true;
     }
     return std::optional<Json>(std::move(merged));
+  }
+
+  // uniqueItems over items from a small finite set (enum, const, boolean, null): one
+  // rule per subset of values already written, so no value comes twice.
+  Result<std::string> visit_unique_array(const Json& s, const std::string& path) {
+    constexpr size_t kMaxValues = 8;
+    const std::string refuse =
+        "JSON Schema: uniqueItems at " + path +
+        " is supported only for items from a small finite set (enum, const, boolean or null; "
+        "at most " +
+        std::to_string(kMaxValues) + " values), without prefixItems";
+    if (s.contains("prefixItems") || !s.contains("items") || s["items"].is_array()) {
+      return make_error(refuse);
+    }
+    const Json* it = &s["items"];
+    for (int hops = 0; it->is_object() && it->contains("$ref"); ++hops) {
+      if (hops > 32 || !(*it)["$ref"].is_string()) return make_error(refuse);
+      MINFER_TRY(it, resolve((*it)["$ref"].get<std::string>(), path));
+    }
+    if (!it->is_object()) return make_error(refuse);
+    std::vector<Json> values;
+    if (it->contains("enum") && (*it)["enum"].is_array()) {
+      MINFER_TRY_STATUS(check_keywords(*it, {"enum", "type"}, path + "/items"));
+      for (const auto& v : (*it)["enum"]) values.push_back(v);
+    } else if (it->contains("const")) {
+      MINFER_TRY_STATUS(check_keywords(*it, {"const", "type"}, path + "/items"));
+      values.push_back((*it)["const"]);
+    } else if (it->contains("type") && (*it)["type"] == "boolean" && it->size() == 1) {
+      values = {Json(false), Json(true)};
+    } else if (it->contains("type") && (*it)["type"] == "null" && it->size() == 1) {
+      values = {Json(nullptr)};
+    } else {
+      return make_error(refuse);
+    }
+    // Equal JSON values (1 and 1.0 too) are one value.
+    std::vector<Json> distinct;
+    for (const auto& v : values) {
+      if (std::find(distinct.begin(), distinct.end(), v) == distinct.end()) distinct.push_back(v);
+    }
+    if (distinct.size() > kMaxValues) return make_error(refuse);
+    const size_t k = distinct.size();
+    MINFER_TRY(const uint64_t lo, count(s, "minItems", 0, path));
+    MINFER_TRY(uint64_t hi, count(s, "maxItems", UINT64_MAX, path));
+    if (hi < lo) return make_error("JSON Schema: maxItems < minItems at " + path);
+    if (lo > k) {
+      return make_error("JSON Schema: minItems " + std::to_string(lo) + " at " + path +
+                        " is more than the " + std::to_string(k) +
+                        " distinct values uniqueItems allows");
+    }
+    hi = std::min<uint64_t>(hi, k);
+    std::vector<std::string> lits;
+    for (const auto& v : distinct) lits.push_back(json_literal(v) + " ws");
+    // after(S): what may follow once the values in S are written.
+    std::map<uint32_t, std::string> memo;
+    auto after = [&](auto&& self, uint32_t used) -> std::string {
+      auto m = memo.find(used);
+      if (m != memo.end()) return m->second;
+      const auto n_used = static_cast<uint64_t>(std::popcount(used));
+      std::vector<std::string> alts;
+      if (n_used >= lo) alts.push_back("\"\"");
+      if (n_used < hi) {
+        for (size_t i = 0; i < k; ++i) {
+          if (used & (1u << i)) continue;
+          alts.push_back("\",\" ws " + lits[i] + " " + self(self, used | (1u << i)));
+        }
+      }
+      std::string body;
+      for (size_t i = 0; i < alts.size(); ++i) body += (i ? " | " : "") + alts[i];
+      const std::string name = add_rule(path + "-unique-" + std::to_string(used), body);
+      memo[used] = name;
+      return name;
+    };
+    std::string body = "\"[\" ws ";
+    if (hi > 0) {
+      std::string first = "(";
+      for (size_t i = 0; i < k; ++i) {
+        first += (i ? " | " : "") + lits[i] + " " + after(after, 1u << i);
+      }
+      first += ")";
+      body += lo == 0 ? first + "? " : first + " ";
+    }
+    return add_rule(path + "-unique", body + "\"]\" ws");
   }
 
   Result<std::string> visit_all_of(const Json& s, const std::string& path, int depth) {
