@@ -117,7 +117,9 @@ class Parser {
     return Ok{};
   }
 
-  // One character of a literal or class: raw UTF-8 or an escape.
+  // One character of a literal or class: raw UTF-8 or an escape. The escape set is
+  // llama.cpp's parse_char (src/llama-grammar.cpp): \x.. \u.... \U........ \t \n \r
+  // and the quoted \\ \" \[ \] \- ; the same set in literals and in classes.
   Result<uint32_t> parse_char() {
     const size_t start = pos_;
     const auto c = static_cast<unsigned char>(src_[pos_]);
@@ -150,9 +152,11 @@ class Parser {
           return uint32_t{'['};
         case ']':
           return uint32_t{']'};
+        case '-':
+          return uint32_t{'-'};
         default:
           return err(start, std::string("bad escape '\\") + e +
-                                "' (known: \\x \\u \\U \\t \\n \\r \\\\ \\\" \\[ \\])");
+                                "' (known: \\x \\u \\U \\t \\n \\r \\\\ \\\" \\[ \\] \\-)");
       }
       uint32_t v = 0;
       for (int i = 0; i < n_hex; ++i) {

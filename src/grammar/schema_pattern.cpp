@@ -78,6 +78,12 @@ class Regex {
  public:
   explicit Regex(std::string_view p) : p_(p) {}
 
+  // Lengths (in characters) of the strings the whole pattern matches; kUnbounded for
+  // no upper limit. Valid after run().
+  static constexpr uint64_t kUnbounded = UINT64_MAX;
+  uint64_t min_len() const { return len_.first; }
+  uint64_t max_len() const { return len_.second; }
+
   Result<std::string> run() {
     if (p_.empty() || p_.front() != '^' || p_.back() != '$' || p_.size() < 2 ||
         (p_.size() >= 3 && p_[p_.size() - 2] == '\\')) {
@@ -88,6 +94,7 @@ class Regex {
     end_ = p_.size() - 1;
     MINFER_TRY(std::string e, alternation(0));
     if (pos_ != end_) return fail("unbalanced ')'");
+    len_ = last_len_;
     return e;
   }
 
@@ -101,8 +108,10 @@ class Regex {
   Result<std::string> alternation(int depth) {
     if (depth > 64) return fail("groups nested too deeply");
     std::vector<std::string> alts;
+    Len len{kUnbounded, 0};
     while (true) {
       MINFER_TRY(std::string s, sequence(depth));
+      len = {std::min(len.first, last_len_.first), std::max(len.second, last_len_.second)};
       alts.push_back(s.empty() ? "\"\"" : s);
       if (!at_end() && p_[pos_] == '|') {
         ++pos_;
@@ -110,6 +119,7 @@ class Regex {
       }
       break;
     }
+    last_len_ = len;
     if (alts.size() == 1) return alts[0];
     std::string out = "(";
     for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
@@ -118,13 +128,27 @@ class Regex {
 
   Result<std::string> sequence(int depth) {
     std::string out;
+    Len len{0, 0};
     while (!at_end() && p_[pos_] != '|' && p_[pos_] != ')') {
       MINFER_TRY(std::string atom, this->atom(depth));
+      const Len a = last_len_;
+      q_min_ = q_max_ = 1;
       MINFER_TRY(std::string q, quantifier());
+      len = {add(len.first, mul(a.first, q_min_)), add(len.second, mul(a.second, q_max_))};
       if (!out.empty()) out += ' ';
       out += q.empty() ? atom : "(" + atom + ")" + q;
     }
+    last_len_ = len;
     return out;
+  }
+
+  using Len = std::pair<uint64_t, uint64_t>;
+  static uint64_t add(uint64_t a, uint64_t b) {
+    return a == kUnbounded || b == kUnbounded ? kUnbounded : a + b;
+  }
+  static uint64_t mul(uint64_t a, uint64_t b) {
+    if (a == 0 || b == 0) return 0;
+    return a == kUnbounded || b == kUnbounded ? kUnbounded : a * b;
   }
 
   Result<std::string> quantifier() {
@@ -133,6 +157,8 @@ class Regex {
     std::string q;
     if (c == '*' || c == '+' || c == '?') {
       q = std::string(1, c);
+      q_min_ = c == '+' ? 1 : 0;
+      q_max_ = c == '?' ? 1 : kUnbounded;
       ++pos_;
     } else if (c == '{') {
       const size_t close = p_.find('}', pos_);
@@ -155,6 +181,8 @@ class Regex {
       }
       if (n < m) return fail("quantifier {m,n} with n < m");
       q = "{" + std::string(body) + "}";
+      q_min_ = m;
+      q_max_ = open && comma != std::string_view::npos ? kUnbounded : n;
       pos_ = close + 1;
     } else {
       return std::string();
@@ -262,6 +290,7 @@ class Regex {
 
   Result<std::string> atom(int depth) {
     const char c = p_[pos_];
+    last_len_ = {1, 1};  // one character, unless a group sets its own
     if (c == '(') {
       ++pos_;
       if (p_.substr(pos_, 2) == "?:") {
@@ -297,6 +326,9 @@ class Regex {
 
   std::string_view p_;
   size_t pos_ = 0, end_ = 0;
+  Len last_len_{0, 0};  // of the item parsed last
+  Len len_{0, 0};
+  uint64_t q_min_ = 1, q_max_ = 1;  // of the quantifier parsed last
 };
 
 // ---- integer ranges -----------------------------------------------------------------
@@ -432,9 +464,10 @@ std::string json_char_in(const CharClass& set) {
   return join(alts);
 }
 
-Result<std::string> pattern_to_gbnf(std::string_view pattern) {
+Result<Pattern> pattern_to_gbnf(std::string_view pattern) {
   Regex r(pattern);
-  return r.run();
+  MINFER_TRY(std::string e, r.run());
+  return Pattern{.expr = std::move(e), .min_len = r.min_len(), .max_len = r.max_len()};
 }
 
 std::string int_range(std::optional<int64_t> lo, std::optional<int64_t> hi) {

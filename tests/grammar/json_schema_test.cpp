@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "grammar/grammar.h"
 #include "grammar_test_util.h"
 
@@ -71,6 +75,54 @@ TEST(JsonSchema, IntegerRangesMatchArithmetic) {
       for (int64_t v : {lo, hi, lo - 1, hi + 1}) {
         ASSERT_EQ(full_match(*g, std::to_string(v)), v >= lo && v <= hi)
             << "[" << lo << ", " << hi << "] value " << v;
+      }
+    }
+  }
+}
+
+// Number bounds against double arithmetic: an accepted number is always within the
+// bounds (as the double it parses to), and every number on the grid that is inside them
+// (by more than 1e-9 from an exclusive bound) is accepted.
+TEST(JsonSchema, NumberRangesAreSoundAndCompleteOnAGrid) {
+  const char* bounds[] = {"-2.5", "-1", "-0.05", "0", "0.1", "0.25", "1", "2.75"};
+  std::vector<std::string> values;
+  for (int i = -320; i <= 320; ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f", i / 100.0);
+    values.push_back(buf);
+    std::snprintf(buf, sizeof buf, "%.3f", i / 100.0 + 0.001);
+    values.push_back(buf);
+  }
+  for (const char* extra : {"0", "1", "-1", "2", "-3", "0.1000000001", "0.0999999999",
+                            "0.250000000000001", "-2.500000000000001", "2.749999999999999"}) {
+    values.push_back(extra);
+  }
+  for (const char* lo : bounds) {
+    for (const char* hi : bounds) {
+      for (int excl = 0; excl < 4; ++excl) {
+        const double l = std::stod(lo), h = std::stod(hi);
+        const bool lx = excl & 1, hx = excl & 2;
+        if (l > h || (l == h && (lx || hx))) continue;
+        const std::string schema = std::string("{\"type\": \"number\", \"") +
+                                   (lx ? "exclusiveMinimum" : "minimum") + "\": " + lo + ", \"" +
+                                   (hx ? "exclusiveMaximum" : "maximum") + "\": " + hi + "}";
+        SCOPED_TRACE(schema);
+        auto gbnf = json_schema_to_gbnf(schema);
+        ASSERT_TRUE(gbnf.ok()) << gbnf.error().message;
+        auto g = Grammar::parse(*gbnf);
+        ASSERT_TRUE(g.ok()) << g.error().message;
+        for (const auto& v : values) {
+          const double x = std::stod(v);
+          const bool inside = (lx ? x > l : x >= l) && (hx ? x < h : x <= h);
+          const bool clearly = inside && (!lx || x - l > 1e-9) && (!hx || h - x > 1e-9);
+          const bool got = full_match(*g, v);
+          if (got) {
+            ASSERT_TRUE(inside) << v << " accepted\n" << *gbnf;
+          }
+          if (clearly) {
+            ASSERT_TRUE(got) << v << " rejected\n" << *gbnf;
+          }
+        }
       }
     }
   }
