@@ -26,13 +26,6 @@ using httplib::Request;
 using httplib::Response;
 using HandlerResponse = httplib::Server::HandlerResponse;
 
-bool json_content_type(const Request& req) {
-  if (!req.has_header("Content-Type")) return true;  // curl -d without -H, scripts
-  std::string ct = req.get_header_value("Content-Type");
-  std::transform(ct.begin(), ct.end(), ct.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ct.rfind("application/json", 0) == 0;
-}
-
 // POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"}
 void handle_tokenize(ServerContext& ctx, const Request& req, Response& res) {
   json j;
@@ -257,14 +250,9 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
         return HandlerResponse::Handled;
       }
     }
-    if (req.method == "POST" && !json_content_type(req)) {
-      metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-      reply_error(res,
-                  ApiError{.status = 415,
-                           .type = "invalid_request_error",
-                           .message = "the body must be JSON (Content-Type: application/json)"});
-      return HandlerResponse::Handled;
-    }
+    // Every body is read as JSON whatever its Content-Type: `curl -d` sends
+    // application/x-www-form-urlencoded, and llama-server and Ollama take it; a body
+    // that is not JSON is a 400 from the parser.
     return HandlerResponse::Unhandled;
   });
   // httplib's own errors (unknown route, body too large, bad request line) get the
