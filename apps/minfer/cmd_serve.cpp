@@ -33,6 +33,10 @@ int run_serve(const std::vector<std::string>& args) {
             n_ctx, 2, INT32_MAX);
   p.string_opt("--api-key", "KEY", "require 'Authorization: Bearer KEY' (all but /health)",
                o.api_key);
+  p.string_opt("--cors-origin", "ORIGIN",
+               "Access-Control-Allow-Origin: '*' or the one origin (scheme://host[:port]) "
+               "answered (*)",
+               o.cors_origin);
   p.int_opt("-t,--threads", "N", "CPU threads; 0: every core (0)", n_threads, 0, 4096);
   p.int_opt("--max-queue", "N", "requests that may wait for a slot; more get 429 (64)", max_queue,
             0, 1 << 20);

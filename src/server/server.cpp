@@ -13,7 +13,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "server/routes.h"
 #include "server/web_assets.h"
@@ -150,6 +153,57 @@ void reply_page(Response& res, std::string_view html) {
   res.set_header("X-Content-Type-Options", "nosniff");
 }
 
+// The methods of every registered path (exact paths: the server has no patterns but
+// the OPTIONS catch-all).
+class RouteMethods {
+ public:
+  void add(const std::string& path, const char* method) { methods_[path].push_back(method); }
+  bool known(const std::string& path) const { return methods_.count(path) != 0; }
+  // "GET, HEAD, OPTIONS" — HEAD wherever GET is (httplib answers it with the GET handler);
+  // an unknown path gets every method the server has.
+  std::string allow(const std::string& path) const {
+    auto it = methods_.find(path);
+    std::vector<std::string> ms =
+        it != methods_.end() ? it->second : std::vector<std::string>{"GET", "POST"};
+    std::string out;
+    for (const std::string& m : ms) {
+      out += m + ", ";
+      if (m == "GET") out += "HEAD, ";
+    }
+    return out + "OPTIONS";
+  }
+  // Whether a comma-separated Allow value lists `method` (methods are case-sensitive).
+  static bool lists(const std::string& allow, const std::string& method) {
+    size_t pos = 0;
+    while (pos <= allow.size()) {
+      size_t end = allow.find(',', pos);
+      if (end == std::string::npos) end = allow.size();
+      std::string item = allow.substr(pos, end - pos);
+      item.erase(0, item.find_first_not_of(' '));
+      if (item == method) return true;
+      pos = end + 1;
+    }
+    return false;
+  }
+
+ private:
+  std::map<std::string, std::vector<std::string>> methods_;
+};
+
+// "*" (the default, as llama-server): any page may call the server. A named origin is
+// answered only when the request comes from it, and the answer varies with Origin (a
+// shared cache must not serve one origin's response to another).
+void set_cors_origin(const std::string& allowed, const Request& req, Response& res) {
+  if (allowed == "*") {
+    res.set_header("Access-Control-Allow-Origin", "*");
+    return;
+  }
+  res.set_header("Vary", "Origin");
+  if (req.get_header_value("Origin") == allowed) {
+    res.set_header("Access-Control-Allow-Origin", allowed);
+  }
+}
+
 sigset_t shutdown_signals() {
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -227,15 +281,29 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   svr.set_payload_max_length(options.max_body_bytes);
   svr.set_keep_alive_timeout(5);
 
+  // Every route's methods, for 405's Allow and the CORS preflight; filled as the
+  // routes are registered below, read-only once the server listens.
+  RouteMethods routes;
   // Browser clients (a web UI on another origin) need CORS; preflights carry no key.
-  svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
-  svr.Options(R"(/.*)", [](const Request&, Response& res) {
+  svr.Options(R"(/.*)", [&routes](const Request& req, Response& res) {
     res.status = 204;
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    const std::string allow = routes.allow(req.path);
+    res.set_header("Allow", allow);
+    // The requested method is allowed when the route has it (for an unknown path, when
+    // the server has it); otherwise no Allow-Methods, and the browser refuses.
+    const std::string want = req.get_header_value("Access-Control-Request-Method");
+    if (want.empty() || RouteMethods::lists(allow, want)) {
+      res.set_header("Access-Control-Allow-Methods", allow);
+    }
+    // Echo the headers asked for (the OpenAI SDKs send their own x-stainless-* ones).
+    const std::string headers = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers",
+                   headers.empty() ? "Authorization, Content-Type" : headers);
+    res.set_header("Access-Control-Max-Age", "600");
   });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
     request_log() = RequestLog{.t0 = Clock::now()};
+    set_cors_origin(options.cors_origin, req, res);
     if (!options.api_key.empty() && !public_route(req)) {
       const std::string want = "Bearer " + options.api_key;
       // EventSource cannot send headers: the view's data routes take ?api_key= too.
@@ -257,8 +325,19 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   });
   // httplib's own errors (unknown route, body too large, bad request line) get the
   // OpenAI shape too; responses that already carry a body are left alone.
-  const httplib::Server::HandlerWithResponse on_error = [](const Request&, Response& res) {
+  const httplib::Server::HandlerWithResponse on_error = [&routes](const Request& req,
+                                                                  Response& res) {
     if (!res.body.empty()) return HandlerResponse::Unhandled;
+    // httplib answers 404 for a known path asked with a method it does not have.
+    if (res.status == 404 && routes.known(req.path)) {
+      const std::string allow = routes.allow(req.path);
+      res.set_header("Allow", allow);
+      reply_error(res, ApiError{.status = 405,
+                                .type = "invalid_request_error",
+                                .message = fmt::format("{} is not allowed on {} (Allow: {})",
+                                                       req.method, req.path, allow)});
+      return HandlerResponse::Handled;
+    }
     std::string message = res.status == 404   ? "no such route"
                           : res.status == 413 ? "the request body is too large"
                           : res.status == 405 ? "method not allowed"
@@ -290,14 +369,22 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                  res.status, tokens.c_str(), ms);
   });
 
-  svr.Get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
+  auto get = [&](const std::string& path, httplib::Server::Handler h) {
+    routes.add(path, "GET");
+    svr.Get(path, std::move(h));
+  };
+  auto post = [&](const std::string& path, httplib::Server::Handler h) {
+    routes.add(path, "POST");
+    svr.Post(path, std::move(h));
+  };
+  get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
   const std::string_view home = options.viz_home ? web::viz_html() : web::chat_html();
   for (const char* path : {"/", "/index.html"}) {
-    svr.Get(path, [home](const Request&, Response& res) { reply_page(res, home); });
+    get(path, [home](const Request&, Response& res) { reply_page(res, home); });
   }
-  svr.Get("/chat", [](const Request&, Response& res) { reply_page(res, web::chat_html()); });
-  svr.Get("/viz", [](const Request&, Response& res) { reply_page(res, web::viz_html()); });
-  svr.Get("/viz/graph.svg", [&](const Request&, Response& res) {
+  get("/chat", [](const Request&, Response& res) { reply_page(res, web::chat_html()); });
+  get("/viz", [](const Request&, Response& res) { reply_page(res, web::viz_html()); });
+  get("/viz/graph.svg", [&](const Request&, Response& res) {
     auto svg = viz.svg();
     if (!svg.ok()) {
       return reply_error(
@@ -308,38 +395,37 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     // for the ~1 MB picture, while loopback moves the bytes in milliseconds.
     res.set_content(*svg, "image/svg+xml; charset=utf-8");
   });
-  svr.Get("/viz/config", [&](const Request&, Response& res) {
+  get("/viz/config", [&](const Request&, Response& res) {
     reply_json(res, {{"mode", options.viz_home ? "viz" : "serve"},
                      {"model", options.model_id},
                      {"prompt", options.viz_prompt},
                      {"autorun", !options.viz_prompt.empty()}});
   });
-  svr.Get("/viz/graph.json", [&](const Request&, Response& res) {
+  get("/viz/graph.json", [&](const Request&, Response& res) {
     res.set_content(viz.graph_json(), "application/json; charset=utf-8");
   });
-  svr.Get("/viz/events", [&](const Request&, Response& res) {
+  get("/viz/events", [&](const Request&, Response& res) {
     handle_viz_events(viz, metrics, options.scheduler.n_slots, res);
   });
-  svr.Get("/metrics", [&](const Request&, Response& res) {
+  get("/metrics", [&](const Request&, Response& res) {
     res.set_content(render_metrics(metrics, options.scheduler.n_slots),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
   for (const char* path : {"/v1/models", "/models"}) {
-    svr.Get(path, [&](const Request&, Response& res) { handle_models(ctx, res); });
+    get(path, [&](const Request&, Response& res) { handle_models(ctx, res); });
   }
   for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
-    svr.Post(path, [&](const Request& req, Response& res) {
+    post(path, [&](const Request& req, Response& res) {
       handle_completion(ctx, Endpoint::kChat, req, res);
     });
   }
   for (const char* path : {"/v1/completions", "/completions"}) {
-    svr.Post(path, [&](const Request& req, Response& res) {
+    post(path, [&](const Request& req, Response& res) {
       handle_completion(ctx, Endpoint::kCompletion, req, res);
     });
   }
-  svr.Post("/tokenize", [&](const Request& req, Response& res) { handle_tokenize(ctx, req, res); });
-  svr.Post("/detokenize",
-           [&](const Request& req, Response& res) { handle_detokenize(ctx, req, res); });
+  post("/tokenize", [&](const Request& req, Response& res) { handle_tokenize(ctx, req, res); });
+  post("/detokenize", [&](const Request& req, Response& res) { handle_detokenize(ctx, req, res); });
 
   int port = options.port;
   if (port == 0) {

@@ -50,3 +50,90 @@ def test_form_body_that_is_not_json_is_400_openai_shaped(server):
     r = c.getresponse()
     assert r.status == 400
     assert_openai_error(r.read(), 400)["type"] == "invalid_request_error"
+
+
+def call(server, method, path, body=None, headers=None):
+    c = conn(server)
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
+    return r.status, r.headers, r.read()
+
+
+@needs_model
+@pytest.mark.parametrize("method,path,allow", [
+    ("GET", CHAT, "POST, OPTIONS"),
+    ("DELETE", COMP, "POST, OPTIONS"),
+    ("PUT", "/tokenize", "POST, OPTIONS"),
+    ("POST", "/health", "GET, HEAD, OPTIONS"),
+    ("POST", "/v1/models", "GET, HEAD, OPTIONS"),
+])
+def test_wrong_method_on_known_route_is_405_with_allow(server, method, path, allow):
+    st, headers, data = call(server, method, path, body=b"{}" if method != "GET" else None)
+    assert st == 405, (st, data[:200])
+    assert headers["Allow"] == allow
+    err = assert_openai_error(data, 405)
+    assert method in err["message"] and path in err["message"]
+    assert server.healthy()
+
+
+@needs_model
+@pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
+def test_unknown_route_stays_404(server, method):
+    st, headers, data = call(server, method, "/v1/nothing", body=b"{}" if method != "GET" else None)
+    assert st == 404 and "Allow" not in headers
+    assert_openai_error(data, 404)
+
+
+def preflight(server, path, method, req_headers=None, origin="http://app.example"):
+    h = {"Origin": origin, "Access-Control-Request-Method": method}
+    if req_headers:
+        h["Access-Control-Request-Headers"] = req_headers
+    return call(server, "OPTIONS", path, headers=h)
+
+
+@needs_model
+def test_cors_preflight_echoes_requested_headers_and_allows_route_method(server):
+    st, h, _ = preflight(server, CHAT, "POST",
+                         "authorization, content-type, x-stainless-os, x-stainless-lang")
+    assert st == 204
+    assert h["Access-Control-Allow-Origin"] == "*"
+    assert h["Access-Control-Allow-Headers"] == \
+        "authorization, content-type, x-stainless-os, x-stainless-lang"
+    assert h["Access-Control-Allow-Methods"] == "POST, OPTIONS"
+    # Without requested headers: the ones the API uses.
+    st, h, _ = preflight(server, "/v1/models", "GET")
+    assert st == 204 and h["Access-Control-Allow-Methods"] == "GET, HEAD, OPTIONS"
+    assert h["Access-Control-Allow-Headers"] == "Authorization, Content-Type"
+
+
+@needs_model
+def test_cors_preflight_refuses_method_the_route_lacks(server):
+    st, h, _ = preflight(server, CHAT, "DELETE")
+    assert st == 204
+    assert "Access-Control-Allow-Methods" not in h
+    assert h["Allow"] == "POST, OPTIONS"
+
+
+@needs_model
+def test_cors_origin_default_star_on_every_response(server):
+    for method, path, body in (("GET", "/health", None), ("GET", "/nothing", None),
+                               ("POST", CHAT, b"{")):
+        st, h, _ = call(server, method, path, body=body, headers={"Origin": "http://x.example"})
+        assert h["Access-Control-Allow-Origin"] == "*", (method, path, st)
+
+
+@needs_model
+def test_cors_origin_flag_answers_only_that_origin_with_vary(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 256, "-t", 1,
+                    "--cors-origin", "https://ui.example:3000")
+    st, h, _ = preflight(s, CHAT, "POST", "content-type", origin="https://ui.example:3000")
+    assert st == 204
+    assert h["Access-Control-Allow-Origin"] == "https://ui.example:3000"
+    assert h["Vary"] == "Origin"
+    st, h, _ = preflight(s, CHAT, "POST", "content-type", origin="https://evil.example")
+    assert "Access-Control-Allow-Origin" not in h and h["Vary"] == "Origin"
+    st, h, data = call(s, "POST", COMP, body=json.dumps({"prompt": "hi", "max_tokens": 1}).encode(),
+                       headers={"Origin": "https://ui.example:3000"})
+    assert st == 200 and h["Access-Control-Allow-Origin"] == "https://ui.example:3000"
+    st, h, data = call(s, "GET", "/health", headers={"Origin": "https://other.example"})
+    assert st == 200 and "Access-Control-Allow-Origin" not in h
