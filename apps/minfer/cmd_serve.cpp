@@ -42,6 +42,10 @@ int run_serve(const std::vector<std::string>& args) {
             0, 1 << 20);
   p.int_opt("-b,--batch-size", "N", "rows per forward step: decode rows + prefill chunks (512)",
             step, 16, 1 << 16);
+  int32_t max_body = static_cast<int32_t>(o.max_body_bytes);
+  p.int_opt("--max-body", "BYTES",
+            "largest request body; a larger one is refused with 413 as it arrives (8388608)",
+            max_body, 1024, INT32_MAX);
   p.int_opt("--drain-ms", "N", "after SIGINT/SIGTERM, how long requests may finish (30000)",
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
@@ -62,6 +66,7 @@ int run_serve(const std::vector<std::string>& args) {
   }
   o.port = port;
   o.drain_ms = drain_ms;
+  o.max_body_bytes = static_cast<size_t>(max_body);
   o.scheduler.n_slots = static_cast<uint32_t>(slots);
   o.scheduler.n_ctx = static_cast<uint32_t>(n_ctx);
   o.scheduler.max_queue = static_cast<uint32_t>(max_queue);

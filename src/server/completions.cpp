@@ -265,10 +265,10 @@ void reply_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
 
 }  // namespace
 
-void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& request_body,
                        httplib::Response& res) {
   CompletionRequest r;
-  if (auto e = parse_completion(req.body, endpoint, ctx.tok.n_vocab(), r)) {
+  if (auto e = parse_completion(request_body, endpoint, ctx.tok.n_vocab(), r)) {
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
     return reply_error(res, *e);
   }

@@ -45,7 +45,8 @@ void reply_json(httplib::Response& res, const json& body, int status = 200);
 void reply_error(httplib::Response& res, const ApiError& e);
 
 // POST /v1/chat/completions and /v1/completions (stream and not).
-void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+// `body`: the request body, read under --max-body.
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body,
                        httplib::Response& res);
 
 }  // namespace minfer::server

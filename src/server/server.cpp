@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/connection.h"
 #include "server/routes.h"
 #include "server/web_assets.h"
 
@@ -30,9 +32,9 @@ using httplib::Response;
 using HandlerResponse = httplib::Server::HandlerResponse;
 
 // POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"}
-void handle_tokenize(ServerContext& ctx, const Request& req, Response& res) {
+void handle_tokenize(ServerContext& ctx, const std::string& body, Response& res) {
   json j;
-  if (auto e = parse_object(req.body, j)) return reply_error(res, *e);
+  if (auto e = parse_object(body, j)) return reply_error(res, *e);
   if (!j.contains("content") || !j["content"].is_string()) {
     return reply_error(res, bad_request("'content' must be a string"));
   }
@@ -60,9 +62,9 @@ void handle_tokenize(ServerContext& ctx, const Request& req, Response& res) {
 }
 
 // POST /detokenize {"tokens": [ids]} → {"content"}
-void handle_detokenize(ServerContext& ctx, const Request& req, Response& res) {
+void handle_detokenize(ServerContext& ctx, const std::string& body, Response& res) {
   json j;
-  if (auto e = parse_object(req.body, j)) return reply_error(res, *e);
+  if (auto e = parse_object(body, j)) return reply_error(res, *e);
   if (!j.contains("tokens") || !j["tokens"].is_array()) {
     return reply_error(res, bad_request("'tokens' must be an array of token ids"));
   }
@@ -159,6 +161,11 @@ class RouteMethods {
  public:
   void add(const std::string& path, const char* method) { methods_[path].push_back(method); }
   bool known(const std::string& path) const { return methods_.count(path) != 0; }
+  bool has(const std::string& path, const std::string& method) const {
+    auto it = methods_.find(path);
+    return it != methods_.end() &&
+           std::find(it->second.begin(), it->second.end(), method) != it->second.end();
+  }
   // "GET, HEAD, OPTIONS" — HEAD wherever GET is (httplib answers it with the GET handler);
   // an unknown path gets every method the server has.
   std::string allow(const std::string& path) const {
@@ -202,6 +209,51 @@ void set_cors_origin(const std::string& allowed, const Request& req, Response& r
   if (req.get_header_value("Origin") == allowed) {
     res.set_header("Access-Control-Allow-Origin", allowed);
   }
+}
+
+ApiError method_not_allowed(const Request& req, const std::string& allow) {
+  return ApiError{
+      .status = 405,
+      .type = "invalid_request_error",
+      .message = fmt::format("{} is not allowed on {} (Allow: {})", req.method, req.path, allow)};
+}
+
+ApiError no_such_route() {
+  return ApiError{.status = 404, .type = "not_found_error", .message = "no such route"};
+}
+
+ApiError body_too_large(size_t limit) {
+  return ApiError{
+      .status = 413,
+      .type = "invalid_request_error",
+      .message = fmt::format("the request body is larger than {} bytes (--max-body)", limit)};
+}
+
+// Whether the request carries a body httplib would read (chunked, or a length).
+bool has_body(const Request& req) {
+  return ::strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0 ||
+         req.get_header_value<uint64_t>("Content-Length") > 0;
+}
+
+// Reads the body through httplib's content reader, keeping at most `limit` bytes: the
+// reader stops at the first piece past it (chunked or sized alike), the reply is 413
+// and the connection ends after it. False when the reply is written.
+bool read_body(const httplib::ContentReader& reader, size_t limit, Response& res,
+               std::string& body) {
+  bool over = false;
+  const bool ok = reader([&](const char* data, size_t n) {
+    if (n > limit - body.size()) {
+      over = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (ok) return true;
+  reply_error(res,
+              over ? body_too_large(limit) : bad_request("the request body could not be read"));
+  mark_close_after_response(res);
+  return false;
 }
 
 sigset_t shutdown_signals() {
@@ -315,6 +367,30 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                                   .type = "authentication_error",
                                   .message = "invalid or missing API key "
                                              "(Authorization: Bearer KEY)"});
+        if (has_body(req)) mark_close_after_response(res);  // the body stays unread
+        return HandlerResponse::Handled;
+      }
+    }
+    // A body is read only by the POST routes, under the limit. A length past it is a 413
+    // before a byte is read; a body sent anywhere else gets its 404 or 405 the same way.
+    // Either way the unread body ends the connection (it cannot carry another request).
+    if (has_body(req)) {
+      const bool post_route = req.method == "POST" && routes.has(req.path, "POST");
+      if (post_route && req.get_header_value<uint64_t>("Content-Length") > options.max_body_bytes) {
+        metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+        reply_error(res, body_too_large(options.max_body_bytes));
+        mark_close_after_response(res);
+        return HandlerResponse::Handled;
+      }
+      if (!post_route) {
+        if (routes.known(req.path)) {
+          const std::string allow = routes.allow(req.path);
+          res.set_header("Allow", allow);
+          reply_error(res, method_not_allowed(req, allow));
+        } else {
+          reply_error(res, no_such_route());
+        }
+        mark_close_after_response(res);
         return HandlerResponse::Handled;
       }
     }
@@ -332,10 +408,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     if (res.status == 404 && routes.known(req.path)) {
       const std::string allow = routes.allow(req.path);
       res.set_header("Allow", allow);
-      reply_error(res, ApiError{.status = 405,
-                                .type = "invalid_request_error",
-                                .message = fmt::format("{} is not allowed on {} (Allow: {})",
-                                                       req.method, req.path, allow)});
+      reply_error(res, method_not_allowed(req, allow));
       return HandlerResponse::Handled;
     }
     std::string message = res.status == 404   ? "no such route"
@@ -358,6 +431,8 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     reply_error(res, ApiError{.status = 500, .type = "server_error", .message = what});
   });
   svr.set_logger([](const Request& req, const Response& res) {
+    // Bytes of a body left unread, which httplib parsed as a request: not a request.
+    if (on_taken_connection()) return;
     const RequestLog& log = request_log();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.t0).count();
     std::string tokens;
@@ -367,15 +442,26 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     }
     std::fprintf(stderr, "[server] %s %s %d%s %.1f ms\n", req.method.c_str(), req.path.c_str(),
                  res.status, tokens.c_str(), ms);
+    close_if_marked(req);  // the response is written: an unread body ends the connection
   });
 
   auto get = [&](const std::string& path, httplib::Server::Handler h) {
     routes.add(path, "GET");
     svr.Get(path, std::move(h));
   };
-  auto post = [&](const std::string& path, httplib::Server::Handler h) {
+  // POST routes read their body themselves, under --max-body (httplib 0.11.4 buffers a
+  // chunked body whole whatever its payload limit).
+  auto post = [&](const std::string& path, std::function<void(const std::string&, Response&)> h) {
     routes.add(path, "POST");
-    svr.Post(path, std::move(h));
+    svr.Post(path, [&options, &metrics, h = std::move(h)](const Request&, Response& res,
+                                                          const httplib::ContentReader& reader) {
+      std::string body;
+      if (!read_body(reader, options.max_body_bytes, res, body)) {
+        metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      h(body, res);
+    });
   };
   get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
   const std::string_view home = options.viz_home ? web::viz_html() : web::chat_html();
@@ -415,17 +501,19 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     get(path, [&](const Request&, Response& res) { handle_models(ctx, res); });
   }
   for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
-    post(path, [&](const Request& req, Response& res) {
-      handle_completion(ctx, Endpoint::kChat, req, res);
+    post(path, [&](const std::string& body, Response& res) {
+      handle_completion(ctx, Endpoint::kChat, body, res);
     });
   }
   for (const char* path : {"/v1/completions", "/completions"}) {
-    post(path, [&](const Request& req, Response& res) {
-      handle_completion(ctx, Endpoint::kCompletion, req, res);
+    post(path, [&](const std::string& body, Response& res) {
+      handle_completion(ctx, Endpoint::kCompletion, body, res);
     });
   }
-  post("/tokenize", [&](const Request& req, Response& res) { handle_tokenize(ctx, req, res); });
-  post("/detokenize", [&](const Request& req, Response& res) { handle_detokenize(ctx, req, res); });
+  post("/tokenize",
+       [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
+  post("/detokenize",
+       [&](const std::string& body, Response& res) { handle_detokenize(ctx, body, res); });
 
   int port = options.port;
   if (port == 0) {

@@ -137,3 +137,105 @@ def test_cors_origin_flag_answers_only_that_origin_with_vary(make_server):
     assert st == 200 and h["Access-Control-Allow-Origin"] == "https://ui.example:3000"
     st, h, data = call(s, "GET", "/health", headers={"Origin": "https://other.example"})
     assert st == 200 and "Access-Control-Allow-Origin" not in h
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+BIG = 20 << 20  # bytes sent, against a 1 MiB limit
+PIECE = b'{"messages": "' + b"x" * (64 << 10)
+
+
+def chunks(total):
+    sent = 0
+    while sent < total:
+        yield PIECE
+        sent += len(PIECE)
+
+
+@needs_model
+def test_chunked_body_past_max_body_is_413_and_not_buffered(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 256, "-t", 1, "--max-body", 1 << 20)
+    assert s.healthy()
+    before = rss_kib(s.proc.pid)
+    c = conn(s)
+    c.request("POST", CHAT, body=chunks(BIG), encode_chunked=True,
+              headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"})
+    r = c.getresponse()
+    data = r.read()
+    assert r.status == 413, data[:200]
+    err = assert_openai_error(data, 413)
+    assert "1048576" in err["message"]
+    assert r.headers["Connection"] == "close"
+    grown = rss_kib(s.proc.pid) - before
+    assert grown < 4 << 10, f"RSS grew by {grown} KiB for a {BIG >> 20} MiB body"
+    # The server goes on serving; the rest of the body was never parsed as requests.
+    st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 1})
+    assert st == 200 and body["usage"]["completion_tokens"] == 1
+    time.sleep(0.2)
+    lines = [ln for ln in s.stderr().splitlines() if ln.startswith("[server] ")]
+    assert any(" /v1/chat/completions 413 " in ln for ln in lines), lines
+    assert not any(" 400 " in ln or ln.startswith("[server]   ") for ln in lines), lines
+
+
+@needs_model
+def test_body_limit_answers_before_the_body_is_sent(make_server):
+    """Raw socket: the client sends chunks until the server answers. The 413 arrives
+    while most of the 20 MiB is still unsent, for a chunked and for a sized body."""
+    s = make_server("--slots", 1, "--n-ctx", 256, "-t", 1, "--max-body", 1 << 20)
+    u = urllib.parse.urlparse(s.url)
+    for framing in ("chunked", "sized"):
+        sock = socket.create_connection((u.hostname, u.port), timeout=30)
+        head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        head += ("Transfer-Encoding: chunked\r\n" if framing == "chunked"
+                 else f"Content-Length: {BIG}\r\n")
+        sock.sendall((head + "\r\n").encode())
+        sent, reply = 0, b""
+        sock.setblocking(False)
+        while sent < BIG:
+            try:
+                reply += sock.recv(65536)
+                if b"\r\n\r\n" in reply:
+                    break
+            except BlockingIOError:
+                pass
+            piece = (f"{len(PIECE):x}\r\n".encode() + PIECE + b"\r\n"
+                     if framing == "chunked" else PIECE)
+            try:
+                sent += sock.send(piece)
+            except BlockingIOError:
+                time.sleep(0.005)
+        sock.setblocking(True)
+        while b"\r\n\r\n" not in reply:
+            reply += sock.recv(65536)
+        assert reply.startswith(b"HTTP/1.1 413 "), (framing, reply[:100])
+        assert sent < BIG // 2, (framing, sent)
+        sock.close()
+    assert s.healthy()
+
+
+@needs_model
+def test_sized_body_past_max_body_is_413(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 256, "-t", 1, "--max-body", 4096)
+    st, _ = s.post(COMP, {"prompt": "hi", "max_tokens": 1, "pad": "x" * 3000})
+    assert st == 200
+    st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 1, "pad": "x" * 5000})
+    assert st == 413 and body["error"]["code"] == 413
+    st, body = s.post("/tokenize", {"content": "y" * 5000})
+    assert st == 413
+    assert s.healthy()
+
+
+@needs_model
+def test_body_sent_to_a_route_without_body_is_answered_unread(server):
+    c = conn(server)
+    c.request("PUT", "/v1/nothing", body=chunks(4 << 20), encode_chunked=True,
+              headers={"Transfer-Encoding": "chunked"})
+    r = c.getresponse()
+    assert r.status == 404
+    assert_openai_error(r.read(), 404)
+    assert server.healthy()
