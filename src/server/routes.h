@@ -38,6 +38,7 @@ struct RequestLog {
   int32_t n_prompt = -1;
   int32_t n_generated = -1;
   int32_t n_reused = -1;
+  int status = -1;  // the status logged when not the response's: 499, the client left
 };
 RequestLog& request_log();
 

@@ -441,7 +441,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                            std::max(log.n_generated, 0), std::max(log.n_reused, 0));
     }
     std::fprintf(stderr, "[server] %s %s %d%s %.1f ms\n", req.method.c_str(), req.path.c_str(),
-                 res.status, tokens.c_str(), ms);
+                 log.status >= 0 ? log.status : res.status, tokens.c_str(), ms);
     close_if_marked(req);  // the response is written: an unread body ends the connection
   });
 

@@ -239,3 +239,33 @@ def test_body_sent_to_a_route_without_body_is_answered_unread(server):
     assert r.status == 404
     assert_openai_error(r.read(), 404)
     assert server.healthy()
+
+
+@needs_model
+def test_client_gone_mid_stream_is_logged_499_with_token_counts(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 512, "-t", 1)
+    c = conn(s)
+    c.request("POST", COMP, body=json.dumps({
+        "prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True,
+        "temperature": 0, "stream": True}).encode(), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    seen = 0
+    while seen < 5:  # a few tokens, then leave
+        if r.fp.readline().startswith(b"data: {"):
+            seen += 1
+    r.fp.close()
+    c.sock.close()
+    t0 = time.time()
+    line = None
+    while line is None and time.time() - t0 < 20:
+        line = next((ln for ln in s.stderr().splitlines() if "POST /v1/completions" in ln), None)
+        time.sleep(0.05)
+    assert line is not None, s.stderr()
+    assert " 499 prompt=" in line, line
+    completion = int(line.split("completion=")[1].split()[0])
+    assert 5 <= completion < 400, line
+    # The slot was freed: the cancel is counted and a new request runs.
+    s.wait_metric("minfer_requests_cancelled_total", lambda v: v == 1)
+    st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 2})
+    assert st == 200 and body["usage"]["completion_tokens"] == 2
