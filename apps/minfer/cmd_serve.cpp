@@ -55,9 +55,27 @@ int run_serve(const std::vector<std::string>& args) {
                "Jinja chat template file instead of the model's (its tool-call format too)",
                template_file);
   p.flag("--jinja", "accepted for llama.cpp compatibility: templates are always Jinja", [] {});
+  std::string api_key_file;
+  p.string_opt("--api-key-file", "PATH", "read the API key from the first line of this file",
+               api_key_file);
+  p.flag("--metrics", "accepted for llama.cpp compatibility: /metrics is always served", [] {});
   KvFlags kv;
   add_kv_flags(p, kv);
+  p.section("accepted for llama.cpp compatibility");
+  std::vector<std::string> notices;
+  bool mlock = false;
+  add_compat_flags(p, notices, mlock);
   if (auto done = parse_model_command(p, args, "serve", model_arg)) return *done;
+  if (!api_key_file.empty()) {
+    if (!o.api_key.empty()) return fail("give --api-key or --api-key-file, not both");
+    auto text = read_input_file(api_key_file);
+    if (!text) return fail(text.error().message);
+    std::string key = text->substr(0, text->find('\n'));
+    if (!key.empty() && key.back() == '\r') key.pop_back();
+    if (key.empty()) return fail("--api-key-file '" + api_key_file + "': the first line is empty");
+    o.api_key = std::move(key);
+  }
+  for (const std::string& n : notices) std::fprintf(stderr, "notice: %s\n", n.c_str());
   if (!template_file.empty()) {
     auto text = read_input_file(template_file);
     if (!text) return fail(text.error().message);
@@ -80,6 +98,7 @@ int run_serve(const std::vector<std::string>& args) {
   if (!options) return fail(options.error().message);
   auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
+  if (mlock) lock_memory();
   const uint32_t n_ctx_train = (*eng)->hparams().n_ctx_train;
   if (n_ctx_train > 0 && o.scheduler.n_ctx > n_ctx_train) {
     return fail("serve: --n-ctx " + std::to_string(n_ctx) + " is past the model's context length " +

@@ -269,3 +269,49 @@ def test_client_gone_mid_stream_is_logged_499_with_token_counts(make_server):
     s.wait_metric("minfer_requests_cancelled_total", lambda v: v == 1)
     st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 2})
     assert st == 200 and body["usage"]["completion_tokens"] == 2
+
+
+@needs_model
+def test_serve_takes_llama_server_engine_flags_with_notices(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 256, "-t", 1, "-ngl", 99, "-fa", "on", "--mlock",
+                    "--no-mmap", "--metrics")
+    log = s.stderr()
+    assert "notice: -ngl 99: this build has no GPU backend" in log
+    assert "notice: -fa: ignored" in log
+    assert "notice: --no-mmap: ignored" in log
+    st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 1})
+    assert st == 200 and body["usage"]["completion_tokens"] == 1
+    assert "minfer_requests_total" in s.metrics()
+
+
+@needs_model
+def test_api_key_file_first_line_is_the_key(make_server, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("sekret-from-file\r\nnot the key\n")
+    s = make_server("--slots", 1, "--n-ctx", 256, "-t", 1, "--api-key-file", key)
+    st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 1})
+    assert st == 401
+    st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 1},
+                      headers={"Authorization": "Bearer not the key"})
+    assert st == 401
+    st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 1},
+                      headers={"Authorization": "Bearer sekret-from-file"})
+    assert st == 200
+
+
+@needs_model
+@pytest.mark.parametrize("content,extra,message", [
+    ("\nkey on line two\n", [], "the first line is empty"),
+    ("k\n", ["--api-key", "x"], "not both"),
+    (None, [], "missing"),
+])
+def test_api_key_file_errors_exit_1(tmp_path, content, extra, message):
+    import subprocess
+    from conftest import BIN, MODEL
+    key = tmp_path / "key"
+    if content is not None:
+        key.write_text(content)
+    r = subprocess.run([BIN, "serve", str(MODEL), "--port", "0", "--api-key-file", str(key), *extra],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert message in r.stderr or (message == "missing" and str(key) in r.stderr), r.stderr
