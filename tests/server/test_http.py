@@ -315,3 +315,44 @@ def test_api_key_file_errors_exit_1(tmp_path, content, extra, message):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr
     assert message in r.stderr or (message == "missing" and str(key) in r.stderr), r.stderr
+
+
+def parse_prometheus(text):
+    """name{labels} -> value, by hand (the text format's sample lines)."""
+    out, types = {}, {}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            types[name] = kind
+        elif line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out, types
+
+
+@needs_model
+def test_vllm_named_metrics_match_usage(make_server):
+    s = make_server("--slots", 2, "--n-ctx", 256, "-t", 1)
+    reasons, prompt, gen = [], 0, 0
+    for body in ({"prompt": "Once upon a time", "max_tokens": 3, "ignore_eos": True},
+                 {"prompt": "The capital of France is", "max_tokens": 40, "stop": [" "],
+                  "temperature": 0}):
+        st, r = s.post(COMP, body)
+        assert st == 200
+        reasons.append(r["choices"][0]["finish_reason"])
+        prompt += r["usage"]["prompt_tokens"]
+        gen += r["usage"]["completion_tokens"]
+    assert reasons[0] == "length"
+    st, data = s.request("GET", "/metrics")
+    m, types = parse_prometheus(data.decode())
+    assert types["vllm:num_requests_running"] == "gauge"
+    assert types["vllm:request_success_total"] == "counter"
+    assert m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
+    assert m["vllm:prompt_tokens_total"] == prompt
+    assert m["vllm:generation_tokens_total"] == gen
+    for reason in ("stop", "length"):
+        assert m[f'vllm:request_success_total{{finished_reason="{reason}"}}'] == \
+            reasons.count(reason), (reason, reasons)
+    usage = m["vllm:kv_cache_usage_perc"]
+    assert 0 < usage <= 1
+    assert usage == pytest.approx(m["minfer_kv_cells_used"] / m["minfer_kv_cells_total"])
