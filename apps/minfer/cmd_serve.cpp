@@ -33,11 +33,19 @@ int run_serve(const std::vector<std::string>& args) {
             n_ctx, 2, INT32_MAX);
   p.string_opt("--api-key", "KEY", "require 'Authorization: Bearer KEY' (all but /health)",
                o.api_key);
+  p.string_opt("--cors-origin", "ORIGIN",
+               "Access-Control-Allow-Origin: '*' or the one origin (scheme://host[:port]) "
+               "answered (*)",
+               o.cors_origin);
   p.int_opt("-t,--threads", "N", "CPU threads; 0: every core (0)", n_threads, 0, 4096);
   p.int_opt("--max-queue", "N", "requests that may wait for a slot; more get 429 (64)", max_queue,
             0, 1 << 20);
   p.int_opt("-b,--batch-size", "N", "rows per forward step: decode rows + prefill chunks (512)",
             step, 16, 1 << 16);
+  int32_t max_body = static_cast<int32_t>(o.max_body_bytes);
+  p.int_opt("--max-body", "BYTES",
+            "largest request body; a larger one is refused with 413 as it arrives (8388608)",
+            max_body, 1024, INT32_MAX);
   p.int_opt("--drain-ms", "N", "after SIGINT/SIGTERM, how long requests may finish (30000)",
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
@@ -47,9 +55,27 @@ int run_serve(const std::vector<std::string>& args) {
                "Jinja chat template file instead of the model's (its tool-call format too)",
                template_file);
   p.flag("--jinja", "accepted for llama.cpp compatibility: templates are always Jinja", [] {});
+  std::string api_key_file;
+  p.string_opt("--api-key-file", "PATH", "read the API key from the first line of this file",
+               api_key_file);
+  p.flag("--metrics", "accepted for llama.cpp compatibility: /metrics is always served", [] {});
   KvFlags kv;
   add_kv_flags(p, kv);
+  p.section("accepted for llama.cpp compatibility");
+  std::vector<std::string> notices;
+  bool mlock = false;
+  add_compat_flags(p, notices, mlock);
   if (auto done = parse_model_command(p, args, "serve", model_arg)) return *done;
+  if (!api_key_file.empty()) {
+    if (!o.api_key.empty()) return fail("give --api-key or --api-key-file, not both");
+    auto text = read_input_file(api_key_file);
+    if (!text) return fail(text.error().message);
+    std::string key = text->substr(0, text->find('\n'));
+    if (!key.empty() && key.back() == '\r') key.pop_back();
+    if (key.empty()) return fail("--api-key-file '" + api_key_file + "': the first line is empty");
+    o.api_key = std::move(key);
+  }
+  for (const std::string& n : notices) std::fprintf(stderr, "notice: %s\n", n.c_str());
   if (!template_file.empty()) {
     auto text = read_input_file(template_file);
     if (!text) return fail(text.error().message);
@@ -58,6 +84,7 @@ int run_serve(const std::vector<std::string>& args) {
   }
   o.port = port;
   o.drain_ms = drain_ms;
+  o.max_body_bytes = static_cast<size_t>(max_body);
   o.scheduler.n_slots = static_cast<uint32_t>(slots);
   o.scheduler.n_ctx = static_cast<uint32_t>(n_ctx);
   o.scheduler.max_queue = static_cast<uint32_t>(max_queue);
@@ -71,6 +98,7 @@ int run_serve(const std::vector<std::string>& args) {
   if (!options) return fail(options.error().message);
   auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
+  if (mlock) lock_memory();
   const uint32_t n_ctx_train = (*eng)->hparams().n_ctx_train;
   if (n_ctx_train > 0 && o.scheduler.n_ctx > n_ctx_train) {
     return fail("serve: --n-ctx " + std::to_string(n_ctx) + " is past the model's context length " +

@@ -2,7 +2,11 @@
 #include "engine_flags.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
 #include <system_error>
 
 #include "core/config.h"
@@ -25,6 +29,35 @@ void add_kv_flags(ArgParser& p, KvFlags& flags) {
                "repack order; slower), or llamacpp-norepack: the same without its CPU_REPACK\n"
                "buffer (use_extra_bufts=false) (env MINFER_NUMERICS)",
                flags.numerics);
+}
+
+void add_compat_flags(ArgParser& p, std::vector<std::string>& notices, bool& mlock) {
+  p.option("-ngl,--gpu-layers,--n-gpu-layers", "N", "no GPU backend in this build: ignored",
+           [&notices](const std::string& v) -> Status {
+             MINFER_TRY_STATUS(parse_int(v, "-ngl", -1, INT32_MAX));
+             notices.push_back(fmt::format(
+                 "-ngl {}: this build has no GPU backend; every layer runs on the CPU", v));
+             return Ok{};
+           });
+  p.optional_value(
+      "-fa,--flash-attn", {"on", "off", "auto"},
+      "ignored: the CPU attention is always the fused online-softmax one",
+      [&notices](const std::string&) -> Status {
+        notices.push_back("-fa: ignored; the CPU attention always runs fused (flash-style)");
+        return Ok{};
+      });
+  p.flag("--no-mmap", "ignored: weights are always memory-mapped", [&notices] {
+    notices.push_back("--no-mmap: ignored; this build always memory-maps the weights");
+  });
+  p.flag("--mlock", "lock the model's memory in RAM (mlockall; a warning if refused)",
+         [&mlock] { mlock = true; });
+}
+
+void lock_memory() {
+  if (::mlockall(MCL_CURRENT) != 0) {
+    fmt::print(stderr, "warning: --mlock: mlockall failed: {} (the model stays pageable)\n",
+               std::strerror(errno));
+  }
 }
 
 Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& flags) {

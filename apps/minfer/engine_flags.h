@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "args.h"
 #include "core/result.h"
@@ -19,6 +20,15 @@ struct KvFlags {
 
 // Registers --cache-type and --numerics.
 void add_kv_flags(ArgParser& p, KvFlags& flags);
+
+// llama.cpp's engine flags this build has no use for, accepted with a notice each (added
+// to `notices`, printed once before the model loads): -ngl N, -fa [on|off|auto],
+// --no-mmap; and --mlock (sets `mlock`: lock_memory() once the model is open).
+void add_compat_flags(ArgParser& p, std::vector<std::string>& notices, bool& mlock);
+
+// --mlock: mlockall(MCL_CURRENT) over the mapped model; a refusal is a warning on
+// stderr (the model stays pageable), never an error.
+void lock_memory();
 
 // The engine options of a model-running command: its thread count, the traces from
 // Config, and the flags resolved (a flag wins over its MINFER_* variable);

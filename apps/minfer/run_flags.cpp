@@ -299,26 +299,7 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
                a.dump_trace);
 
   p.section("accepted for llama.cpp compatibility");
-  p.option("-ngl,--gpu-layers,--n-gpu-layers", "N", "no GPU backend in this build: ignored",
-           [&a](const std::string& v) -> Status {
-             int32_t n = 0;
-             MINFER_TRY_STATUS(set_int(v, "-ngl", -1, kI32Max, n));
-             a.notices.push_back(fmt::format(
-                 "-ngl {}: this build has no GPU backend; every layer runs on the CPU", v));
-             return Ok{};
-           });
-  p.optional_value(
-      "-fa,--flash-attn", {"on", "off", "auto"},
-      "ignored: the CPU attention is always the fused online-softmax one",
-      [&a](const std::string&) -> Status {
-        a.notices.push_back("-fa: ignored; the CPU attention always runs fused (flash-style)");
-        return Ok{};
-      });
-  p.flag("--no-mmap", "ignored: weights are always memory-mapped", [&a] {
-    a.notices.push_back("--no-mmap: ignored; this build always memory-maps the weights");
-  });
-  p.flag("--mlock", "lock the model's memory in RAM (mlockall; a warning if refused)",
-         [&a] { a.mlock = true; });
+  add_compat_flags(p, a.notices, a.mlock);
   p.flag("--no-display-prompt", "accepted: the prompt is never echoed", [] {});
   p.option("-tb,--threads-batch", "N",
            "accepted: prefill and decode share -t's threads (a notice when N differs)",
@@ -442,10 +423,7 @@ Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a,
   if (!e->has_tokenizer()) {
     return make_error("the model has no tokenizer metadata (tokenizer.ggml.*)");
   }
-  if (a.mlock && ::mlockall(MCL_CURRENT) != 0) {
-    fmt::print(stderr, "warning: --mlock: mlockall failed: {} (the model stays pageable)\n",
-               std::strerror(errno));
-  }
+  if (a.mlock) lock_memory();
   return e;
 }
 

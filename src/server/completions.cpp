@@ -216,6 +216,23 @@ void note_counts(const JobEvent& ev) {
   log.n_reused = ev.n_reused;
 }
 
+// The client left mid-stream: the scheduler frees the slot at its next step and sends a
+// final event with the counts so far, which the request's log line reports under
+// status 499 (nginx's "client closed request"). A job cancelled while still queued
+// gets no event; its line then says what was known (the prompt, no completion).
+void client_gone(StreamState& st) {
+  st.stream->cancel();
+  request_log().status = 499;
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  JobEvent ev;
+  while (Clock::now() < deadline) {
+    if (st.stream->pop(ev, std::chrono::milliseconds(50)) && ev.final) {
+      note_counts(ev);
+      return;
+    }
+  }
+}
+
 void reply_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
   res.set_header("Cache-Control", "no-cache");
   // Counted until the response is gone (the releaser runs when httplib drops it, after
@@ -234,21 +251,29 @@ void reply_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
                                              {"finish_reason", nullptr}}});
             const std::string f = sse(c);
             if (!sink.write(f.data(), f.size())) {
-              st->stream->cancel();
+              client_gone(*st);
               return false;
             }
           }
           return true;
         }
         JobEvent ev;
-        if (!st->stream->pop(ev, std::chrono::milliseconds(200))) return sink.is_writable();
+        if (!st->stream->pop(ev, std::chrono::milliseconds(200))) {
+          if (sink.is_writable()) return true;
+          client_gone(*st);
+          return false;
+        }
         std::string frames = frames_for(*st, ev);
         if (ev.final) {
           note_counts(ev);
           frames += "data: [DONE]\n\n";
         }
         if (!frames.empty() && !sink.write(frames.data(), frames.size())) {
-          st->stream->cancel();  // the client is gone: the scheduler frees the slot
+          if (ev.final) {
+            request_log().status = 499;  // the counts are noted: the request had ended
+          } else {
+            client_gone(*st);
+          }
           return false;
         }
         if (ev.final) {
@@ -265,10 +290,10 @@ void reply_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
 
 }  // namespace
 
-void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& request_body,
                        httplib::Response& res) {
   CompletionRequest r;
-  if (auto e = parse_completion(req.body, endpoint, ctx.tok.n_vocab(), r)) {
+  if (auto e = parse_completion(request_body, endpoint, ctx.tok.n_vocab(), r)) {
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
     return reply_error(res, *e);
   }

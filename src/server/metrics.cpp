@@ -12,6 +12,12 @@ void put(std::string& out, const char* name, const char* type, const char* help,
                  name, value);
 }
 
+void put_vllm(std::string& out, const char* name, const char* type, const char* help,
+              double value) {
+  fmt::format_to(std::back_inserter(out), "# HELP vllm:{} {}\n# TYPE vllm:{} {}\nvllm:{} {}\n",
+                 name, help, name, type, name, value);
+}
+
 template <typename T>
 double ld(const std::atomic<T>& a) {
   return static_cast<double>(a.load(std::memory_order_relaxed));
@@ -63,6 +69,21 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
   put(out, "kv_cells_shared", "gauge", "cells read by more than one sequence",
       ld(m.kv_cells_shared));
   put(out, "draining", "gauge", "1 while shutting down", ld(m.draining));
+  // vLLM's names for the same quantities, which routers and gateways (llm-d, Envoy AI
+  // Gateway) read to pick a replica; the values are the ones above.
+  put_vllm(out, "num_requests_running", "gauge", "requests holding a slot", ld(m.running));
+  put_vllm(out, "num_requests_waiting", "gauge", "requests waiting for a slot", ld(m.queue_depth));
+  put_vllm(out, "kv_cache_usage_perc", "gauge", "fraction of KV cells in use (0..1)",
+           total > 0 ? used / total : 0.0);
+  put_vllm(out, "prompt_tokens_total", "counter", "prompt tokens of admitted requests",
+           ld(m.prompt_tokens));
+  put_vllm(out, "generation_tokens_total", "counter", "generated tokens", ld(m.completion_tokens));
+  fmt::format_to(std::back_inserter(out),
+                 "# HELP vllm:request_success_total requests that finished, by reason\n"
+                 "# TYPE vllm:request_success_total counter\n"
+                 "vllm:request_success_total{{finished_reason=\"stop\"}} {}\n"
+                 "vllm:request_success_total{{finished_reason=\"length\"}} {}\n",
+                 ld(m.finished_stop), ld(m.finished_length));
   return out;
 }
 

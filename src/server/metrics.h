@@ -18,6 +18,8 @@ struct Metrics {
   std::atomic<uint64_t> requests_completed{0};
   std::atomic<uint64_t> requests_cancelled{0};  // client gone, or the drain deadline
   std::atomic<uint64_t> requests_failed{0};     // the forward failed
+  std::atomic<uint64_t> finished_stop{0};       // completed: end of generation or a stop string
+  std::atomic<uint64_t> finished_length{0};     // completed: max_tokens or the context
   std::atomic<int64_t> queue_depth{0};
   std::atomic<int64_t> running{0};
   std::atomic<int64_t> slots_idle_cached{0};  // finished sequences whose cells are kept

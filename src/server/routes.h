@@ -38,6 +38,7 @@ struct RequestLog {
   int32_t n_prompt = -1;
   int32_t n_generated = -1;
   int32_t n_reused = -1;
+  int status = -1;  // the status logged when not the response's: 499, the client left
 };
 RequestLog& request_log();
 
@@ -45,7 +46,8 @@ void reply_json(httplib::Response& res, const json& body, int status = 200);
 void reply_error(httplib::Response& res, const ApiError& e);
 
 // POST /v1/chat/completions and /v1/completions (stream and not).
-void handle_completion(ServerContext& ctx, Endpoint endpoint, const httplib::Request& req,
+// `body`: the request body, read under --max-body.
+void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body,
                        httplib::Response& res);
 
 }  // namespace minfer::server

@@ -405,6 +405,10 @@ void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells, Outcome outcome) {
   switch (outcome) {
     case Outcome::kCompleted:
       metrics_.requests_completed.fetch_add(1, std::memory_order_relaxed);
+      (ev.stop == engine::SeqStop::kEog || ev.stop == engine::SeqStop::kStopString
+           ? metrics_.finished_stop
+           : metrics_.finished_length)
+          .fetch_add(1, std::memory_order_relaxed);
       break;
     case Outcome::kCancelled:
       metrics_.requests_cancelled.fetch_add(1, std::memory_order_relaxed);

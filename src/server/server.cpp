@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -13,8 +14,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "server/connection.h"
 #include "server/routes.h"
 #include "server/web_assets.h"
 
@@ -26,17 +31,10 @@ using httplib::Request;
 using httplib::Response;
 using HandlerResponse = httplib::Server::HandlerResponse;
 
-bool json_content_type(const Request& req) {
-  if (!req.has_header("Content-Type")) return true;  // curl -d without -H, scripts
-  std::string ct = req.get_header_value("Content-Type");
-  std::transform(ct.begin(), ct.end(), ct.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ct.rfind("application/json", 0) == 0;
-}
-
 // POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"}
-void handle_tokenize(ServerContext& ctx, const Request& req, Response& res) {
+void handle_tokenize(ServerContext& ctx, const std::string& body, Response& res) {
   json j;
-  if (auto e = parse_object(req.body, j)) return reply_error(res, *e);
+  if (auto e = parse_object(body, j)) return reply_error(res, *e);
   if (!j.contains("content") || !j["content"].is_string()) {
     return reply_error(res, bad_request("'content' must be a string"));
   }
@@ -64,9 +62,9 @@ void handle_tokenize(ServerContext& ctx, const Request& req, Response& res) {
 }
 
 // POST /detokenize {"tokens": [ids]} → {"content"}
-void handle_detokenize(ServerContext& ctx, const Request& req, Response& res) {
+void handle_detokenize(ServerContext& ctx, const std::string& body, Response& res) {
   json j;
-  if (auto e = parse_object(req.body, j)) return reply_error(res, *e);
+  if (auto e = parse_object(body, j)) return reply_error(res, *e);
   if (!j.contains("tokens") || !j["tokens"].is_array()) {
     return reply_error(res, bad_request("'tokens' must be an array of token ids"));
   }
@@ -157,6 +155,107 @@ void reply_page(Response& res, std::string_view html) {
   res.set_header("X-Content-Type-Options", "nosniff");
 }
 
+// The methods of every registered path (exact paths: the server has no patterns but
+// the OPTIONS catch-all).
+class RouteMethods {
+ public:
+  void add(const std::string& path, const char* method) { methods_[path].push_back(method); }
+  bool known(const std::string& path) const { return methods_.count(path) != 0; }
+  bool has(const std::string& path, const std::string& method) const {
+    auto it = methods_.find(path);
+    return it != methods_.end() &&
+           std::find(it->second.begin(), it->second.end(), method) != it->second.end();
+  }
+  // "GET, HEAD, OPTIONS" — HEAD wherever GET is (httplib answers it with the GET handler);
+  // an unknown path gets every method the server has.
+  std::string allow(const std::string& path) const {
+    auto it = methods_.find(path);
+    std::vector<std::string> ms =
+        it != methods_.end() ? it->second : std::vector<std::string>{"GET", "POST"};
+    std::string out;
+    for (const std::string& m : ms) {
+      out += m + ", ";
+      if (m == "GET") out += "HEAD, ";
+    }
+    return out + "OPTIONS";
+  }
+  // Whether a comma-separated Allow value lists `method` (methods are case-sensitive).
+  static bool lists(const std::string& allow, const std::string& method) {
+    size_t pos = 0;
+    while (pos <= allow.size()) {
+      size_t end = allow.find(',', pos);
+      if (end == std::string::npos) end = allow.size();
+      std::string item = allow.substr(pos, end - pos);
+      item.erase(0, item.find_first_not_of(' '));
+      if (item == method) return true;
+      pos = end + 1;
+    }
+    return false;
+  }
+
+ private:
+  std::map<std::string, std::vector<std::string>> methods_;
+};
+
+// "*" (the default, as llama-server): any page may call the server. A named origin is
+// answered only when the request comes from it, and the answer varies with Origin (a
+// shared cache must not serve one origin's response to another).
+void set_cors_origin(const std::string& allowed, const Request& req, Response& res) {
+  if (allowed == "*") {
+    res.set_header("Access-Control-Allow-Origin", "*");
+    return;
+  }
+  res.set_header("Vary", "Origin");
+  if (req.get_header_value("Origin") == allowed) {
+    res.set_header("Access-Control-Allow-Origin", allowed);
+  }
+}
+
+ApiError method_not_allowed(const Request& req, const std::string& allow) {
+  return ApiError{
+      .status = 405,
+      .type = "invalid_request_error",
+      .message = fmt::format("{} is not allowed on {} (Allow: {})", req.method, req.path, allow)};
+}
+
+ApiError no_such_route() {
+  return ApiError{.status = 404, .type = "not_found_error", .message = "no such route"};
+}
+
+ApiError body_too_large(size_t limit) {
+  return ApiError{
+      .status = 413,
+      .type = "invalid_request_error",
+      .message = fmt::format("the request body is larger than {} bytes (--max-body)", limit)};
+}
+
+// Whether the request carries a body httplib would read (chunked, or a length).
+bool has_body(const Request& req) {
+  return ::strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0 ||
+         req.get_header_value<uint64_t>("Content-Length") > 0;
+}
+
+// Reads the body through httplib's content reader, keeping at most `limit` bytes: the
+// reader stops at the first piece past it (chunked or sized alike), the reply is 413
+// and the connection ends after it. False when the reply is written.
+bool read_body(const httplib::ContentReader& reader, size_t limit, Response& res,
+               std::string& body) {
+  bool over = false;
+  const bool ok = reader([&](const char* data, size_t n) {
+    if (n > limit - body.size()) {
+      over = true;
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (ok) return true;
+  reply_error(res,
+              over ? body_too_large(limit) : bad_request("the request body could not be read"));
+  mark_close_after_response(res);
+  return false;
+}
+
 sigset_t shutdown_signals() {
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -235,15 +334,29 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   svr.set_payload_max_length(options.max_body_bytes);
   svr.set_keep_alive_timeout(5);
 
+  // Every route's methods, for 405's Allow and the CORS preflight; filled as the
+  // routes are registered below, read-only once the server listens.
+  RouteMethods routes;
   // Browser clients (a web UI on another origin) need CORS; preflights carry no key.
-  svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
-  svr.Options(R"(/.*)", [](const Request&, Response& res) {
+  svr.Options(R"(/.*)", [&routes](const Request& req, Response& res) {
     res.status = 204;
-    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    const std::string allow = routes.allow(req.path);
+    res.set_header("Allow", allow);
+    // The requested method is allowed when the route has it (for an unknown path, when
+    // the server has it); otherwise no Allow-Methods, and the browser refuses.
+    const std::string want = req.get_header_value("Access-Control-Request-Method");
+    if (want.empty() || RouteMethods::lists(allow, want)) {
+      res.set_header("Access-Control-Allow-Methods", allow);
+    }
+    // Echo the headers asked for (the OpenAI SDKs send their own x-stainless-* ones).
+    const std::string headers = req.get_header_value("Access-Control-Request-Headers");
+    res.set_header("Access-Control-Allow-Headers",
+                   headers.empty() ? "Authorization, Content-Type" : headers);
+    res.set_header("Access-Control-Max-Age", "600");
   });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
     request_log() = RequestLog{.t0 = Clock::now()};
+    set_cors_origin(options.cors_origin, req, res);
     if (!options.api_key.empty() && !public_route(req)) {
       const std::string want = "Bearer " + options.api_key;
       // EventSource cannot send headers: the view's data routes take ?api_key= too.
@@ -255,23 +368,50 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                                   .type = "authentication_error",
                                   .message = "invalid or missing API key "
                                              "(Authorization: Bearer KEY)"});
+        if (has_body(req)) mark_close_after_response(res);  // the body stays unread
         return HandlerResponse::Handled;
       }
     }
-    if (req.method == "POST" && !json_content_type(req)) {
-      metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-      reply_error(res,
-                  ApiError{.status = 415,
-                           .type = "invalid_request_error",
-                           .message = "the body must be JSON (Content-Type: application/json)"});
-      return HandlerResponse::Handled;
+    // A body is read only by the POST routes, under the limit. A length past it is a 413
+    // before a byte is read; a body sent anywhere else gets its 404 or 405 the same way.
+    // Either way the unread body ends the connection (it cannot carry another request).
+    if (has_body(req)) {
+      const bool post_route = req.method == "POST" && routes.has(req.path, "POST");
+      if (post_route && req.get_header_value<uint64_t>("Content-Length") > options.max_body_bytes) {
+        metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+        reply_error(res, body_too_large(options.max_body_bytes));
+        mark_close_after_response(res);
+        return HandlerResponse::Handled;
+      }
+      if (!post_route) {
+        if (routes.known(req.path)) {
+          const std::string allow = routes.allow(req.path);
+          res.set_header("Allow", allow);
+          reply_error(res, method_not_allowed(req, allow));
+        } else {
+          reply_error(res, no_such_route());
+        }
+        mark_close_after_response(res);
+        return HandlerResponse::Handled;
+      }
     }
+    // Every body is read as JSON whatever its Content-Type: `curl -d` sends
+    // application/x-www-form-urlencoded, and llama-server and Ollama take it; a body
+    // that is not JSON is a 400 from the parser.
     return HandlerResponse::Unhandled;
   });
   // httplib's own errors (unknown route, body too large, bad request line) get the
   // OpenAI shape too; responses that already carry a body are left alone.
-  const httplib::Server::HandlerWithResponse on_error = [](const Request&, Response& res) {
+  const httplib::Server::HandlerWithResponse on_error = [&routes](const Request& req,
+                                                                  Response& res) {
     if (!res.body.empty()) return HandlerResponse::Unhandled;
+    // httplib answers 404 for a known path asked with a method it does not have.
+    if (res.status == 404 && routes.known(req.path)) {
+      const std::string allow = routes.allow(req.path);
+      res.set_header("Allow", allow);
+      reply_error(res, method_not_allowed(req, allow));
+      return HandlerResponse::Handled;
+    }
     std::string message = res.status == 404   ? "no such route"
                           : res.status == 413 ? "the request body is too large"
                           : res.status == 405 ? "method not allowed"
@@ -292,6 +432,8 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     reply_error(res, ApiError{.status = 500, .type = "server_error", .message = what});
   });
   svr.set_logger([](const Request& req, const Response& res) {
+    // Bytes of a body left unread, which httplib parsed as a request: not a request.
+    if (on_taken_connection()) return;
     const RequestLog& log = request_log();
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.t0).count();
     std::string tokens;
@@ -300,17 +442,36 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                            std::max(log.n_generated, 0), std::max(log.n_reused, 0));
     }
     std::fprintf(stderr, "[server] %s %s %d%s %.1f ms\n", req.method.c_str(), req.path.c_str(),
-                 res.status, tokens.c_str(), ms);
+                 log.status >= 0 ? log.status : res.status, tokens.c_str(), ms);
+    close_if_marked(req);  // the response is written: an unread body ends the connection
   });
 
-  svr.Get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
+  auto get = [&](const std::string& path, httplib::Server::Handler h) {
+    routes.add(path, "GET");
+    svr.Get(path, std::move(h));
+  };
+  // POST routes read their body themselves, under --max-body (httplib 0.11.4 buffers a
+  // chunked body whole whatever its payload limit).
+  auto post = [&](const std::string& path, std::function<void(const std::string&, Response&)> h) {
+    routes.add(path, "POST");
+    svr.Post(path, [&options, &metrics, h = std::move(h)](const Request&, Response& res,
+                                                          const httplib::ContentReader& reader) {
+      std::string body;
+      if (!read_body(reader, options.max_body_bytes, res, body)) {
+        metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      h(body, res);
+    });
+  };
+  get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
   const std::string_view home = options.viz_home ? web::viz_html() : web::chat_html();
   for (const char* path : {"/", "/index.html"}) {
-    svr.Get(path, [home](const Request&, Response& res) { reply_page(res, home); });
+    get(path, [home](const Request&, Response& res) { reply_page(res, home); });
   }
-  svr.Get("/chat", [](const Request&, Response& res) { reply_page(res, web::chat_html()); });
-  svr.Get("/viz", [](const Request&, Response& res) { reply_page(res, web::viz_html()); });
-  svr.Get("/viz/graph.svg", [&](const Request&, Response& res) {
+  get("/chat", [](const Request&, Response& res) { reply_page(res, web::chat_html()); });
+  get("/viz", [](const Request&, Response& res) { reply_page(res, web::viz_html()); });
+  get("/viz/graph.svg", [&](const Request&, Response& res) {
     auto svg = viz.svg();
     if (!svg.ok()) {
       return reply_error(
@@ -321,38 +482,39 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     // for the ~1 MB picture, while loopback moves the bytes in milliseconds.
     res.set_content(*svg, "image/svg+xml; charset=utf-8");
   });
-  svr.Get("/viz/config", [&](const Request&, Response& res) {
+  get("/viz/config", [&](const Request&, Response& res) {
     reply_json(res, {{"mode", options.viz_home ? "viz" : "serve"},
                      {"model", options.model_id},
                      {"prompt", options.viz_prompt},
                      {"autorun", !options.viz_prompt.empty()}});
   });
-  svr.Get("/viz/graph.json", [&](const Request&, Response& res) {
+  get("/viz/graph.json", [&](const Request&, Response& res) {
     res.set_content(viz.graph_json(), "application/json; charset=utf-8");
   });
-  svr.Get("/viz/events", [&](const Request&, Response& res) {
+  get("/viz/events", [&](const Request&, Response& res) {
     handle_viz_events(viz, metrics, options.scheduler.n_slots, res);
   });
-  svr.Get("/metrics", [&](const Request&, Response& res) {
+  get("/metrics", [&](const Request&, Response& res) {
     res.set_content(render_metrics(metrics, options.scheduler.n_slots),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
   for (const char* path : {"/v1/models", "/models"}) {
-    svr.Get(path, [&](const Request&, Response& res) { handle_models(ctx, res); });
+    get(path, [&](const Request&, Response& res) { handle_models(ctx, res); });
   }
   for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
-    svr.Post(path, [&](const Request& req, Response& res) {
-      handle_completion(ctx, Endpoint::kChat, req, res);
+    post(path, [&](const std::string& body, Response& res) {
+      handle_completion(ctx, Endpoint::kChat, body, res);
     });
   }
   for (const char* path : {"/v1/completions", "/completions"}) {
-    svr.Post(path, [&](const Request& req, Response& res) {
-      handle_completion(ctx, Endpoint::kCompletion, req, res);
+    post(path, [&](const std::string& body, Response& res) {
+      handle_completion(ctx, Endpoint::kCompletion, body, res);
     });
   }
-  svr.Post("/tokenize", [&](const Request& req, Response& res) { handle_tokenize(ctx, req, res); });
-  svr.Post("/detokenize",
-           [&](const Request& req, Response& res) { handle_detokenize(ctx, req, res); });
+  post("/tokenize",
+       [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
+  post("/detokenize",
+       [&](const std::string& body, Response& res) { handle_detokenize(ctx, body, res); });
 
   int port = options.port;
   if (port == 0) {

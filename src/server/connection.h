@@ -1,0 +1,27 @@
+// Stage 17 (HTTP): ending a keep-alive connection whose request body was not read to
+// its end (over --max-body, or sent to a route that takes none).
+// Invariant: everything here runs on the HTTP worker thread that owns the connection;
+// httplib 0.11.4 gives handlers no socket and no way to close one, so the socket is
+// found by its address pair and swapped for a dead end once the response is written.
+#pragma once
+
+#include <httplib.h>
+
+namespace minfer::server {
+
+// The response now being built is the connection's last: it says "Connection: close",
+// and close_if_marked() (from the logger, after the write) ends the connection.
+void mark_close_after_response(httplib::Response& res);
+
+// After the response is written: if it was marked, the client's socket is taken from
+// httplib (which would parse the unread body as further requests) and closed politely:
+// FIN after the response, then whatever the client still sends is read and dropped
+// (never buffered) for up to `linger_ms`, so a client that sends its whole body before
+// it reads (Python's http.client, requests) still gets the response, not a reset.
+void close_if_marked(const httplib::Request& req, int linger_ms = 2000);
+
+// Whether the current log line belongs to a connection close_if_marked() took (httplib
+// parses a few leftover bytes it had already buffered as one last bad request).
+bool on_taken_connection();
+
+}  // namespace minfer::server
