@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/utf8.h"
 #include "grammar/grammar_builder.h"
 
 namespace minfer::grammar {
@@ -171,20 +172,14 @@ class Parser {
       if (v > kMaxCodePoint) return err(start, "bad escape: code point past U+10FFFF");
       return v;
     }
-    // Raw UTF-8.
-    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || pos_ + static_cast<size_t>(len) > src_.size()) {
+    // Raw UTF-8 (strict: no overlongs, surrogates or code points past U+10FFFF).
+    size_t len = 0;
+    uint32_t v = 0;
+    if (utf8::scan(reinterpret_cast<const unsigned char*>(src_.data()) + pos_, src_.size() - pos_,
+                   len, v) != utf8::Scan::kValid) {
       return err(start, "invalid UTF-8 in the grammar text");
     }
-    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < len; ++i) {
-      const auto cc = static_cast<unsigned char>(src_[pos_ + static_cast<size_t>(i)]);
-      if ((cc & 0xC0) != 0x80) return err(start, "invalid UTF-8 in the grammar text");
-      v = (v << 6) | (cc & 0x3F);
-    }
-    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v > kMaxCodePoint || v < kMin[len]) return err(start, "invalid UTF-8 in the grammar text");
-    pos_ += static_cast<size_t>(len);
+    pos_ += len;
     return v;
   }
 

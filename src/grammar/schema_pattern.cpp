@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "core/json_escape.h"
+#include "core/utf8.h"
 #include "grammar/grammar_builder.h"
 #include "grammar/schema_internal.h"
 
@@ -46,30 +48,6 @@ std::string class_expr(const CharClass& c) {
     }
   }
   return out + "]";
-}
-
-std::string json_escape_cp(uint32_t cp) {
-  switch (cp) {
-    case '"':
-      return "\\\"";
-    case '\\':
-      return "\\\\";
-    case '\b':
-      return "\\b";
-    case '\f':
-      return "\\f";
-    case '\n':
-      return "\\n";
-    case '\r':
-      return "\\r";
-    case '\t':
-      return "\\t";
-    default: {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
-      return buf;
-    }
-  }
 }
 
 // ---- anchored regex patterns --------------------------------------------------------
@@ -195,13 +173,13 @@ class Regex {
   }
 
   Result<uint32_t> utf8_cp() {
-    const auto c = static_cast<unsigned char>(p_[pos_]);
-    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || pos_ + static_cast<size_t>(len) > end_) return fail("invalid UTF-8");
-    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int i = 1; i < len; ++i) v = (v << 6) | (p_[pos_ + static_cast<size_t>(i)] & 0x3F);
-    if (v > kMaxCodePoint) return fail("invalid UTF-8");
-    pos_ += static_cast<size_t>(len);
+    size_t len = 0;
+    uint32_t v = 0;
+    if (utf8::scan(reinterpret_cast<const unsigned char*>(p_.data()) + pos_, end_ - pos_, len, v) !=
+        utf8::Scan::kValid) {
+      return fail("invalid UTF-8");
+    }
+    pos_ += len;
     return v;
   }
 
@@ -444,8 +422,10 @@ std::string json_char_in(const CharClass& set) {
     // Split off what JSON must escape: controls, '"' and '\'.
     uint32_t a = lo;
     while (a <= hi) {
-      if (a < 0x20 || a == '"' || a == '\\') {
-        alts.push_back(literal(json_escape_cp(a)));
+      if (json_must_escape(a)) {
+        std::string escaped;
+        append_json_escape(escaped, a);
+        alts.push_back(literal(escaped));
         ++a;
         continue;
       }

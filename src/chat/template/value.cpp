@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/json_escape.h"
+
 namespace minfer::chat_template {
 
 void fail(const std::string& message) {
@@ -341,37 +343,11 @@ namespace {
 void json_string(std::string& out, std::string_view s) {
   out += '"';
   for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          out += b;
-        } else {
-          out += ch;
-        }
+    const auto c = static_cast<unsigned char>(ch);
+    if (json_must_escape(c)) {
+      append_json_escape(out, c);
+    } else {
+      out += ch;
     }
   }
   out += '"';
