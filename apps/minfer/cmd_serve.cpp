@@ -46,6 +46,11 @@ int run_serve(const std::vector<std::string>& args) {
   p.int_opt("--max-body", "BYTES",
             "largest request body; a larger one is refused with 413 as it arrives (8388608)",
             max_body, 1024, INT32_MAX);
+  int32_t max_connections = static_cast<int32_t>(o.max_connections);
+  p.int_opt("--max-connections", "N",
+            "connections served at once, one thread each, started on demand; more wait for "
+            "one to close (1024)",
+            max_connections, 1, 65536);
   p.int_opt("--drain-ms", "N", "after SIGINT/SIGTERM, how long requests may finish (30000)",
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
@@ -85,6 +90,7 @@ int run_serve(const std::vector<std::string>& args) {
   o.port = port;
   o.drain_ms = drain_ms;
   o.max_body_bytes = static_cast<size_t>(max_body);
+  o.max_connections = static_cast<size_t>(max_connections);
   o.scheduler.n_slots = static_cast<uint32_t>(slots);
   o.scheduler.n_ctx = static_cast<uint32_t>(n_ctx);
   o.scheduler.max_queue = static_cast<uint32_t>(max_queue);
@@ -92,10 +98,11 @@ int run_serve(const std::vector<std::string>& args) {
 
   // Before the engine starts its worker threads: they must not take SIGINT/SIGTERM.
   server::block_shutdown_signals();
-  auto path = resolve_model_path(model_arg);
-  if (!path) return fail(path.error().message);
+  // Usage errors (--cache-type, --numerics) before the model is looked for.
   auto options = engine_options(n_threads, kv);
   if (!options) return fail(options.error().message);
+  auto path = resolve_model_path(model_arg);
+  if (!path) return fail(path.error().message);
   auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
   if (mlock) lock_memory();

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "server/connection.h"
+#include "server/http_pool.h"
 #include "server/routes.h"
 #include "server/web_assets.h"
 
@@ -326,11 +327,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  const int n_http = options.http_threads > 0
-                         ? options.http_threads
-                         : static_cast<int>(std::max<uint32_t>(
-                               32, options.scheduler.n_slots + options.scheduler.max_queue + 16));
-  svr.new_task_queue = [n_http] { return new httplib::ThreadPool(static_cast<size_t>(n_http)); };
+  svr.new_task_queue = [n = options.max_connections] { return new GrowingPool(n); };
   svr.set_payload_max_length(options.max_body_bytes);
   svr.set_keep_alive_timeout(5);
 
@@ -434,15 +431,23 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   svr.set_logger([](const Request& req, const Response& res) {
     // Bytes of a body left unread, which httplib parsed as a request: not a request.
     if (on_taken_connection()) return;
-    const RequestLog& log = request_log();
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - log.t0).count();
+    // The worker thread's record of this request; a request httplib refused before
+    // routing (a bad request line) has none: no time and no counts, rather than the
+    // previous request's on this thread.
+    RequestLog& log = request_log();
     std::string tokens;
     if (log.n_prompt >= 0) {
       tokens = fmt::format(" prompt={} completion={} reused={}", log.n_prompt,
                            std::max(log.n_generated, 0), std::max(log.n_reused, 0));
     }
-    std::fprintf(stderr, "[server] %s %s %d%s %.1f ms\n", req.method.c_str(), req.path.c_str(),
-                 log.status >= 0 ? log.status : res.status, tokens.c_str(), ms);
+    const std::string ms =
+        log.t0 == Clock::time_point{}
+            ? std::string("-")
+            : fmt::format("{:.1f}",
+                          std::chrono::duration<double, std::milli>(Clock::now() - log.t0).count());
+    std::fprintf(stderr, "[server] %s %s %d%s %s ms\n", req.method.c_str(), req.path.c_str(),
+                 log.status >= 0 ? log.status : res.status, tokens.c_str(), ms.c_str());
+    log = RequestLog{};
     close_if_marked(req);  // the response is written: an unread body ends the connection
   });
 

@@ -24,7 +24,7 @@ struct ServerOptions {
   SchedulerOptions scheduler;
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies → 413
   int drain_ms = 30000;                     // in-flight requests get this long after a signal
-  int http_threads = 0;                     // 0: enough for slots + queue
+  size_t max_connections = 1024;            // served at once, one thread each (http_pool.h)
   std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
   std::string viz_prompt;     // the view's prompt box text, run once when opened (`minfer viz -p`)
   bool viz_home = false;      // GET / serves the engine view (`minfer viz`), not the chat page

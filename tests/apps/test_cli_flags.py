@@ -530,7 +530,8 @@ def test_usage_errors_come_before_the_model_is_opened(args, needle, mode):
 
 
 @pytest.mark.parametrize("cmd", [["bench", "no-such-model.gguf"],
-                                 ["perplexity", "no-such-model.gguf", "-f", "/dev/null"]])
+                                 ["perplexity", "no-such-model.gguf", "-f", "/dev/null"],
+                                 ["serve", "no-such-model.gguf"], ["viz", "no-such-model.gguf"]])
 def test_subcommands_check_kv_and_numerics_flags_before_the_model(cmd):
     for args, needle in ((["--cache-type", "q8_0"], "--cache-type"),
                          (["--numerics", "bogus"], "--numerics")):
