@@ -1,5 +1,6 @@
-// Stage 17 (HTTP): the completion routes — request → prompt tokens → job; events →
-// OpenAI response JSON or SSE chunks (chat.completion[.chunk], text_completion).
+// Stage 17 (HTTP): the OpenAI completion routes — the request parsed (api.cpp) and run
+// on the shared path (job.cpp); its events → OpenAI response JSON or SSE chunks
+// (chat.completion[.chunk], text_completion).
 #include <fmt/format.h>
 
 #include "server/routes.h"

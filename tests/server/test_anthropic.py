@@ -220,6 +220,17 @@ def test_image_and_document_blocks_are_400_naming_them(server, block, named):
     ({"stop_sequences": "x"}, "stop_sequences"),
     ({"tool_choice": {"type": "tool", "name": "nope"}, "tools": TOOLS}, "nope"),
     ({"tools": [{"name": "f"}]}, "input_schema"),
+    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "web_search_20250305"),
+    ({"tool_choice": {"type": "sometimes"}}, "sometimes"),
+    ({"system": [{"type": "image"}]}, "system[0]"),
+    ({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]}, "assistant"),
+    ({"messages": [*ASK, {"role": "assistant", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": "x"}]}, *ASK]}, "messages[1].content[0]"),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "is_error": "yes"}]}]}, "is_error"),
 ])
 def test_unsupported_or_bad_fields_are_400_naming_them(server, extra, named):
     body = {"model": "smol", "max_tokens": 4, "messages": ASK, **extra}
