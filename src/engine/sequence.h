@@ -106,6 +106,8 @@ class SequenceState {
 
   bool done() const { return stop_ != SeqStop::kNone; }
   SeqStop stop() const { return stop_; }
+  // kStopString: the stop string that ended the text (empty otherwise).
+  std::string_view stop_string() const { return stops_.matched(); }
   int32_t n_prompt() const { return n_prompt_; }
   int32_t n_generated() const { return n_generated_; }
   int32_t cursor() const { return pos_; }  // position of the next fed token

@@ -37,9 +37,13 @@ StopMatcher::Feed StopMatcher::feed(std::string_view bytes) {
   // A stop string that starts before held_ would have left its start held (a started
   // match is a suffix that is a proper prefix of it), so searching held_ is enough.
   size_t best = std::string::npos;
-  for (const std::string& s : stops_) {
-    if (s.empty()) continue;
-    best = std::min(best, held_.find(s));
+  for (size_t i = 0; i < stops_.size(); ++i) {
+    if (stops_[i].empty()) continue;
+    const size_t at = held_.find(stops_[i]);
+    if (at < best) {
+      best = at;
+      matched_ = static_cast<int32_t>(i);
+    }
   }
   if (best != std::string::npos) {
     out_.assign(held_, 0, best);
@@ -64,6 +68,7 @@ void StopMatcher::reset() {
   held_.clear();
   out_.clear();
   stopped_ = false;
+  matched_ = -1;
 }
 
 Utf8Emitter::Utf8Emitter(TextSink sink) : sink_(std::move(sink)) {

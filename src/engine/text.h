@@ -59,6 +59,11 @@ class StopMatcher {
   void reset();
 
   bool stopped() const { return stopped_; }
+  // The stop string that ended the stream (the one matching first; on a tie, the first
+  // listed); empty while none has.
+  std::string_view matched() const {
+    return matched_ < 0 ? std::string_view{} : std::string_view(stops_[matched_]);
+  }
   size_t held() const { return held_.size(); }
   const std::vector<std::string>& stops() const { return stops_; }
 
@@ -67,6 +72,7 @@ class StopMatcher {
   std::string held_;  // bytes that may begin a stop string
   std::string out_;   // the text returned by the last call
   bool stopped_ = false;
+  int32_t matched_ = -1;  // index into stops_
 };
 
 // Emits only valid UTF-8: holds the bytes of an unfinished sequence until the token

@@ -279,6 +279,38 @@ json error_body(const ApiError& e) {
   return json{{"error", {{"message", e.message}, {"type", e.type}, {"code", e.status}}}};
 }
 
+Dialect dialect_for_path(const std::string& path) {
+  return path == "/v1/messages" || path.starts_with("/v1/messages/") ? Dialect::kAnthropic
+                                                                     : Dialect::kOpenAI;
+}
+
+json anthropic_error_body(const ApiError& e) {
+  const char* type = "api_error";
+  switch (e.status) {
+    case 401:
+      type = "authentication_error";
+      break;
+    case 403:
+      type = "permission_error";
+      break;
+    case 404:
+      type = "not_found_error";
+      break;
+    case 413:
+      type = "request_too_large";
+      break;
+    case 429:
+      type = "rate_limit_error";
+      break;
+    case 503:
+      type = "overloaded_error";
+      break;
+    default:
+      if (e.status < 500) type = "invalid_request_error";
+  }
+  return json{{"type", "error"}, {"error", {{"type", type}, {"message", e.message}}}};
+}
+
 std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -298,6 +330,12 @@ std::optional<ApiError> parse_completion(const std::string& body, Endpoint endpo
                                          int32_t n_vocab, CompletionRequest& out) {
   json j;
   if (auto e = parse_object(body, j)) return e;
+  return parse_completion_json(j, endpoint, n_vocab, out);
+}
+
+std::optional<ApiError> parse_completion_json(const json& j, Endpoint endpoint, int32_t n_vocab,
+                                              CompletionRequest& out) {
+  if (!j.is_object()) return bad_request("the body must be a JSON object");
   out.endpoint = endpoint;
   if (const json* m = field(j, "model")) {
     if (!m->is_string()) return bad_request("'model' must be a string");

@@ -25,6 +25,16 @@ struct ApiError {
 };
 ApiError bad_request(std::string message);
 json error_body(const ApiError& e);
+
+// Which API's shapes a route speaks.
+enum class Dialect : uint8_t { kOpenAI, kAnthropic };
+// Anthropic's routes (/v1/messages and below).
+Dialect dialect_for_path(const std::string& path);
+// Anthropic's error shape: {"type":"error","error":{"type","message"}}, the type from
+// the status (400 invalid_request_error, 401 authentication_error, 403
+// permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error,
+// 503 overloaded_error, other 5xx api_error).
+json anthropic_error_body(const ApiError& e);
 // json::dump that never throws on invalid UTF-8 (replaced by U+FFFD).
 std::string dump(const json& j);
 
@@ -74,6 +84,9 @@ struct CompletionRequest {
 // bounds logit_bias ids and prompt token ids.
 std::optional<ApiError> parse_completion(const std::string& body, Endpoint endpoint,
                                          int32_t n_vocab, CompletionRequest& out);
+// The same on a parsed body (a dialect translated into OpenAI's fields).
+std::optional<ApiError> parse_completion_json(const json& body, Endpoint endpoint, int32_t n_vocab,
+                                              CompletionRequest& out);
 
 // Parses a JSON object body (bad JSON or a non-object → 400).
 std::optional<ApiError> parse_object(const std::string& body, json& out);

@@ -1,23 +1,13 @@
-// Stage 17 (HTTP): the completion routes — request → prompt tokens → job; events →
-// OpenAI response JSON or SSE chunks (chat.completion[.chunk], text_completion).
+// Stage 17 (HTTP): the OpenAI completion routes — the request parsed (api.cpp) and run
+// on the shared path (job.cpp); its events → OpenAI response JSON or SSE chunks
+// (chat.completion[.chunk], text_completion).
 #include <fmt/format.h>
 
-#include <random>
-
-#include "server/constraint.h"
 #include "server/routes.h"
 #include "server/tools.h"
 
 namespace minfer::server {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::string random_id(const char* prefix) {
-  thread_local std::mt19937_64 rng{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
-                                   std::random_device{}()};
-  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
-}
 
 const char* finish_reason(engine::SeqStop stop) {
   switch (stop) {
@@ -80,17 +70,13 @@ struct TextLogprobs {
   }
 };
 
-// Everything a streaming response needs across content-provider calls.
-struct StreamState {
-  std::shared_ptr<JobStream> stream;
+// OpenAI's stream: chat.completion.chunk / text_completion chunks, then [DONE].
+struct OpenAiStream {
   Endpoint endpoint = Endpoint::kChat;
   std::string id, model;
   int64_t created = 0;
   bool logprobs = false;
   bool include_usage = false;
-  bool sent_head = false;
-  bool finished = false;
-  std::atomic<int32_t>* open_streams = nullptr;  // ServerContext::open_streams
   TextLogprobs text_lp;
   std::unique_ptr<ToolCallParser> tools;  // tools in play: content and calls split
 };
@@ -105,12 +91,7 @@ json tool_calls_json(const std::vector<ToolCall>& calls) {
   return out;
 }
 
-// Content before the first call that is only whitespace is not content.
-bool blank(const std::string& s) {
-  return s.find_first_not_of(" \t\r\n") == std::string::npos;
-}
-
-json chunk_base(const StreamState& s) {
+json chunk_base(const OpenAiStream& s) {
   json j{{"id", s.id},
          {"object", s.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
          {"created", s.created},
@@ -124,7 +105,7 @@ std::string sse(const json& j) {
 
 // The SSE frames for one event (content, then on the final event the finish chunk and
 // the usage chunk); [DONE] is written by the caller.
-std::string frames_for(StreamState& s, const JobEvent& ev) {
+std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
   std::string out;
   const bool chat = s.endpoint == Endpoint::kChat;
   if (!ev.error.empty()) {
@@ -209,84 +190,27 @@ std::string frames_for(StreamState& s, const JobEvent& ev) {
   return out;
 }
 
-void note_counts(const JobEvent& ev) {
-  RequestLog& log = request_log();
-  log.n_prompt = ev.n_prompt;
-  log.n_generated = ev.n_generated;
-  log.n_reused = ev.n_reused;
-}
-
-// The client left mid-stream: the scheduler frees the slot at its next step and sends a
-// final event with the counts so far, which the request's log line reports under
-// status 499 (nginx's "client closed request"). A job cancelled while still queued
-// gets no event; its line then says what was known (the prompt, no completion).
-void client_gone(StreamState& st) {
-  st.stream->cancel();
-  request_log().status = 499;
-  const auto deadline = Clock::now() + std::chrono::seconds(2);
-  JobEvent ev;
-  while (Clock::now() < deadline) {
-    if (st.stream->pop(ev, std::chrono::milliseconds(50)) && ev.final) {
-      note_counts(ev);
-      return;
-    }
+class OpenAiSse final : public SseWriter {
+ public:
+  explicit OpenAiSse(OpenAiStream s) : s_(std::move(s)) {}
+  std::string head() override {
+    if (s_.endpoint != Endpoint::kChat) return {};
+    json c = chunk_base(s_);
+    c["choices"] = json::array({json{{"index", 0},
+                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}});
+    return sse(c);
   }
-}
+  std::string frames(const JobEvent& ev) override {
+    std::string out = frames_for(s_, ev);
+    if (ev.final) out += "data: [DONE]\n\n";
+    return out;
+  }
 
-void reply_stream(httplib::Response& res, std::shared_ptr<StreamState> st) {
-  res.set_header("Cache-Control", "no-cache");
-  // Counted until the response is gone (the releaser runs when httplib drops it, after
-  // the last chunk or a failed write).
-  if (st->open_streams != nullptr) st->open_streams->fetch_add(1, std::memory_order_acq_rel);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [st](size_t /*offset*/, httplib::DataSink& sink) {
-        if (!st->sent_head) {
-          st->sent_head = true;
-          if (st->endpoint == Endpoint::kChat) {
-            json c = chunk_base(*st);
-            c["choices"] = json::array({json{{"index", 0},
-                                             {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                             {"logprobs", nullptr},
-                                             {"finish_reason", nullptr}}});
-            const std::string f = sse(c);
-            if (!sink.write(f.data(), f.size())) {
-              client_gone(*st);
-              return false;
-            }
-          }
-          return true;
-        }
-        JobEvent ev;
-        if (!st->stream->pop(ev, std::chrono::milliseconds(200))) {
-          if (sink.is_writable()) return true;
-          client_gone(*st);
-          return false;
-        }
-        std::string frames = frames_for(*st, ev);
-        if (ev.final) {
-          note_counts(ev);
-          frames += "data: [DONE]\n\n";
-        }
-        if (!frames.empty() && !sink.write(frames.data(), frames.size())) {
-          if (ev.final) {
-            request_log().status = 499;  // the counts are noted: the request had ended
-          } else {
-            client_gone(*st);
-          }
-          return false;
-        }
-        if (ev.final) {
-          st->finished = true;
-          sink.done();
-        }
-        return true;
-      },
-      [st](bool /*success*/) {
-        if (!st->finished) st->stream->cancel();
-        if (st->open_streams != nullptr) st->open_streams->fetch_sub(1, std::memory_order_acq_rel);
-      });
-}
+ private:
+  OpenAiStream s_;
+};
 
 }  // namespace
 
@@ -297,88 +221,9 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
     return reply_error(res, *e);
   }
-  auto reject = [&](ApiError e) {
-    ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-    reply_error(res, e);
-  };
-  // Tools: the template's call format; required / named choice (and the generic
-  // format) become the request's grammar.
-  const ToolFormat format = tool_format(ctx.renderer.source());
-  if (endpoint == Endpoint::kChat && r.tools.active()) {
-    auto g = tool_grammar(r.tools, format);
-    if (!g.ok()) return reject(bad_request("tools: " + g.error().message));
-    if (!g->empty()) {
-      if (!r.grammar.empty()) {
-        return reject(bad_request(fmt::format(
-            "tools: the tool call format ({}) constrains the output here; it cannot be combined "
-            "with 'grammar', 'json_schema' or a JSON response_format",
-            tool_format_name(format))));
-      }
-      r.grammar = std::move(*g);
-    }
-  }
-  // Prompt tokens: the chat template's render, or the prompt text, or given ids.
-  std::vector<engine::TokenId> prompt;
-  if (endpoint == Endpoint::kChat || r.prompt) {
-    std::string text;
-    if (endpoint == Endpoint::kChat) {
-      auto rendered = r.tools.active() || r.tool_history
-                          ? render_tool_prompt(ctx.renderer, r.messages_json, r.tools, format)
-                          : ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
-      if (!rendered.ok()) {
-        return reject(bad_request("the chat template cannot render these messages: " +
-                                  rendered.error().message));
-      }
-      text = std::move(*rendered);
-    } else {
-      text = *r.prompt;
-    }
-    auto toks = chat::tokenize_prompt(ctx.tok, text);
-    if (!toks.ok())
-      return reject(bad_request("cannot tokenize the prompt: " + toks.error().message));
-    prompt = std::move(*toks);
-  } else {
-    prompt.assign(r.prompt_tokens.begin(), r.prompt_tokens.end());
-  }
-  const uint32_t n_ctx = ctx.scheduler.options().n_ctx;
-  if (prompt.empty()) return reject(bad_request("the prompt has no tokens"));
-  if (prompt.size() >= n_ctx) {
-    return reject(
-        ApiError{.status = 400,
-                 .type = "exceed_context_size_error",
-                 .message = fmt::format("the prompt has {} tokens; a request may use {} positions "
-                                        "(prompt + completion), see --n-ctx",
-                                        prompt.size(), n_ctx)});
-  }
-  request_log().n_prompt = static_cast<int32_t>(prompt.size());
-  r.seq.n_ctx = n_ctx;
-  std::unique_ptr<engine::TokenConstraint> constraint;
-  if (!r.grammar.empty()) {
-    auto c = make_grammar_constraint(r.grammar, ctx.vocab);
-    if (!c.ok()) return reject(bad_request("invalid grammar: " + c.error().message));
-    constraint = std::move(*c);
-  }
-  auto state = engine::SequenceState::create(ctx.tok, ctx.scheduler.token_bytes(), r.seq,
-                                             std::move(constraint));
-  if (!state.ok()) return reject(bad_request(state.error().message));
-
-  auto stream = std::make_shared<JobStream>();
-  switch (ctx.scheduler.submit(
-      Job{.prompt = std::move(prompt), .state = std::move(*state), .stream = stream})) {
-    case SubmitResult::kQueued:
-      break;
-    case SubmitResult::kQueueFull:
-      ctx.metrics.requests_queue_full.fetch_add(1, std::memory_order_relaxed);
-      return reply_error(res, ApiError{.status = 429,
-                                       .type = "rate_limit_error",
-                                       .message = "every slot is busy and the queue is full; "
-                                                  "retry later"});
-    case SubmitResult::kDraining:
-      return reply_error(res, ApiError{.status = 503,
-                                       .type = "unavailable_error",
-                                       .message = "the server is shutting down"});
-  }
-  ctx.metrics.requests_total.fetch_add(1, std::memory_order_relaxed);
+  SubmittedJob job;
+  if (auto e = submit_completion(ctx, r, job)) return reply_error(res, *e);
+  const ToolFormat format = job.format;
 
   const std::string model = r.model.empty() ? ctx.options.model_id : r.model;
   const std::string id = random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
@@ -386,39 +231,35 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
   if (r.stream) {
-    auto st = std::make_shared<StreamState>();
-    st->stream = stream;
-    st->endpoint = endpoint;
-    st->id = id;
-    st->model = model;
-    st->created = created;
-    st->logprobs = r.logprobs;
-    st->include_usage = r.include_usage;
-    st->open_streams = ctx.open_streams;
+    OpenAiStream st{.endpoint = endpoint,
+                    .id = id,
+                    .model = model,
+                    .created = created,
+                    .logprobs = r.logprobs,
+                    .include_usage = r.include_usage,
+                    .text_lp = {},
+                    .tools = nullptr};
     if (endpoint == Endpoint::kChat && r.tools.active()) {
-      st->tools = std::make_unique<ToolCallParser>(format, true);
+      st.tools = std::make_unique<ToolCallParser>(format, true);
     }
-    return reply_stream(res, std::move(st));
+    return reply_stream(ctx, res, std::move(job.stream),
+                        std::make_unique<OpenAiSse>(std::move(st)));
   }
 
   // Non-streaming: collect every event, then one response.
   std::string text;
   json chat_lp = json::array();
   TextLogprobs text_lp;
-  JobEvent ev;
-  for (;;) {
-    if (!stream->pop(ev, std::chrono::milliseconds(1000))) continue;
-    text += ev.text;
+  const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& e) {
+    text += e.text;
     if (r.logprobs) {
       if (endpoint == Endpoint::kChat) {
-        append_chat_logprobs(chat_lp, ev.logprobs);
+        append_chat_logprobs(chat_lp, e.logprobs);
       } else {
-        text_lp.append(ev.logprobs);
+        text_lp.append(e.logprobs);
       }
     }
-    if (ev.final) break;
-  }
-  note_counts(ev);
+  });
   if (!ev.error.empty()) {
     return reply_error(
         res, ApiError{.status = ev.error_status,

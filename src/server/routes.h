@@ -8,6 +8,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "chat/renderer.h"
 #include "grammar/token_mask.h"
@@ -15,6 +19,7 @@
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/server.h"
+#include "server/tools.h"
 
 namespace minfer::server {
 
@@ -43,11 +48,63 @@ struct RequestLog {
 RequestLog& request_log();
 
 void reply_json(httplib::Response& res, const json& body, int status = 200);
-void reply_error(httplib::Response& res, const ApiError& e);
+// The error in the route's dialect (OpenAI's, or Anthropic's on /v1/messages*).
+void reply_error(httplib::Response& res, const ApiError& e, Dialect dialect = Dialect::kOpenAI);
+
+// --- The request path every generating route shares (server/job.cpp) ---------------
+// A dialect's route parses its body into a CompletionRequest; from there the prompt
+// render, the sequence state, the scheduler and the event stream are one path.
+
+// prefix + 24 random hex digits ("chatcmpl-", "msg_", "toolu_").
+std::string random_id(const char* prefix);
+// Only whitespace (content before a tool call that is only whitespace is not content).
+bool blank(const std::string& s);
+
+// The prompt's tokens: a chat request's messages (with its tools, in the template's
+// tool `format`) rendered by the chat template, or the prompt text, tokenized; or the
+// given ids. Errors are 400s.
+std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionRequest& r,
+                                      ToolFormat format, std::vector<engine::TokenId>& out);
+
+// A request taken by the scheduler.
+struct SubmittedJob {
+  std::shared_ptr<JobStream> stream;
+  ToolFormat format = ToolFormat::kGeneric;  // the template's tool-call format
+  int32_t n_prompt = 0;
+};
+// Tool grammar, prompt, grammar constraint and sequence state, then the scheduler.
+// An error (counted as rejected; a full queue is 429, a drain 503) means nothing runs.
+std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest& r,
+                                          SubmittedJob& out);
+
+// The final event's token counts, for the request's log line.
+void note_counts(const JobEvent& ev);
+// Non-streaming: waits for the job's events, calling `on_event` for each, and returns
+// the final one (its counts noted for the request log).
+JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event);
+
+// A streaming response's frames in one dialect.
+class SseWriter {
+ public:
+  virtual ~SseWriter() = default;
+  // Written before the first event.
+  virtual std::string head() = 0;
+  // The frames of one event; for the final event, everything up to the stream's end.
+  virtual std::string frames(const JobEvent& ev) = 0;
+};
+// Streams the job's events as server-sent events through `writer`; a client that
+// leaves cancels the job.
+void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
+                  std::unique_ptr<SseWriter> writer);
 
 // POST /v1/chat/completions and /v1/completions (stream and not).
 // `body`: the request body, read under --max-body.
 void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body,
                        httplib::Response& res);
+
+// Anthropic's Messages API (server/messages.cpp): POST /v1/messages (stream and not)
+// and POST /v1/messages/count_tokens.
+void handle_messages(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_count_tokens(ServerContext& ctx, const std::string& body, httplib::Response& res);
 
 }  // namespace minfer::server

@@ -370,6 +370,7 @@ Status Scheduler::step() {
     } else {
       je.final = true;
       je.stop = ev.stop;
+      je.stop_string = s->job.state->stop_string();
       finish(*s, std::move(je), /*keep_cells=*/true, Outcome::kCompleted);
     }
   }

@@ -39,8 +39,9 @@ struct JobEvent {
   std::vector<LogprobEntry> logprobs;
   bool final = false;
   engine::SeqStop stop = engine::SeqStop::kNone;
-  std::string error;       // final with an error: the request failed (message for the client)
-  int error_status = 500;  // its HTTP status: 503 when the server is shutting down
+  std::string stop_string;  // stop kStopString: which of the request's stop strings
+  std::string error;        // final with an error: the request failed (message for the client)
+  int error_status = 500;   // its HTTP status: 503 when the server is shutting down
   int32_t n_prompt = 0;
   int32_t n_generated = 0;
   int32_t n_reused = 0;  // prompt tokens taken from cached cells

@@ -239,7 +239,7 @@ bool has_body(const Request& req) {
 // Reads the body through httplib's content reader, keeping at most `limit` bytes: the
 // reader stops at the first piece past it (chunked or sized alike), the reply is 413
 // and the connection ends after it. False when the reply is written.
-bool read_body(const httplib::ContentReader& reader, size_t limit, Response& res,
+bool read_body(const httplib::ContentReader& reader, size_t limit, Dialect dialect, Response& res,
                std::string& body) {
   bool over = false;
   const bool ok = reader([&](const char* data, size_t n) {
@@ -251,8 +251,8 @@ bool read_body(const httplib::ContentReader& reader, size_t limit, Response& res
     return true;
   });
   if (ok) return true;
-  reply_error(res,
-              over ? body_too_large(limit) : bad_request("the request body could not be read"));
+  reply_error(res, over ? body_too_large(limit) : bad_request("the request body could not be read"),
+              dialect);
   mark_close_after_response(res);
   return false;
 }
@@ -282,8 +282,9 @@ void reply_json(Response& res, const json& body, int status) {
   res.set_content(dump(body), "application/json");
 }
 
-void reply_error(Response& res, const ApiError& e) {
-  reply_json(res, error_body(e), e.status);
+void reply_error(Response& res, const ApiError& e, Dialect dialect) {
+  reply_json(res, dialect == Dialect::kAnthropic ? anthropic_error_body(e) : error_body(e),
+             e.status);
 }
 
 Status serve(engine::Engine& engine, const ServerOptions& options) {
@@ -347,8 +348,9 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     }
     // Echo the headers asked for (the OpenAI SDKs send their own x-stainless-* ones).
     const std::string headers = req.get_header_value("Access-Control-Request-Headers");
-    res.set_header("Access-Control-Allow-Headers",
-                   headers.empty() ? "Authorization, Content-Type" : headers);
+    res.set_header(
+        "Access-Control-Allow-Headers",
+        headers.empty() ? "Authorization, Content-Type, x-api-key, anthropic-version" : headers);
     res.set_header("Access-Control-Max-Age", "600");
   });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
@@ -359,12 +361,18 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
       // EventSource cannot send headers: the view's data routes take ?api_key= too.
       const bool query_key = req.path.rfind("/viz/", 0) == 0 && req.has_param("api_key") &&
                              req.get_param_value("api_key") == options.api_key;
-      if (req.get_header_value("Authorization") != want && !query_key) {
+      // Anthropic's clients send the key as x-api-key; any route takes either header.
+      const bool header_key =
+          req.get_header_value("Authorization") == want ||
+          (req.has_header("x-api-key") && req.get_header_value("x-api-key") == options.api_key);
+      if (!header_key && !query_key) {
         metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-        reply_error(res, ApiError{.status = 401,
-                                  .type = "authentication_error",
-                                  .message = "invalid or missing API key "
-                                             "(Authorization: Bearer KEY)"});
+        reply_error(res,
+                    ApiError{.status = 401,
+                             .type = "authentication_error",
+                             .message = "invalid or missing API key "
+                                        "(Authorization: Bearer KEY, or x-api-key: KEY)"},
+                    dialect_for_path(req.path));
         if (has_body(req)) mark_close_after_response(res);  // the body stays unread
         return HandlerResponse::Handled;
       }
@@ -376,7 +384,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
       const bool post_route = req.method == "POST" && routes.has(req.path, "POST");
       if (post_route && req.get_header_value<uint64_t>("Content-Length") > options.max_body_bytes) {
         metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
-        reply_error(res, body_too_large(options.max_body_bytes));
+        reply_error(res, body_too_large(options.max_body_bytes), dialect_for_path(req.path));
         mark_close_after_response(res);
         return HandlerResponse::Handled;
       }
@@ -384,9 +392,9 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
         if (routes.known(req.path)) {
           const std::string allow = routes.allow(req.path);
           res.set_header("Allow", allow);
-          reply_error(res, method_not_allowed(req, allow));
+          reply_error(res, method_not_allowed(req, allow), dialect_for_path(req.path));
         } else {
-          reply_error(res, no_such_route());
+          reply_error(res, no_such_route(), dialect_for_path(req.path));
         }
         mark_close_after_response(res);
         return HandlerResponse::Handled;
@@ -406,7 +414,7 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
     if (res.status == 404 && routes.known(req.path)) {
       const std::string allow = routes.allow(req.path);
       res.set_header("Allow", allow);
-      reply_error(res, method_not_allowed(req, allow));
+      reply_error(res, method_not_allowed(req, allow), dialect_for_path(req.path));
       return HandlerResponse::Handled;
     }
     std::string message = res.status == 404   ? "no such route"
@@ -414,11 +422,12 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
                           : res.status == 405 ? "method not allowed"
                                               : fmt::format("HTTP {}", res.status);
     reply_error(res,
-                ApiError{.status = res.status, .type = error_type(res.status), .message = message});
+                ApiError{.status = res.status, .type = error_type(res.status), .message = message},
+                dialect_for_path(req.path));
     return HandlerResponse::Handled;
   };
   svr.set_error_handler(on_error);
-  svr.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+  svr.set_exception_handler([](const Request& req, Response& res, std::exception_ptr ep) {
     std::string what = "unexpected exception";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -426,7 +435,8 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
       what = e.what();
     } catch (...) {
     }
-    reply_error(res, ApiError{.status = 500, .type = "server_error", .message = what});
+    reply_error(res, ApiError{.status = 500, .type = "server_error", .message = what},
+                dialect_for_path(req.path));
   });
   svr.set_logger([](const Request& req, const Response& res) {
     // Bytes of a body left unread, which httplib parsed as a request: not a request.
@@ -459,10 +469,10 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
   // chunked body whole whatever its payload limit).
   auto post = [&](const std::string& path, std::function<void(const std::string&, Response&)> h) {
     routes.add(path, "POST");
-    svr.Post(path, [&options, &metrics, h = std::move(h)](const Request&, Response& res,
+    svr.Post(path, [&options, &metrics, h = std::move(h)](const Request& req, Response& res,
                                                           const httplib::ContentReader& reader) {
       std::string body;
-      if (!read_body(reader, options.max_body_bytes, res, body)) {
+      if (!read_body(reader, options.max_body_bytes, dialect_for_path(req.path), res, body)) {
         metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
         return;
       }
@@ -516,6 +526,11 @@ Status serve(engine::Engine& engine, const ServerOptions& options) {
       handle_completion(ctx, Endpoint::kCompletion, body, res);
     });
   }
+  // Anthropic's Messages API (its SDKs post to {base_url}/v1/messages).
+  post("/v1/messages",
+       [&](const std::string& body, Response& res) { handle_messages(ctx, body, res); });
+  post("/v1/messages/count_tokens",
+       [&](const std::string& body, Response& res) { handle_count_tokens(ctx, body, res); });
   post("/tokenize",
        [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
   post("/detokenize",

@@ -57,6 +57,19 @@ TEST(StopMatcher, EarliestCompletedMatchWins) {
   EXPECT_EQ(run({"bc", "abc"}, {"xab", "c"}), std::make_pair(std::string("x"), true));
 }
 
+TEST(StopMatcher, MatchedNamesTheStopThatEndedTheText) {
+  StopMatcher m({"bc", "abc", "zz"});
+  EXPECT_EQ(m.matched(), "");
+  EXPECT_FALSE(m.feed("xab").stopped);
+  EXPECT_EQ(m.matched(), "");
+  EXPECT_TRUE(m.feed("c").stopped);
+  EXPECT_EQ(m.matched(), "abc");  // it starts first, so it ended the text
+  m.reset();
+  EXPECT_EQ(m.matched(), "");
+  EXPECT_TRUE(m.feed("q zz").stopped);
+  EXPECT_EQ(m.matched(), "zz");
+}
+
 TEST(StopMatcher, HeldBytesAreTextWhenTheStreamEnds) {
   EXPECT_EQ(run({"</s>"}, {"end </"}), std::make_pair(std::string("end </"), false));
 }

@@ -73,6 +73,26 @@ TEST(Api, error_body_has_the_openai_shape) {
   EXPECT_EQ(dump(json{{"t", std::string("\xff")}}), "{\"t\":\"\xEF\xBF\xBD\"}");  // never throws
 }
 
+TEST(Api, anthropic_routes_get_anthropics_error_shape_and_types) {
+  EXPECT_EQ(dialect_for_path("/v1/messages"), Dialect::kAnthropic);
+  EXPECT_EQ(dialect_for_path("/v1/messages/count_tokens"), Dialect::kAnthropic);
+  EXPECT_EQ(dialect_for_path("/v1/messagesx"), Dialect::kOpenAI);
+  EXPECT_EQ(dialect_for_path("/v1/chat/completions"), Dialect::kOpenAI);
+  const json j = anthropic_error_body(bad_request("nope"));
+  EXPECT_EQ(dump(j),
+            R"({"type":"error","error":{"type":"invalid_request_error","message":"nope"}})");
+  const std::pair<int, const char*> types[] = {
+      {400, "invalid_request_error"}, {401, "authentication_error"},
+      {403, "permission_error"},      {404, "not_found_error"},
+      {405, "invalid_request_error"}, {413, "request_too_large"},
+      {429, "rate_limit_error"},      {500, "api_error"},
+      {503, "overloaded_error"}};
+  for (const auto& [status, type] : types) {
+    const json e = anthropic_error_body(ApiError{.status = status, .type = "x", .message = "m"});
+    EXPECT_EQ(e["error"]["type"], type) << status;
+  }
+}
+
 TEST(Api, good_request_fills_the_options) {
   CompletionRequest r;
   ASSERT_FALSE(chat(R"({"model": "m", "messages": [{"role": "developer", "content": "be brief"},

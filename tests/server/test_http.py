@@ -103,7 +103,8 @@ def test_cors_preflight_echoes_requested_headers_and_allows_route_method(server)
     # Without requested headers: the ones the API uses.
     st, h, _ = preflight(server, "/v1/models", "GET")
     assert st == 204 and h["Access-Control-Allow-Methods"] == "GET, HEAD, OPTIONS"
-    assert h["Access-Control-Allow-Headers"] == "Authorization, Content-Type"
+    assert h["Access-Control-Allow-Headers"] == \
+        "Authorization, Content-Type, x-api-key, anthropic-version"
 
 
 @needs_model

@@ -1,0 +1,214 @@
+// Stage 17 (HTTP): the request path the generating routes share — a parsed request →
+// prompt tokens → sequence state → scheduler; its events collected whole or streamed as
+// server-sent events in the route's dialect (server/routes.h).
+// Invariant: every dialect reaches the engine through submit_completion only.
+#include <fmt/format.h>
+
+#include <random>
+
+#include "server/constraint.h"
+#include "server/routes.h"
+
+namespace minfer::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The client left mid-stream: the scheduler frees the slot at its next step and sends a
+// final event with the counts so far, which the request's log line reports under
+// status 499 (nginx's "client closed request"). A job cancelled while still queued
+// gets no event; its line then says what was known (the prompt, no completion).
+void client_gone(JobStream& stream) {
+  stream.cancel();
+  request_log().status = 499;
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  JobEvent ev;
+  while (Clock::now() < deadline) {
+    if (stream.pop(ev, std::chrono::milliseconds(50)) && ev.final) {
+      note_counts(ev);
+      return;
+    }
+  }
+}
+
+// Everything a streaming response needs across content-provider calls.
+struct StreamState {
+  std::shared_ptr<JobStream> stream;
+  std::unique_ptr<SseWriter> writer;
+  bool sent_head = false;
+  bool finished = false;
+  std::atomic<int32_t>* open_streams = nullptr;  // ServerContext::open_streams
+};
+
+}  // namespace
+
+void note_counts(const JobEvent& ev) {
+  RequestLog& log = request_log();
+  log.n_prompt = ev.n_prompt;
+  log.n_generated = ev.n_generated;
+  log.n_reused = ev.n_reused;
+}
+
+std::string random_id(const char* prefix) {
+  thread_local std::mt19937_64 rng{(static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                   std::random_device{}()};
+  return fmt::format("{}{:016x}{:08x}", prefix, rng(), static_cast<uint32_t>(rng()));
+}
+
+bool blank(const std::string& s) {
+  return s.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionRequest& r,
+                                      ToolFormat format, std::vector<engine::TokenId>& out) {
+  const bool chat = r.endpoint == Endpoint::kChat;
+  if (!chat && !r.prompt) {
+    out.assign(r.prompt_tokens.begin(), r.prompt_tokens.end());
+    return {};
+  }
+  std::string text;
+  if (chat) {
+    auto rendered = r.tools.active() || r.tool_history
+                        ? render_tool_prompt(ctx.renderer, r.messages_json, r.tools, format)
+                        : ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) {
+      return bad_request("the chat template cannot render these messages: " +
+                         rendered.error().message);
+    }
+    text = std::move(*rendered);
+  } else {
+    text = *r.prompt;
+  }
+  auto toks = chat::tokenize_prompt(ctx.tok, text);
+  if (!toks.ok()) return bad_request("cannot tokenize the prompt: " + toks.error().message);
+  out = std::move(*toks);
+  return {};
+}
+
+std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest& r,
+                                          SubmittedJob& out) {
+  auto reject = [&](ApiError e) -> std::optional<ApiError> {
+    ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    return e;
+  };
+  // Tools: the template's call format; required / named choice (and the generic
+  // format) become the request's grammar.
+  out.format = tool_format(ctx.renderer.source());
+  if (r.endpoint == Endpoint::kChat && r.tools.active()) {
+    auto g = tool_grammar(r.tools, out.format);
+    if (!g.ok()) return reject(bad_request("tools: " + g.error().message));
+    if (!g->empty()) {
+      if (!r.grammar.empty()) {
+        return reject(bad_request(fmt::format(
+            "tools: the tool call format ({}) constrains the output here; it cannot be combined "
+            "with 'grammar', 'json_schema' or a JSON response_format",
+            tool_format_name(out.format))));
+      }
+      r.grammar = std::move(*g);
+    }
+  }
+  std::vector<engine::TokenId> prompt;
+  if (auto e = prompt_tokens(ctx, r, out.format, prompt)) return reject(*e);
+  const uint32_t n_ctx = ctx.scheduler.options().n_ctx;
+  if (prompt.empty()) return reject(bad_request("the prompt has no tokens"));
+  if (prompt.size() >= n_ctx) {
+    return reject(
+        ApiError{.status = 400,
+                 .type = "exceed_context_size_error",
+                 .message = fmt::format("the prompt has {} tokens; a request may use {} positions "
+                                        "(prompt + completion), see --n-ctx",
+                                        prompt.size(), n_ctx)});
+  }
+  out.n_prompt = static_cast<int32_t>(prompt.size());
+  request_log().n_prompt = out.n_prompt;
+  r.seq.n_ctx = n_ctx;
+  std::unique_ptr<engine::TokenConstraint> constraint;
+  if (!r.grammar.empty()) {
+    auto c = make_grammar_constraint(r.grammar, ctx.vocab);
+    if (!c.ok()) return reject(bad_request("invalid grammar: " + c.error().message));
+    constraint = std::move(*c);
+  }
+  auto state = engine::SequenceState::create(ctx.tok, ctx.scheduler.token_bytes(), r.seq,
+                                             std::move(constraint));
+  if (!state.ok()) return reject(bad_request(state.error().message));
+
+  out.stream = std::make_shared<JobStream>();
+  switch (ctx.scheduler.submit(
+      Job{.prompt = std::move(prompt), .state = std::move(*state), .stream = out.stream})) {
+    case SubmitResult::kQueued:
+      break;
+    case SubmitResult::kQueueFull:
+      ctx.metrics.requests_queue_full.fetch_add(1, std::memory_order_relaxed);
+      return ApiError{.status = 429,
+                      .type = "rate_limit_error",
+                      .message = "every slot is busy and the queue is full; retry later"};
+    case SubmitResult::kDraining:
+      return ApiError{
+          .status = 503, .type = "unavailable_error", .message = "the server is shutting down"};
+  }
+  ctx.metrics.requests_total.fetch_add(1, std::memory_order_relaxed);
+  return {};
+}
+
+JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event) {
+  JobEvent ev;
+  for (;;) {
+    if (!stream.pop(ev, std::chrono::milliseconds(1000))) continue;
+    on_event(ev);
+    if (ev.final) break;
+  }
+  note_counts(ev);
+  return ev;
+}
+
+void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
+                  std::unique_ptr<SseWriter> writer) {
+  auto st = std::make_shared<StreamState>();
+  st->stream = std::move(stream);
+  st->writer = std::move(writer);
+  st->open_streams = ctx.open_streams;
+  res.set_header("Cache-Control", "no-cache");
+  // Counted until the response is gone (the releaser runs when httplib drops it, after
+  // the last chunk or a failed write).
+  if (st->open_streams != nullptr) st->open_streams->fetch_add(1, std::memory_order_acq_rel);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [st](size_t /*offset*/, httplib::DataSink& sink) {
+        if (!st->sent_head) {
+          st->sent_head = true;
+          const std::string f = st->writer->head();
+          if (!f.empty() && !sink.write(f.data(), f.size())) {
+            client_gone(*st->stream);
+            return false;
+          }
+          return true;
+        }
+        JobEvent ev;
+        if (!st->stream->pop(ev, std::chrono::milliseconds(200))) {
+          if (sink.is_writable()) return true;
+          client_gone(*st->stream);
+          return false;
+        }
+        const std::string frames = st->writer->frames(ev);
+        if (ev.final) note_counts(ev);
+        if (!frames.empty() && !sink.write(frames.data(), frames.size())) {
+          if (ev.final) {
+            request_log().status = 499;  // the counts are noted: the request had ended
+          } else {
+            client_gone(*st->stream);
+          }
+          return false;
+        }
+        if (ev.final) {
+          st->finished = true;
+          sink.done();
+        }
+        return true;
+      },
+      [st](bool /*success*/) {
+        if (!st->finished) st->stream->cancel();
+        if (st->open_streams != nullptr) st->open_streams->fetch_sub(1, std::memory_order_acq_rel);
+      });
+}
+
+}  // namespace minfer::server
