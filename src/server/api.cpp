@@ -16,12 +16,6 @@ namespace {
 
 using Opt = std::optional<ApiError>;
 
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 Opt number(const json& j, const char* key, double lo, double hi, float& out) {
   const json* v = field(j, key);
   if (!v) return {};
@@ -277,6 +271,12 @@ ApiError bad_request(std::string message) {
 
 json error_body(const ApiError& e) {
   return json{{"error", {{"message", e.message}, {"type", e.type}, {"code", e.status}}}};
+}
+
+const json* field(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return nullptr;
+  return &*it;
 }
 
 Dialect dialect_for_path(const std::string& path) {

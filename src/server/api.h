@@ -26,6 +26,10 @@ struct ApiError {
 ApiError bad_request(std::string message);
 json error_body(const ApiError& e);
 
+// A request member that is present and not null (JSON null reads as absent, as OpenAI's
+// and Anthropic's servers treat it); nullptr otherwise.
+const json* field(const json& j, const char* key);
+
 // Which API's shapes a route speaks.
 enum class Dialect : uint8_t { kOpenAI, kAnthropic };
 // Anthropic's routes (/v1/messages and below).

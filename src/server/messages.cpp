@@ -19,12 +19,6 @@ namespace {
 
 using Opt = std::optional<ApiError>;
 
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 std::string block_type(const json& b) {
   const json* t = b.is_object() ? field(b, "type") : nullptr;
   return t && t->is_string() ? t->get<std::string>() : std::string();

@@ -13,12 +13,6 @@ namespace {
 
 using Opt = std::optional<ApiError>;
 
-const json* field(const json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
 bool valid_name(const std::string& n) {
   if (n.empty() || n.size() > 64) return false;
   for (char c : n) {

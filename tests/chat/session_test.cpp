@@ -44,6 +44,19 @@ ConversationOptions sampled(std::vector<float>* first_logits, bool* want) {
   return o;
 }
 
+// A conversation of one turn on `e`, saved to `path`; returns its cursor (the tests that
+// only need a saved file).
+size_t save_one_turn(testing::TinyEngine& e, const std::string& path) {
+  std::vector<float> l;
+  bool w = false;
+  auto c = make_conversation(*e, kChatMl, sampled(&l, &w));
+  EXPECT_TRUE(c);
+  if (!c) return 0;
+  turn(*c, "hello");
+  EXPECT_TRUE(c->save(path).ok());
+  return c->cursor();
+}
+
 TEST(Session, ResumeRunsZeroForwardsAndContinuesLikeAnUninterruptedSessionBitwise) {
   TempPath file("resume");
   auto a = chat_engine(512, "sess-a");
@@ -116,17 +129,15 @@ TEST(Session, ResumeIntoALargerContextWorksAndIntoATooSmallOneIsRefused) {
   TempPath file("ctx");
   auto a = chat_engine(256, "sess-ctx-a");
   ASSERT_TRUE(a.engine);
+  const size_t cursor = save_one_turn(a, file.path);
   std::vector<float> l;
   bool w = false;
-  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
-  turn(*ca, "hello");
-  ASSERT_TRUE(ca->save(file.path).ok());
   {
     auto big = chat_engine(1024, "sess-ctx-big");
     auto c = make_conversation(*big, kChatMl, sampled(&l, &w));
     auto info = c->load(file.path);
     ASSERT_TRUE(info.ok()) << info.error().message;
-    EXPECT_EQ(info->n_kv_tokens, ca->cursor());
+    EXPECT_EQ(info->n_kv_tokens, cursor);
   }
   auto small = chat_engine(16, "sess-ctx-small");
   auto c = make_conversation(*small, kChatMl, sampled(&l, &w));
@@ -141,11 +152,9 @@ TEST(Session, CorruptFileFailsItsChecksumAndNothingChanges) {
   TempPath file("corrupt");
   auto a = chat_engine(256, "sess-corrupt");
   ASSERT_TRUE(a.engine);
+  save_one_turn(a, file.path);
   std::vector<float> l;
   bool w = false;
-  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
-  turn(*ca, "hello");
-  ASSERT_TRUE(ca->save(file.path).ok());
   {
     std::fstream f(file.path, std::ios::binary | std::ios::in | std::ios::out);
     f.seekp(200);
@@ -168,11 +177,9 @@ TEST(Session, ChecksumIsXxh3OfEveryByteBeforeItAndVersion1FilesAreRefused) {
   TempPath file("xxh3");
   auto a = chat_engine(256, "sess-xxh3");
   ASSERT_TRUE(a.engine);
+  save_one_turn(a, file.path);
   std::vector<float> l;
   bool w = false;
-  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
-  turn(*ca, "hello");
-  ASSERT_TRUE(ca->save(file.path).ok());
   std::string bytes;
   {
     std::ifstream f(file.path, std::ios::binary);
@@ -226,11 +233,9 @@ TEST(Session, AFileSavedForAnotherModelIsRefused) {
   more.n_layer = 3;
   auto b = engine::testing::make_engine(more, 1, 256, "sess-refuse-b");
   ASSERT_TRUE(a.engine && b.engine);
+  save_one_turn(a, file.path);
   std::vector<float> l;
   bool w = false;
-  auto ca = make_conversation(*a, kChatMl, sampled(&l, &w));
-  turn(*ca, "hello");
-  ASSERT_TRUE(ca->save(file.path).ok());
   auto cb = make_conversation(*b, kChatMl, sampled(&l, &w));
   auto info = cb->load(file.path);
   ASSERT_FALSE(info.ok());
