@@ -662,6 +662,104 @@ TEST(Attention, LlamaCppNumericsAccumulateHalvesInF32Arithmetic_bitwise) {
   }
 }
 
+// llama.cpp's split-KV decode under --numerics llamacpp: one query row over 300 cells
+// (llama.cpp's KV view: 300 padded to 512, >= 512) is cut into one chunk per thread —
+// with 2 threads cells [0, 256) and [256, 300) — each walked from scratch in f16 and
+// combined in f32 as fma(acc, e^(M - M'), chunk · e^(m - M')); with 1 thread it is the
+// one walk. Both bitwise against reference loops here; the two differ (head size 256).
+TEST(Attention, LlamaCppNumericsSplitDecodeKvWalkPerThreadAsLlamaCpp_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const int hd = 256, nh = 2, nkv = 1, n_cells = 300, n_ctx = 320;
+  const auto vq = random_floats(nh * hd, 91, -3.0f, 3.0f);
+  const auto vk = random_floats(n_cells * nkv * hd, 92, -3.0f, 3.0f);
+  const auto vv = random_floats(n_cells * nkv * hd, 93, -8.0f, 8.0f);
+  // The reference: the f32-arithmetic walk over cells [lo, hi) of one head.
+  struct Part {
+    std::vector<uint16_t> acc;
+    float m, l;
+  };
+  auto walk = [&](int h, int lo, int hi) {
+    Part p{std::vector<uint16_t>(hd, 0), -INFINITY, 0.0f};
+    std::vector<uint16_t> q16(hd), k16(hd), v16(hd);
+    for (int i = 0; i < hd; ++i) q16[i] = fp32_to_fp16(vq[h * hd + i]);
+    for (int c = lo; c < hi; ++c) {
+      for (int i = 0; i < hd; ++i) {
+        k16[i] = fp32_to_fp16(vk[c * hd + i]);
+        v16[i] = fp32_to_fp16(vv[c * hd + i]);
+      }
+      const float sc = ggml_dot_f16_vec_scalar(hd, k16.data(), q16.data()) * 0.0625f;
+      float ms = 1.0f, vs = 1.0f;
+      if (sc > p.m) {
+        ms = std::exp(p.m - sc);
+        p.m = sc;
+        for (auto& a : p.acc) a = fp32_to_fp16(fp16_to_fp32(a) * ms);
+      } else {
+        vs = std::exp(sc - p.m);
+      }
+      for (int i = 0; i < hd; ++i) {
+        p.acc[i] = fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(p.acc[i])));
+      }
+      p.l = std::fma(p.l, ms, vs);
+    }
+    return p;
+  };
+  int differ = 0;
+  for (const int threads : {2, 1}) {
+    GraphBuilder b;
+    NodeId q = b.input("q", DType::kF32, {hd, nh, 1});
+    NodeId k = b.input("k", DType::kF32, {hd * nkv, n_cells});
+    NodeId v = b.input("v", DType::kF32, {hd * nkv, n_cells});
+    NodeId cells = b.input("cells", DType::kI32, {n_cells});
+    NodeId win = b.input("win", DType::kI32, {2, 1});
+    NodeId rk = b.kv_region(0, KvKind::kK, DType::kF16, {hd * nkv, n_ctx});
+    NodeId rv = b.kv_region(0, KvKind::kV, DType::kF16, {hd * nkv, n_ctx});
+    NodeId out = b.attention(q, b.kv_store(rk, k, cells), b.kv_store(rv, v, cells), win,
+                             {.n_head = nh,
+                              .n_head_kv = nkv,
+                              .scale = 0.0625f,
+                              .causal = true,
+                              .layer = 0,
+                              .ggml_f16 = true});
+    b.mark_output(out);
+    CpuRig rig(CpuBackendOptions{.n_threads = threads,
+                                 .isa = CpuIsa::kAvx2,
+                                 .llamacpp_numerics = true,
+                                 .llamacpp_fa_f16_arith = false});
+    const auto& g = rig.load(b.finish(), 1, n_ctx);
+    std::vector<int32_t> cl(n_cells);
+    for (int c = 0; c < n_cells; ++c) cl[c] = c;
+    const int32_t wl[2] = {0, n_cells};
+    rig.fill_f32(g, "q", vq);
+    rig.fill_f32(g, "k", vk);
+    rig.fill_f32(g, "v", vv);
+    rig.fill_i32(g, "cells", cl);
+    rig.fill_i32(g, "win", wl);
+    ASSERT_TRUE(rig.run(g).ok());
+    const auto got = rig.read(g, out);
+    for (int h = 0; h < nh; ++h) {
+      const Part whole = walk(h, 0, n_cells);
+      std::vector<float> want(hd);
+      if (threads == 1) {
+        for (int i = 0; i < hd; ++i) want[i] = fp16_to_fp32(whole.acc[i]) * (1.0f / whole.l);
+      } else {
+        const Part a = walk(h, 0, 256), c = walk(h, 256, n_cells);
+        const float mm = std::fmax(a.m, c.m);
+        const float sa = std::exp(a.m - mm), sc = std::exp(c.m - mm);
+        const float l = std::fma(a.l, sa, c.l * sc);
+        for (int i = 0; i < hd; ++i) {
+          want[i] = std::fma(fp16_to_fp32(a.acc[i]), sa, fp16_to_fp32(c.acc[i]) * sc) * (1.0f / l);
+          differ += want[i] != fp16_to_fp32(whole.acc[i]) * (1.0f / whole.l);
+        }
+      }
+      for (int i = 0; i < hd; ++i) {
+        ASSERT_EQ(fp32_to_bits(got[h * hd + i]), fp32_to_bits(want[i]))
+            << "threads " << threads << " h " << h << " i " << i;
+      }
+    }
+  }
+  EXPECT_GT(differ, 0);  // the split is another order than the one walk
+}
+
 TEST(Attention, WindowRunsAndLoudBounds) {
   CpuRig rig(2);
   AttnGraph ag;

@@ -46,6 +46,12 @@ void ggml_fa_tiled_row(int64_t hd, int64_t hd_v, const float* q, const uint16_t*
                        int64_t k_stride, const uint16_t* v, int64_t v_stride, const int32_t* cells,
                        int64_t n_cells, float scale, float* acc, float* out);
 
+// llama.cpp's KV view: the used cells padded to kGgmlKvPad, at least kGgmlKvPad
+// (llama-kv-cache.cpp get_n_kv); a one-token ubatch over a view of >= kGgmlFaSplitKvMin
+// cells takes its split-KV flash attention (ops.cpp, use_split_kv_path).
+inline constexpr int64_t kGgmlKvPad = 256;
+inline constexpr int64_t kGgmlFaSplitKvMin = 512;
+
 // AVX2 twin of ggml_dot_f16_vec_scalar (vec_dot.h: ggml_vec_dot_f16's 4 × 16 f32 lanes
 // over 64-element steps, _mm512_reduce_add_ps's tree, the tail in double).
 float ggml_dot_f16_vec_avx2_fa(int64_t n, const uint16_t* x, const uint16_t* y);
