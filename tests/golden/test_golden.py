@@ -703,6 +703,38 @@ def test_llamacpp_numerics_reproduce_llamacpp_default_repack_build_bit_for_bit(g
     check_llamacpp_bit_for_bit(gdir, hold_long_prompts=False)
 
 
+# llama.cpp's command-line tool at its defaults (flash attention auto, f16 KV,
+# -b 2048 -ub 512), greedy, -c 1024 -t 2, from a GGML_NATIVE=OFF build with the
+# AVX2/AVX-512 flags on (f16 flash-attention helpers in f32 arithmetic), recorded by
+# tools/reference/parity_cli.py --record: the prompt, the bytes it printed.
+CLI_GOLDEN_DIR = GOLDEN_DIR / "cli"
+
+
+@pytest.mark.parametrize("path", sorted(CLI_GOLDEN_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_llamacpp_numerics_print_llama_completions_text_bytewise(path):
+    """`--numerics llamacpp -t 2` prints llama-completion's 64 greedy tokens byte for byte:
+    Gemma 3 270M Q4_K_M (head size 256, where its flash attention's f32-arithmetic f16
+    accumulator and the f16-arithmetic one of `llamacpp-avx512fp16` give other text on
+    all 5 prompts, parting at bytes 2 to 209), prompts of 2 to 130 tokens (130: the tiled
+    kernel for the prefill)."""
+    caps = engine_caps()
+    if not caps["generate"]:
+        pytest.skip(caps["why"])
+    if not cpu_has_avx2():
+        pytest.skip("--numerics llamacpp runs on the AVX2 kernels; this CPU lacks AVX2/FMA/F16C")
+    golden = json.loads(path.read_text())
+    model = model_for(golden)
+    if sha256(model) != golden["model"]["sha256"]:
+        pytest.skip(f"{model} is not the file the goldens were recorded on (sha256 differs)")
+    with tempfile.TemporaryDirectory() as t:
+        for p in golden["prompts"]:
+            got = run_engine(model, p, golden["n_predict"], False, Path(t), extra=("--numerics", "llamacpp"))
+            want = base64.b64decode(p["generated_text_b64"])
+            at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            assert got == want, (f"{path.stem}/{p['name']}: llama-completion's text parts at byte {at}\n"
+                                 f" want {want[at:at + 40]!r}\n got  {got[at:at + 40]!r}")
+
+
 def top_k_ids(row: np.ndarray, k: int) -> np.ndarray:
     """The k largest logits' ids, ties to the lower id (a full lexsort's first k): every
     id whose logit reaches the k-th largest value, ordered by (-logit, id)."""

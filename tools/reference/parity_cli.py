@@ -12,12 +12,17 @@ identical. llama-completion prints text only, so the generated text bytes are co
 usage: parity_cli.py --llama-completion PATH [--minfer PATH] [--models A.gguf,B.gguf]
        [--prompts tools/reference/prompts/parity_cli.json] [--numerics default,llamacpp]
        [--fa auto,off] [--only NAME,NAME] [--out DIR]
+       parity_cli.py --llama-completion PATH --models ONE.gguf --only ... --record FILE.json
 Writes DIR/runs.json (every text) and prints a markdown table; a cell reads
 "identical/prompts" and, for each differing prompt, the byte where the texts part.
+--record writes llama-completion's texts at its defaults instead (the goldens of
+tests/data/golden/cli/, read by tests/golden/test_golden.py).
 """
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -75,6 +80,32 @@ def first_diff(a: bytes, b: bytes) -> int:
     return -1 if len(a) == len(b) else n
 
 
+def record(args, prompts: list[dict]) -> int:
+    names = args.models.split(",")
+    if len(names) != 1:
+        sys.exit("parity_cli: --record takes one model")
+    model = Path(names[0]) if "/" in names[0] else MODELS / names[0]
+    cmd = (f"llama-completion -m MODEL -p PROMPT -n {N_PREDICT} --temp 0 --top-k 1 --repeat-penalty 1 "
+           "-c 1024 -t 2 --no-display-prompt --no-escape -no-cnv (flash attention auto, f16 KV, "
+           "-b 2048 -ub 512: its defaults)")
+    rec = {
+        "format": "llama-completion greedy texts, version 1",
+        "reference": {"command": cmd, "build": args.build_note},
+        "model": {"file": model.name, "sha256": hashlib.sha256(model.read_bytes()).hexdigest()},
+        "n_predict": N_PREDICT,
+        "prompts": [],
+    }
+    for p in prompts:
+        text = run_llama(args.llama_completion, model, p["text"], "auto")
+        rec["prompts"].append({"name": p["name"], "text": p["text"],
+                               "generated_text_b64": base64.b64encode(text).decode(),
+                               "generated_text": text.decode("utf-8", "replace")})
+        print(f"{p['name']}: {text[:60]!r}", file=sys.stderr)
+    Path(args.record).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.record).write_text(json.dumps(rec, indent=1, ensure_ascii=False) + "\n")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-completion", required=True)
@@ -85,12 +116,16 @@ def main() -> int:
     ap.add_argument("--fa", default="auto,off")
     ap.add_argument("--only", default="", help="comma-separated prompt names")
     ap.add_argument("--out", default="/tmp/parity_cli")
+    ap.add_argument("--record", default="", help="write llama-completion's texts (one model) here")
+    ap.add_argument("--build-note", default="", help="how the llama-completion was built (--record)")
     args = ap.parse_args()
 
     prompts = json.loads(Path(args.prompts).read_text())
     if args.only:
         keep = set(args.only.split(","))
         prompts = [p for p in prompts if p["name"] in keep]
+    if args.record:
+        return record(args, prompts)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs: dict = {}
