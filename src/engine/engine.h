@@ -45,7 +45,9 @@ namespace minfer::engine {
 //             Its flash attention's f16 V accumulator is updated in f32 arithmetic on
 //             widened halves, as every x86 build of llama.cpp without __AVX512FP16__
 //             runs it (GGML_NATIVE=OFF builds, the PyPI wheels, a native build on a CPU
-//             without AVX512-FP16).
+//             without AVX512-FP16). A decoded token that sees a cell past 256 takes
+//             llama.cpp's split-KV decode, cut by the thread count: there a row
+//             depends on n_threads, as llama.cpp's does on -t.
 //  kLlamaCppNoRepack: the same with llama.cpp's plain CPU kernels for every weight
 //             (its use_extra_bufts=false / GGML_CPU_REPACK=OFF configuration).
 //  kLlamaCppAvx512Fp16: kLlamaCpp as llama.cpp's native build on a CPU with AVX512-FP16
