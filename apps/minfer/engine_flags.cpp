@@ -26,8 +26,10 @@ void add_kv_flags(ArgParser& p, KvFlags& flags) {
   p.string_opt("--numerics", "MODE",
                "default, or llamacpp: reproduce llama.cpp's CPU arithmetic bit for bit\n"
                "(its default build: f16 KV cache, AVX2-order kernels, Q4_0/Q4_K in its\n"
-               "repack order; slower), or llamacpp-norepack: the same without its CPU_REPACK\n"
-               "buffer (use_extra_bufts=false) (env MINFER_NUMERICS)",
+               "repack order; slower), llamacpp-norepack: the same without its CPU_REPACK\n"
+               "buffer (use_extra_bufts=false), or llamacpp-avx512fp16: llamacpp as its native\n"
+               "build on an AVX512-FP16 CPU runs flash attention (f16 arithmetic)\n"
+               "(env MINFER_NUMERICS)",
                flags.numerics);
 }
 

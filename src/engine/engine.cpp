@@ -84,8 +84,11 @@ Result<Numerics> parse_numerics(std::string_view text) {
   if (text == "default") return Numerics::kDefault;
   if (text == "llamacpp") return Numerics::kLlamaCpp;
   if (text == "llamacpp-norepack") return Numerics::kLlamaCppNoRepack;
+  if (text == "llamacpp-avx512fp16") return Numerics::kLlamaCppAvx512Fp16;
   return make_error(
-      fmt::format("unknown numerics '{}' (expected default, llamacpp or llamacpp-norepack)", text));
+      fmt::format("unknown numerics '{}' (expected default, llamacpp, llamacpp-norepack or "
+                  "llamacpp-avx512fp16)",
+                  text));
 }
 
 Status Context::init(const EngineOptions& options) {
@@ -123,12 +126,14 @@ Status Context::init(const EngineOptions& options) {
     probe.cparams.n_ctx = 1;
     MINFER_TRY_STATUS(e->model_->check_params(probe));
   }
-  MINFER_TRY(auto cpu, backend::cpu::CpuBackend::create(
-                           {.n_threads = e->n_threads_,
-                            .isa = isa,
-                            .dump_dir = Config::get().graph_dump,
-                            .llamacpp_numerics = llamacpp_family(options.numerics),
-                            .llamacpp_repack = options.numerics == Numerics::kLlamaCpp}));
+  MINFER_TRY(auto cpu,
+             backend::cpu::CpuBackend::create(
+                 {.n_threads = e->n_threads_,
+                  .isa = isa,
+                  .dump_dir = Config::get().graph_dump,
+                  .llamacpp_numerics = llamacpp_family(options.numerics),
+                  .llamacpp_repack = options.numerics != Numerics::kLlamaCppNoRepack,
+                  .llamacpp_fa_f16_arith = options.numerics == Numerics::kLlamaCppAvx512Fp16}));
   e->sched_.add_backend(std::move(cpu));
   if (options.graph_trace) {
     Context* self = this;

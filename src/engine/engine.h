@@ -43,14 +43,25 @@ namespace minfer::engine {
 //             re-lays Q4_0 / Q4_K matmul weights at load and multiplies them in its
 //             repack order (backend/cpu/vec_dot.h); where that applies a row depends
 //             on its batch as in llama.cpp (Q4_K's 4-row GEMM groups).
+//             Its flash attention's f16 V accumulator is updated in f32 arithmetic on
+//             widened halves, as every x86 build of llama.cpp without __AVX512FP16__
+//             runs it (GGML_NATIVE=OFF builds, the PyPI wheels, a native build on a CPU
+//             without AVX512-FP16). A decoded token that sees a cell past 256 takes
+//             llama.cpp's split-KV decode, cut by the thread count: there a row
+//             depends on n_threads, as llama.cpp's does on -t.
 //  kLlamaCppNoRepack: the same with llama.cpp's plain CPU kernels for every weight
 //             (its use_extra_bufts=false / GGML_CPU_REPACK=OFF configuration).
-enum class Numerics : uint8_t { kDefault, kLlamaCpp, kLlamaCppNoRepack };
+//  kLlamaCppAvx512Fp16: kLlamaCpp as llama.cpp's native build on a CPU with AVX512-FP16
+//             compiles its flash attention: the f16 helpers in f16 arithmetic over
+//             128-element steps (attn_ggml_f16.h); differs from kLlamaCpp from head size
+//             128 on.
+enum class Numerics : uint8_t { kDefault, kLlamaCpp, kLlamaCppNoRepack, kLlamaCppAvx512Fp16 };
 // Either llamacpp mode (the f16 KV cache, ggml's attention and AVX2 orders).
 inline bool llamacpp_family(Numerics n) {
   return n != Numerics::kDefault;
 }
-// "default" / "llamacpp" / "llamacpp-norepack" (--numerics, MINFER_NUMERICS); unknown → Error.
+// "default" / "llamacpp" / "llamacpp-norepack" / "llamacpp-avx512fp16" (--numerics,
+// MINFER_NUMERICS); unknown → Error.
 Result<Numerics> parse_numerics(std::string_view text);
 
 struct EngineOptions {

@@ -529,6 +529,237 @@ TEST(Attention, GgmlF16HelpersTwinsEqualScalar_bitwise) {
   if (!fp16) GTEST_SKIP() << "dot checked; CPU lacks AVX512-FP16 for the f16 helpers";
 }
 
+// The f32-arithmetic form of llama.cpp's flash-attention f16 helpers (every x86 build
+// without __AVX512FP16__): the AVX2 twins give the scalar references' bits, over
+// lengths with and without 8-lane tails, weights 0, 1 and in between; and the form is
+// not the f16-arithmetic one from 128 elements on (the weight is not rounded to f16).
+TEST(Attention, GgmlF16F32ArithHelpersAvx2TwinsEqualScalar_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  int seed = 80;
+  int differ_from_f16_arith = 0;
+  for (const int64_t n : {7, 64, 100, 128, 256, 300}) {
+    std::vector<uint16_t> x(n), y(n);
+    const auto fx = random_floats(n, ++seed, -30.0f, 30.0f);
+    const auto fy = random_floats(n, ++seed, -3.0f, 3.0f);
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = fp32_to_fp16(fx[i]);
+      y[i] = fp32_to_fp16(fy[i]);
+    }
+    for (const float v : {0.0f, 1.0f, 0.3377f, 0.04802655f, 0.999f}) {
+      std::vector<uint16_t> a = y, b = y, c = y;
+      for (int rep = 0; rep < 20; ++rep) {  // accumulate, as over cells
+        ggml_mad_f16_f32arith_scalar(n, a.data(), x.data(), v);
+        ggml_mad_f16_f32arith_avx2(n, b.data(), x.data(), v);
+        ggml_mad_f16_scalar(n, c.data(), x.data(), v);
+        ggml_scale_f16_f32arith_scalar(n, a.data(), 0.93f);
+        ggml_scale_f16_f32arith_avx2(n, b.data(), 0.93f);
+        ggml_scale_f16_scalar(n, c.data(), 0.93f);
+      }
+      ASSERT_EQ(a, b) << "n " << n << " v " << v;
+      if (n >= 128) differ_from_f16_arith += a != c;
+      if (n < 128) {
+        ASSERT_EQ(a, c) << "n " << n << " v " << v;  // no f16 steps: the two forms agree
+      }
+    }
+  }
+  EXPECT_GT(differ_from_f16_arith, 0);
+}
+
+// --numerics llamacpp's attention (the llamacpp kernel table, f16 helpers in f32
+// arithmetic): for head sizes 256 (Gemma 3), 160 and 64 every output is the reference
+// loop's over llama.cpp's rounding points — Q rounded to f16, scores from
+// ggml_dot_f16_vec_scalar, the V accumulator in f16 updated as f16(fma(v, w, acc)) and
+// rescaled as f16(acc · ms), the weight never rounded to f16 — and for 256 some differ
+// from the f16-arithmetic form (llamacpp-avx512fp16).
+TEST(Attention, LlamaCppNumericsAccumulateHalvesInF32Arithmetic_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  for (const int hd : {256, 160, 64}) {
+    const int T = 9, nh = 2, nkv = 1, n_ctx = 16;
+    GraphBuilder b;
+    NodeId q = b.input("q", DType::kF32, {hd, nh, T});
+    NodeId k = b.input("k", DType::kF32, {hd * nkv, T});
+    NodeId v = b.input("v", DType::kF32, {hd * nkv, T});
+    NodeId cells = b.input("cells", DType::kI32, {T});
+    NodeId win = b.input("win", DType::kI32, {2, T});
+    NodeId rk = b.kv_region(0, KvKind::kK, DType::kF16, {hd * nkv, n_ctx});
+    NodeId rv = b.kv_region(0, KvKind::kV, DType::kF16, {hd * nkv, n_ctx});
+    NodeId out = b.attention(q, b.kv_store(rk, k, cells), b.kv_store(rv, v, cells), win,
+                             {.n_head = nh,
+                              .n_head_kv = nkv,
+                              .scale = 0.0625f,
+                              .causal = true,
+                              .layer = 0,
+                              .ggml_f16 = true});
+    b.mark_output(out);
+    CpuRig rig(CpuBackendOptions{.n_threads = 2,
+                                 .isa = CpuIsa::kAvx2,
+                                 .llamacpp_numerics = true,
+                                 .llamacpp_fa_f16_arith = false});
+    const auto& g = rig.load(b.finish(), 1, n_ctx);
+    const auto vq = random_floats(T * nh * hd, 71, -3.0f, 3.0f);
+    const auto vk = random_floats(T * nkv * hd, 72, -3.0f, 3.0f);
+    const auto vv = random_floats(T * nkv * hd, 73, -8.0f, 8.0f);
+    std::vector<int32_t> cl(T), wl(2 * T);
+    for (int t = 0; t < T; ++t) {
+      cl[t] = t;
+      wl[2 * t] = 0;
+      wl[2 * t + 1] = t + 1;
+    }
+    rig.fill_f32(g, "q", vq);
+    rig.fill_f32(g, "k", vk);
+    rig.fill_f32(g, "v", vv);
+    rig.fill_i32(g, "cells", cl);
+    rig.fill_i32(g, "win", wl);
+    ASSERT_TRUE(rig.run(g).ok());
+    const auto got = rig.read(g, out);
+    const int np = hd & ~127;
+    int differ_from_f16_arith = 0;
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < nh; ++h) {
+        std::vector<uint16_t> q16(hd), acc(hd, 0), acc16(hd, 0);
+        for (int i = 0; i < hd; ++i) q16[i] = fp32_to_fp16(vq[(t * nh + h) * hd + i]);
+        float m = -INFINITY, l = 0.0f;
+        for (int c = 0; c <= t; ++c) {
+          std::vector<uint16_t> k16(hd), v16(hd);
+          for (int i = 0; i < hd; ++i) {
+            k16[i] = fp32_to_fp16(vk[c * hd + i]);
+            v16[i] = fp32_to_fp16(vv[c * hd + i]);
+          }
+          const float sc = ggml_dot_f16_vec_scalar(hd, k16.data(), q16.data()) * 0.0625f;
+          float ms = 1.0f, vs = 1.0f;
+          if (sc > m) {
+            ms = std::exp(m - sc);
+            m = sc;
+            for (int i = 0; i < hd; ++i) {
+              const float f16_ms = i < np ? fp16_to_fp32(fp32_to_fp16(ms)) : ms;
+              acc[i] = fp32_to_fp16(fp16_to_fp32(acc[i]) * ms);
+              acc16[i] = fp32_to_fp16(fp16_to_fp32(acc16[i]) * f16_ms);
+            }
+          } else {
+            vs = std::exp(sc - m);
+          }
+          for (int i = 0; i < hd; ++i) {
+            acc[i] = fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(acc[i])));
+            acc16[i] =
+                i < np ? fma_f16_exact(v16[i], fp32_to_fp16(vs), acc16[i])
+                       : fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(acc16[i])));
+          }
+          l = std::fma(l, ms, vs);
+        }
+        for (int i = 0; i < hd; ++i) {
+          const float want = fp16_to_fp32(acc[i]) * (1.0f / l);
+          ASSERT_EQ(fp32_to_bits(got[(t * nh + h) * hd + i]), fp32_to_bits(want))
+              << "hd " << hd << " t " << t << " h " << h << " i " << i;
+          differ_from_f16_arith += want != fp16_to_fp32(acc16[i]) * (1.0f / l);
+        }
+      }
+    }
+    if (np > 0) {
+      EXPECT_GT(differ_from_f16_arith, 0) << "hd " << hd;
+    } else {
+      EXPECT_EQ(differ_from_f16_arith, 0);
+    }
+  }
+}
+
+// llama.cpp's split-KV decode under --numerics llamacpp: one query row over 300 cells
+// (llama.cpp's KV view: 300 padded to 512, >= 512) is cut into one chunk per thread —
+// with 2 threads cells [0, 256) and [256, 300) — each walked from scratch in f16 and
+// combined in f32 as fma(acc, e^(M - M'), chunk · e^(m - M')); with 1 thread it is the
+// one walk. Both bitwise against reference loops here; the two differ (head size 256).
+TEST(Attention, LlamaCppNumericsSplitDecodeKvWalkPerThreadAsLlamaCpp_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const int hd = 256, nh = 2, nkv = 1, n_cells = 300, n_ctx = 320;
+  const auto vq = random_floats(nh * hd, 91, -3.0f, 3.0f);
+  const auto vk = random_floats(n_cells * nkv * hd, 92, -3.0f, 3.0f);
+  const auto vv = random_floats(n_cells * nkv * hd, 93, -8.0f, 8.0f);
+  // The reference: the f32-arithmetic walk over cells [lo, hi) of one head.
+  struct Part {
+    std::vector<uint16_t> acc;
+    float m, l;
+  };
+  auto walk = [&](int h, int lo, int hi) {
+    Part p{std::vector<uint16_t>(hd, 0), -INFINITY, 0.0f};
+    std::vector<uint16_t> q16(hd), k16(hd), v16(hd);
+    for (int i = 0; i < hd; ++i) q16[i] = fp32_to_fp16(vq[h * hd + i]);
+    for (int c = lo; c < hi; ++c) {
+      for (int i = 0; i < hd; ++i) {
+        k16[i] = fp32_to_fp16(vk[c * hd + i]);
+        v16[i] = fp32_to_fp16(vv[c * hd + i]);
+      }
+      const float sc = ggml_dot_f16_vec_scalar(hd, k16.data(), q16.data()) * 0.0625f;
+      float ms = 1.0f, vs = 1.0f;
+      if (sc > p.m) {
+        ms = std::exp(p.m - sc);
+        p.m = sc;
+        for (auto& a : p.acc) a = fp32_to_fp16(fp16_to_fp32(a) * ms);
+      } else {
+        vs = std::exp(sc - p.m);
+      }
+      for (int i = 0; i < hd; ++i) {
+        p.acc[i] = fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(p.acc[i])));
+      }
+      p.l = std::fma(p.l, ms, vs);
+    }
+    return p;
+  };
+  int differ = 0;
+  for (const int threads : {2, 1}) {
+    GraphBuilder b;
+    NodeId q = b.input("q", DType::kF32, {hd, nh, 1});
+    NodeId k = b.input("k", DType::kF32, {hd * nkv, n_cells});
+    NodeId v = b.input("v", DType::kF32, {hd * nkv, n_cells});
+    NodeId cells = b.input("cells", DType::kI32, {n_cells});
+    NodeId win = b.input("win", DType::kI32, {2, 1});
+    NodeId rk = b.kv_region(0, KvKind::kK, DType::kF16, {hd * nkv, n_ctx});
+    NodeId rv = b.kv_region(0, KvKind::kV, DType::kF16, {hd * nkv, n_ctx});
+    NodeId out = b.attention(q, b.kv_store(rk, k, cells), b.kv_store(rv, v, cells), win,
+                             {.n_head = nh,
+                              .n_head_kv = nkv,
+                              .scale = 0.0625f,
+                              .causal = true,
+                              .layer = 0,
+                              .ggml_f16 = true});
+    b.mark_output(out);
+    CpuRig rig(CpuBackendOptions{.n_threads = threads,
+                                 .isa = CpuIsa::kAvx2,
+                                 .llamacpp_numerics = true,
+                                 .llamacpp_fa_f16_arith = false});
+    const auto& g = rig.load(b.finish(), 1, n_ctx);
+    std::vector<int32_t> cl(n_cells);
+    for (int c = 0; c < n_cells; ++c) cl[c] = c;
+    const int32_t wl[2] = {0, n_cells};
+    rig.fill_f32(g, "q", vq);
+    rig.fill_f32(g, "k", vk);
+    rig.fill_f32(g, "v", vv);
+    rig.fill_i32(g, "cells", cl);
+    rig.fill_i32(g, "win", wl);
+    ASSERT_TRUE(rig.run(g).ok());
+    const auto got = rig.read(g, out);
+    for (int h = 0; h < nh; ++h) {
+      const Part whole = walk(h, 0, n_cells);
+      std::vector<float> want(hd);
+      if (threads == 1) {
+        for (int i = 0; i < hd; ++i) want[i] = fp16_to_fp32(whole.acc[i]) * (1.0f / whole.l);
+      } else {
+        const Part a = walk(h, 0, 256), c = walk(h, 256, n_cells);
+        const float mm = std::fmax(a.m, c.m);
+        const float sa = std::exp(a.m - mm), sc = std::exp(c.m - mm);
+        const float l = std::fma(a.l, sa, c.l * sc);
+        for (int i = 0; i < hd; ++i) {
+          want[i] = std::fma(fp16_to_fp32(a.acc[i]), sa, fp16_to_fp32(c.acc[i]) * sc) * (1.0f / l);
+          differ += want[i] != fp16_to_fp32(whole.acc[i]) * (1.0f / whole.l);
+        }
+      }
+      for (int i = 0; i < hd; ++i) {
+        ASSERT_EQ(fp32_to_bits(got[h * hd + i]), fp32_to_bits(want[i]))
+            << "threads " << threads << " h " << h << " i " << i;
+      }
+    }
+  }
+  EXPECT_GT(differ, 0);  // the split is another order than the one walk
+}
+
 TEST(Attention, WindowRunsAndLoudBounds) {
   CpuRig rig(2);
   AttnGraph ag;

@@ -280,6 +280,7 @@ TEST(Engine, NumericsAndCacheTypeAreCheckedAtOpen) {
   ASSERT_FALSE(q8.ok());
   EXPECT_NE(q8.error().message.find("q8_0"), std::string::npos) << q8.error().message;
   EXPECT_TRUE(parse_numerics("llamacpp").ok());
+  EXPECT_EQ(*parse_numerics("llamacpp-avx512fp16"), Numerics::kLlamaCppAvx512Fp16);
   EXPECT_FALSE(parse_numerics("llama.cpp").ok());
   EXPECT_FALSE(graph::parse_kv_format("bf16").ok());
 }

@@ -42,6 +42,16 @@ void ggml_mad_f16_scalar(int64_t n, uint16_t* y, const uint16_t* x, float v) {
   }
 }
 
+void ggml_scale_f16_f32arith_scalar(int64_t n, uint16_t* y, float v) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * v);
+}
+
+void ggml_mad_f16_f32arith_scalar(int64_t n, uint16_t* y, const uint16_t* x, float v) {
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
+  }
+}
+
 namespace {
 // _mm512_reduce_add_ps's tree over 16 lanes: 8 + 8, 4 + 4, then (0 + 2) + (1 + 3).
 float reduce16_tree(const float* x) {
@@ -118,6 +128,32 @@ bool cpu_has_avx512fp16() {
 
 // ggml_dot_f16_vec_avx2_fa is ggml_vec_dot_f16's AVX2 form itself: vec_dot_avx2.cpp.
 
+__attribute__((target("avx2,fma,f16c"))) void ggml_scale_f16_f32arith_avx2(int64_t n, uint16_t* y,
+                                                                           float v) {
+  const __m256 vv = _mm256_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    auto* p = reinterpret_cast<__m128i*>(y + i);
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(p));
+    _mm_storeu_si128(p, _mm256_cvtps_ph(_mm256_mul_ps(a, vv), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = fp32_to_fp16(fp16_to_fp32(y[i]) * v);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void ggml_mad_f16_f32arith_avx2(int64_t n, uint16_t* y,
+                                                                         const uint16_t* x,
+                                                                         float v) {
+  const __m256 vv = _mm256_set1_ps(v);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    auto* p = reinterpret_cast<__m128i*>(y + i);
+    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(p));
+    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
+    _mm_storeu_si128(p, _mm256_cvtps_ph(_mm256_fmadd_ps(b, vv, a), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = fp32_to_fp16(std::fma(fp16_to_fp32(x[i]), v, fp16_to_fp32(y[i])));
+}
+
 #if MINFER_AVX512FP16_INTRIN
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512fp16"))) void ggml_scale_f16_avx512fp16(
     int64_t n, uint16_t* y, float v) {
@@ -160,6 +196,12 @@ float ggml_dot_f16_vec_avx2_fa(int64_t, const uint16_t*, const uint16_t*) {
 }
 void ggml_scale_f16_avx512fp16(int64_t, uint16_t*, float) {}
 void ggml_mad_f16_avx512fp16(int64_t, uint16_t*, const uint16_t*, float) {}
+void ggml_scale_f16_f32arith_avx2(int64_t n, uint16_t* y, float v) {
+  ggml_scale_f16_f32arith_scalar(n, y, v);
+}
+void ggml_mad_f16_f32arith_avx2(int64_t n, uint16_t* y, const uint16_t* x, float v) {
+  ggml_mad_f16_f32arith_scalar(n, y, x, v);
+}
 
 #endif
 

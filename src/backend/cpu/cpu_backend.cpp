@@ -134,8 +134,11 @@ DotKernel llamacpp_repack_dot_kernel(DType t) {
   }
 }
 
-IsaKernels llamacpp_kernels(bool repack) {
-  const bool fp16 = cpu_has_avx512fp16();  // f16 arithmetic twins, else the scalar ones
+IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith) {
+  // The flash-attention f16 helpers: llama.cpp's f16-arithmetic form (the AVX512-FP16
+  // twins, or, on a CPU without it, nullptr: ops_attention.cpp's scalar references of
+  // that form), else its f32-arithmetic form (AVX2 twins).
+  const bool fp16 = fa_f16_arith && cpu_has_avx512fp16();
   return IsaKernels{.dot_kernel = llamacpp_or_avx2,
                     .repack_dot_kernel = repack ? llamacpp_repack_dot_kernel : nullptr,
                     .dot_f32 = dot_f32_avx2,
@@ -146,8 +149,12 @@ IsaKernels llamacpp_kernels(bool repack) {
                     .silu_poly = silu_poly_avx2,
                     .geglu = geglu_avx2,
                     .ggml_fa_dot_f16 = ggml_dot_f16_vec_avx2_fa,
-                    .ggml_fa_mad_f16 = fp16 ? ggml_mad_f16_avx512fp16 : nullptr,
-                    .ggml_fa_scale_f16 = fp16 ? ggml_scale_f16_avx512fp16 : nullptr};
+                    .ggml_fa_mad_f16 = !fa_f16_arith ? ggml_mad_f16_f32arith_avx2
+                                       : fp16        ? ggml_mad_f16_avx512fp16
+                                                     : nullptr,
+                    .ggml_fa_scale_f16 = !fa_f16_arith ? ggml_scale_f16_f32arith_avx2
+                                         : fp16        ? ggml_scale_f16_avx512fp16
+                                                       : nullptr};
 }
 
 IsaKernels avx512_kernels() {
@@ -234,10 +241,11 @@ struct CpuBackend::Impl {
   Scratch scratch;
   std::string dump_dir;  // MINFER_GRAPH_DUMP ("" = off)
   uint64_t dump_seq = 0;
-  Impl(CpuIsa i, graph::BackendId b, int32_t n_threads, bool llamacpp, bool repack)
+  Impl(CpuIsa i, graph::BackendId b, int32_t n_threads, bool llamacpp, bool repack,
+       bool fa_f16_arith)
       : isa(i),
         id(b),
-        kernels(llamacpp               ? llamacpp_kernels(repack)
+        kernels(llamacpp               ? llamacpp_kernels(repack, fa_f16_arith)
                 : i == CpuIsa::kAvx512 ? avx512_kernels()
                 : i == CpuIsa::kAvx2   ? avx2_kernels()
                                        : scalar_kernels()),
@@ -280,7 +288,8 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions& 
   if (o.llamacpp_numerics && isa != CpuIsa::kAvx2) {
     return make_error("cpu backend: llama.cpp numerics run on the AVX2 kernels only");
   }
-  auto impl = std::make_unique<Impl>(isa, o.id, n_threads, o.llamacpp_numerics, o.llamacpp_repack);
+  auto impl = std::make_unique<Impl>(isa, o.id, n_threads, o.llamacpp_numerics, o.llamacpp_repack,
+                                     o.llamacpp_fa_f16_arith);
   impl->dump_dir = o.dump_dir;
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
 }

@@ -35,6 +35,9 @@ struct CpuBackendOptions {
   std::string dump_dir;  // per-node f32 dumps after each kernel (MINFER_GRAPH_DUMP); "" = off
   bool llamacpp_numerics = false;  // llama.cpp's accumulation orders (needs isa kAvx2)
   bool llamacpp_repack = true;     // ... with its CPU_REPACK weight buffer (its default)
+  // ... with its flash attention's f16 helpers in f16 arithmetic (a native build on an
+  // AVX512-FP16 CPU) instead of f32 arithmetic on widened halves (every other x86 build)
+  bool llamacpp_fa_f16_arith = false;
 };
 
 class CpuBackend final : public Backend {

@@ -47,7 +47,8 @@ struct IsaKernels {
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();
 IsaKernels avx512_kernels();
-IsaKernels llamacpp_kernels(bool repack);       // AVX2 + llama.cpp's orders (± its repack)
+// AVX2 + llama.cpp's orders (± its repack; its flash attention in f16 or f32 arithmetic)
+IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith);
 DotKernel llamacpp_or_avx2(DType weight_type);  // the llamacpp table's plain mul_mat kernels
 
 // Growable per-backend work memory: resized only when a node needs more than any

@@ -9,9 +9,10 @@
 // sequence whatever cells of the shared store hold it (its own run from cell 0, a run
 // elsewhere, or a shared prefix run plus its own). One thread owns one (token, head) —
 // or two heads of one KV head, each with its own arithmetic: threads never split a
-// reduction. A query whose window is empty is a padding row
-// of a bucketed batch (src/kv never produces an empty window for a real row): its
-// output is zero.
+// reduction (--numerics llamacpp's split-KV decode cuts a row's cells by llama.cpp's
+// thread count, as llama.cpp does, but one thread still walks all the chunks). A query whose window
+// is empty is a padding row of a bucketed batch (src/kv never produces an empty window for a real
+// row): its output is zero.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -123,8 +124,19 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       parallel_range(c.pool, n_tok * n_head, 1, tiled);
       return Ok{};
     }
+    // llama.cpp's split-KV decode (ops.cpp flash_attn_ext_f16, use_split_kv_path): a
+    // one-token ubatch whose KV view holds >= kGgmlFaSplitKvMin cells is cut into one
+    // chunk per thread of its pool — the view being the used cells padded to
+    // kGgmlKvPad, at least kGgmlKvPad — each chunk walked from scratch (its own max, sum
+    // and f16 accumulator, widened at the end), and the chunks combined in order in f32
+    // as its compiled reduction does: acc = fma(acc, e^(M - M'), chunk · e^(m - M')),
+    // S likewise (ggml_flash_attn_ext_reduce_partials; chunks without a visible cell
+    // skipped). So under --numerics llamacpp a decoded row that sees a cell at or past
+    // 256 depends on the thread count, as in llama.cpp run with the same -t.
+    const int64_t n_split = c.pool.n_threads();
     auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
       float* base = scratch_all + thread * stride;
+      float* fin = base;  // split-KV decode: the combined f32 accumulator [hd_v]
       auto* q16 = reinterpret_cast<uint16_t*>(base + 2 * hd_v + hd);
       uint16_t* acc16 = q16 + hd;
       for (int64_t item = lo; item < hi; ++item) {
@@ -132,28 +144,64 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
         const int64_t h = item % n_head;
         const int64_t kvh = h / group;
         from_f32_f16(q + (t * n_head + h) * hd, q16, hd);
-        std::fill(acc16, acc16 + hd_v, uint16_t{0});
-        float m = -INFINITY;
-        float l = 0.0f;
-        for (int64_t r = 0; r < n_runs; ++r) {
-          const int64_t first = win[t * 2 * n_runs + 2 * r];
-          const int64_t end = first + win[t * 2 * n_runs + 2 * r + 1];
-          for (int64_t cell = first; cell < end; ++cell) {
-            const float sc = dot16(hd, kc + cell * row_k + kvh * hd, q16) * scale;
-            float ms = 1.0f;
-            float vs = 1.0f;
-            if (sc > m) {
-              ms = std::exp(m - sc);  // m = −inf on the first cell: ms = 0
-              m = sc;
-              scale16(hd_v, acc16, ms);
-            } else {
-              vs = std::exp(sc - m);
+        // The online softmax over the window's cells in [c_lo, c_hi): acc16, m, l.
+        auto walk = [&](int64_t c_lo, int64_t c_hi, float& m, float& l) {
+          std::fill(acc16, acc16 + hd_v, uint16_t{0});
+          m = -INFINITY;
+          l = 0.0f;
+          for (int64_t r = 0; r < n_runs; ++r) {
+            const int64_t first = win[t * 2 * n_runs + 2 * r];
+            const int64_t end = first + win[t * 2 * n_runs + 2 * r + 1];
+            for (int64_t cell = std::max(first, c_lo); cell < std::min(end, c_hi); ++cell) {
+              const float sc = dot16(hd, kc + cell * row_k + kvh * hd, q16) * scale;
+              float ms = 1.0f;
+              float vs = 1.0f;
+              if (sc > m) {
+                ms = std::exp(m - sc);  // m = −inf on the first cell: ms = 0
+                m = sc;
+                scale16(hd_v, acc16, ms);
+              } else {
+                vs = std::exp(sc - m);
+              }
+              mad16(hd_v, acc16, vc + cell * row_v + kvh * hd_v, vs);
+              l = std::fma(l, ms, vs);
             }
-            mad16(hd_v, acc16, vc + cell * row_v + kvh * hd_v, vs);
-            l = std::fma(l, ms, vs);
           }
+        };
+        int64_t used = 0;  // llama.cpp's used_max_p1 for a lone sequence: its last cell + 1
+        for (int64_t r = 0; r < n_runs; ++r) {
+          const int64_t cnt = win[t * 2 * n_runs + 2 * r + 1];
+          if (cnt > 0) used = std::max(used, int64_t{win[t * 2 * n_runs + 2 * r]} + cnt);
         }
+        const int64_t n_kv =
+            std::max(kGgmlKvPad, (used + kGgmlKvPad - 1) / kGgmlKvPad * kGgmlKvPad);
         float* o = out + t * (n_head * hd_v) + h * hd_v;
+        if (n_tok == 1 && n_kv >= kGgmlFaSplitKvMin) {
+          const int64_t chunk = (n_kv + n_split - 1) / n_split;
+          std::fill(fin, fin + hd_v, 0.0f);
+          float big_m = -INFINITY;
+          float big_s = 0.0f;
+          for (int64_t ch = 0; ch < n_split && ch * chunk < n_kv; ++ch) {
+            float m = 0.0f;
+            float l = 0.0f;
+            walk(ch * chunk, std::min(n_kv, (ch + 1) * chunk), m, l);
+            if (l == 0.0f) continue;
+            const float m_new = std::fmax(big_m, m);
+            const float s_old = std::exp(big_m - m_new);
+            const float s_new = std::exp(m - m_new);
+            for (int64_t i = 0; i < hd_v; ++i) {
+              fin[i] = std::fma(fin[i], s_old, fp16_to_fp32(acc16[i]) * s_new);
+            }
+            big_s = std::fma(big_s, s_old, l * s_new);
+            big_m = m_new;
+          }
+          const float inv = big_s == 0.0f ? 0.0f : 1.0f / big_s;
+          for (int64_t i = 0; i < hd_v; ++i) o[i] = fin[i] * inv;
+          continue;
+        }
+        float m = 0.0f;
+        float l = 0.0f;
+        walk(0, n_cells, m, l);
         const float inv = l == 0.0f ? 0.0f : 1.0f / l;
         for (int64_t i = 0; i < hd_v; ++i) o[i] = fp16_to_fp32(acc16[i]) * inv;
       }
