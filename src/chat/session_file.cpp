@@ -186,7 +186,7 @@ Result<SessionData> read_session(const std::string& path) {
   }
   off += state_len;
   d.kv.resize(d.n_kv_tokens * d.kv_token_bytes);
-  std::memcpy(d.kv.data(), in.data() + off, d.kv.size());
+  if (!d.kv.empty()) std::memcpy(d.kv.data(), in.data() + off, d.kv.size());  // none after /clear
   return d;
 }
 
