@@ -161,6 +161,14 @@ def chunks(total):
 @needs_model
 def test_chunked_body_past_max_body_is_413_and_not_buffered(make_server):
     s = make_server("--slots", 1, "--n-ctx", 256, "-t", 1, "--max-body", 1 << 20)
+    # Warm: connection threads start on demand (a sanitizer build's thread costs MiBs),
+    # so two connections at once first, then the baseline.
+    warm = [conn(s), conn(s)]
+    for w in warm:
+        w.request("GET", "/health")
+    for w in warm:
+        w.getresponse().read()
+        w.close()
     assert s.healthy()
     before = rss_kib(s.proc.pid)
     c = conn(s)
@@ -173,7 +181,8 @@ def test_chunked_body_past_max_body_is_413_and_not_buffered(make_server):
     assert "1048576" in err["message"]
     assert r.headers["Connection"] == "close"
     grown = rss_kib(s.proc.pid) - before
-    assert grown < 4 << 10, f"RSS grew by {grown} KiB for a {BIG >> 20} MiB body"
+    # Buffering the body would add its 20 MiB; the bar leaves room for allocator noise.
+    assert grown < 8 << 10, f"RSS grew by {grown} KiB for a {BIG >> 20} MiB body"
     # The server goes on serving; the rest of the body was never parsed as requests.
     st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 1})
     assert st == 200 and body["usage"]["completion_tokens"] == 1
