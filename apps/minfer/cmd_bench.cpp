@@ -194,21 +194,21 @@ int run_bench(const std::vector<std::string>& args) {
       return static_cast<engine::TokenId>((i * 7919 + 13) % static_cast<int64_t>(n_vocab));
     };
     std::vector<engine::TokenId> toks;
-    std::vector<int32_t> pos;
+    engine::Batch prompt_batch;
     for (const int32_t n_prompt : prompts) {
       if (n_prompt == 0) continue;
       toks.resize(static_cast<size_t>(n_prompt));
-      pos.resize(toks.size());
       for (int i = 0; i < n_prompt; ++i) {
         toks[static_cast<size_t>(i)] = synth(i);
-        pos[static_cast<size_t>(i)] = i;
       }
       BenchResult r{
           .test = fmt::format("pp{}", n_prompt), .n_prompt = n_prompt, .threads = e.n_threads()};
       for (int rep = -1; rep < reps; ++rep) {  // rep −1: warm-up
         e.clear_kv();
         const auto t0 = Clock::now();
-        auto out = e.forward(toks, pos, 1);
+        prompt_batch.clear();
+        prompt_batch.add_run(toks, 0, 0);
+        auto out = e.decode(prompt_batch);
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         if (!out) return fail(out.error().message);
         if (rep >= 0) {
@@ -248,12 +248,12 @@ int run_bench(const std::vector<std::string>& args) {
           if (npl == 1) {
             engine::TokenId tok = synth(0);
             for (int i = 0; i < n_gen; ++i) {
-              const int32_t pi = i;
-              auto out = e.forward(std::span<const engine::TokenId>(&tok, 1),
-                                   std::span<const int32_t>(&pi, 1), 1);
+              batch.clear();
+              batch.add(tok, 0, i, true);
+              auto out = e.decode(batch);
               if (!out) return fail(out.error().message);
               // Greedy argmax: the tg rate includes sampling, as a generation would.
-              const std::span<const float> lg = *out;
+              const std::span<const float> lg = out->row(0);
               tok =
                   static_cast<engine::TokenId>(std::max_element(lg.begin(), lg.end()) - lg.begin());
             }

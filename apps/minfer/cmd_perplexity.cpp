@@ -229,7 +229,7 @@ struct Options {
 // The chunk loop both modes share: evaluates chunks [0, n_chunk) of `tokens` in groups
 // of n_seq sequences and calls on_chunk(chunk index, logits of rows first..n_ctx-1).
 template <typename OnChunk>
-Status run_chunks(engine::Engine& e, std::vector<TokenId>& tokens, int n_ctx, int n_batch,
+Status run_chunks(engine::Context& e, std::vector<TokenId>& tokens, int n_ctx, int n_batch,
                   int n_seq, int n_chunk, bool add_bos, TokenId bos, double* seconds_first,
                   OnChunk on_chunk) {
   const int first = n_ctx / 2;

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "commands.h"
 #include "core/config.h"
+#include "engine/engine.h"
 
 namespace {
 
@@ -40,6 +41,7 @@ constexpr const char* kUsage =
     "\n"
     "  -h, --help                             this text and the generation flags\n"
     "  -V, --version                          version, commit, build type, CPU kernels\n"
+    "  --list-devices                         the devices --device may name (cpu first)\n"
     "\n"
     "MODEL is a path, or a file name in the model cache ($MINFER_MODEL_DIR,\n"
     "default ~/.cache/minfer/models); `info` without MODEL uses the default model\n"
@@ -119,6 +121,14 @@ int dispatch(const std::vector<std::string>& args) {
     return 0;
   }
   if (args[0] == "-V" || args[0] == "--version") return print_version();
+  if (args[0] == "--list-devices") {  // llama.cpp's spelling
+    if (args.size() > 1) return fail("--list-devices takes no arguments");
+    std::fputs("Available devices:\n", stdout);
+    for (const backend::DeviceInfo& d : engine::list_devices()) {
+      fmt::print("  {}: {}\n", d.name, d.description);
+    }
+    return 0;
+  }
   const std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "help") {  // `minfer help [COMMAND]`, as Ollama and git spell it

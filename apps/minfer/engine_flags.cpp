@@ -31,6 +31,10 @@ void add_kv_flags(ArgParser& p, KvFlags& flags) {
                "build on an AVX512-FP16 CPU runs flash attention (f16 arithmetic)\n"
                "(env MINFER_NUMERICS)",
                flags.numerics);
+  p.string_opt("-dev,--device", "NAME[,NAME...]",
+               "the devices to run on besides the CPU, in order (minfer --list-devices names\n"
+               "them; none or cpu: the CPU alone, the default)",
+               flags.device);
 }
 
 void add_compat_flags(ArgParser& p, std::vector<std::string>& notices, bool& mlock) {
@@ -73,6 +77,30 @@ Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& f
     auto parsed = engine::parse_numerics(numerics);
     if (!parsed) return parsed.error().context(numerics_flag ? "--numerics" : "MINFER_NUMERICS");
     options.numerics = *parsed;
+  }
+  if (!flags.device.empty() && flags.device != "none") {
+    size_t at = 0;
+    for (;;) {
+      const size_t comma = flags.device.find(',', at);
+      std::string name = flags.device.substr(at, comma - at);
+      if (name.empty())
+        return make_error(fmt::format("--device '{}': an empty name", flags.device));
+      options.devices.push_back(std::move(name));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    // Unknown names are found here, before the model is opened.
+    for (const std::string& name : options.devices) {
+      bool known = false;
+      std::string names;
+      for (const backend::DeviceInfo& d : engine::list_devices()) {
+        names += (names.empty() ? "" : ", ") + d.name;
+        known = known || d.name == name;
+      }
+      if (!known)
+        return make_error(
+            fmt::format("--device: unknown device '{}' (available: {})", name, names));
+    }
   }
   if (!flags.cache_type_v.empty() && flags.cache_type_v != flags.cache_type) {
     return make_error(fmt::format(

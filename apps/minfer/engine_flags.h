@@ -16,9 +16,10 @@ struct KvFlags {
   std::string cache_type;    // --cache-type / -ctk (empty: MINFER_CACHE_TYPE, else f32)
   std::string cache_type_v;  // -ctv: must equal cache_type (one type for K and V)
   std::string numerics;      // --numerics (empty: MINFER_NUMERICS, else default)
+  std::string device;        // --device / -dev: NAME[,NAME...] (empty or none: the CPU)
 };
 
-// Registers --cache-type and --numerics.
+// Registers --cache-type, --numerics and --device.
 void add_kv_flags(ArgParser& p, KvFlags& flags);
 
 // llama.cpp's engine flags this build has no use for, accepted with a notice each (added

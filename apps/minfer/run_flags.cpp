@@ -475,7 +475,7 @@ Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::
   return choice;
 }
 
-Result<uint32_t> run_context(const RunArgs& a, const engine::Engine& e, uint32_t n_prompt) {
+Result<uint32_t> run_context(const RunArgs& a, const engine::Context& e, uint32_t n_prompt) {
   const uint32_t model_ctx = e.hparams().n_ctx_train;
   uint32_t ctx = 0;
   if (a.n_ctx) {
@@ -508,7 +508,7 @@ Result<uint32_t> run_context(const RunArgs& a, const engine::Engine& e, uint32_t
   return ctx;
 }
 
-Status finish_sampler(RunArgs& a, const engine::Engine& e, uint32_t n_ctx) {
+Status finish_sampler(RunArgs& a, const engine::Context& e, uint32_t n_ctx) {
   sample::SamplerConfig& sc = a.sampler;
   if (a.repeat_last_n < 0) sc.repeat_last_n = static_cast<int32_t>(n_ctx);
   if (a.dry_penalty_last_n == -1) sc.dry_penalty_last_n = static_cast<int32_t>(n_ctx);

@@ -103,11 +103,11 @@ Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::
 // The KV size of a run. -c N: N (0: the model's context; above it: capped, with a
 // notice); no -c: 4096, grown to the prompt plus -n, capped by the model. A prompt
 // that leaves no position to generate into is an Error naming both numbers.
-Result<uint32_t> run_context(const RunArgs& a, const engine::Engine& e, uint32_t n_prompt);
+Result<uint32_t> run_context(const RunArgs& a, const engine::Context& e, uint32_t n_prompt);
 
 // What needs the model or the context: -1 windows (--repeat-last-n,
 // --dry-penalty-last-n) become n_ctx, DRY breakers are tokenized, and the config is
 // checked against the vocabulary.
-Status finish_sampler(RunArgs& a, const engine::Engine& e, uint32_t n_ctx);
+Status finish_sampler(RunArgs& a, const engine::Context& e, uint32_t n_ctx);
 
 }  // namespace minfer::cli

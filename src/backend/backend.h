@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string_view>
 
@@ -51,6 +52,14 @@ class Backend {
                          const NodeData& data) = 0;
   // Waits for work queued by execute (asynchronous backends); CPU returns at once.
   virtual Status synchronize() { return Ok{}; }
+
+  // Per-graph state (a captured CUDA graph, a device-side node table): `prepare` is
+  // called once for every graph uid the scheduler plans, before its first execute, on
+  // every registered backend; `release` when that graph leaves the runtime (the graph
+  // cache evicted or replaced it, or the context is gone). A rebuilt graph has a new
+  // uid and is prepared again. The CPU keeps no per-graph state.
+  virtual Status prepare(const graph::ComputeGraph& /*graph*/) { return Ok{}; }
+  virtual void release(uint64_t /*uid*/) {}
 };
 
 }  // namespace minfer::backend

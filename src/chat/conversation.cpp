@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
-#include <numeric>
 
 #include "chat/session_file.h"
 #include "engine/sequence.h"
@@ -58,7 +57,7 @@ uint64_t Conversation::reply_seed(uint64_t seed, int32_t turn, int32_t attempt) 
          kAttemptStride * static_cast<uint64_t>(std::max(attempt, 0));
 }
 
-Result<std::unique_ptr<Conversation>> Conversation::create(engine::Engine& engine,
+Result<std::unique_ptr<Conversation>> Conversation::create(engine::Context& engine,
                                                            const ChatRenderer& renderer,
                                                            ConversationOptions options) {
   if (!engine.has_tokenizer()) return make_error("conversation: the model has no tokenizer");
@@ -67,7 +66,7 @@ Result<std::unique_ptr<Conversation>> Conversation::create(engine::Engine& engin
   return std::unique_ptr<Conversation>(new Conversation(engine, renderer, std::move(options)));
 }
 
-Conversation::Conversation(engine::Engine& engine, const ChatRenderer& renderer,
+Conversation::Conversation(engine::Context& engine, const ChatRenderer& renderer,
                            ConversationOptions options)
     : engine_(engine),
       renderer_(renderer),
@@ -96,22 +95,26 @@ Status Conversation::prefill_from(const std::vector<TokenId>& tokens, size_t fro
                "prefill_from: from %zu, tokens %zu, cursor %zu", from, tokens.size(),
                stream_.size());
   const std::span<const TokenId> delta(tokens.data() + from, tokens.size() - from);
-  std::vector<int32_t> positions(delta.size());
-  std::iota(positions.begin(), positions.end(), static_cast<int32_t>(from));
   const size_t chunk = options_.n_batch > 0 ? static_cast<size_t>(options_.n_batch) : delta.size();
   for (size_t at = 0; at < delta.size(); at += chunk) {
     const size_t n = std::min(chunk, delta.size() - at);
-    MINFER_TRY(logits_, engine_.forward(delta.subspan(at, n),
-                                        std::span<const int32_t>(positions).subspan(at, n), 1));
+    MINFER_TRY_STATUS(decode_run(delta.subspan(at, n), static_cast<int32_t>(from + at)));
   }
   stream_.insert(stream_.end(), delta.begin(), delta.end());
   return Ok{};
 }
 
+Status Conversation::decode_run(std::span<const TokenId> tokens, int32_t pos0) {
+  batch_.clear();
+  batch_.add_run(tokens, 0, pos0);
+  MINFER_TRY(const engine::BatchLogits out, engine_.decode(batch_));
+  logits_ = out.row(tokens.size() - 1);
+  return Ok{};
+}
+
 Status Conversation::decode_one(TokenId id) {
-  const auto pos = static_cast<int32_t>(stream_.size());
-  MINFER_TRY(logits_, engine_.forward(std::span<const TokenId>(&id, 1),
-                                      std::span<const int32_t>(&pos, 1), 1));
+  MINFER_TRY_STATUS(
+      decode_run(std::span<const TokenId>(&id, 1), static_cast<int32_t>(stream_.size())));
   stream_.push_back(id);
   return Ok{};
 }
@@ -182,7 +185,8 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
                   .sampler = sc,
                   .n_ctx = engine_.n_ctx(),
                   .ignore_eos = options_.ignore_eos,
-                  .feed_last = true},
+                  .feed_last = true,
+                  .context_gate_first = true},
                  options_.make_constraint ? options_.make_constraint() : nullptr));
   // The penalty window starts with the tail of the whole KV stream (llama.cpp feeds
   // the prompt to the sampler), seeded after the delta is in; the cursor is its end.
@@ -197,13 +201,11 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
   };
   const auto t0 = Clock::now();
   for (;;) {
-    // Gates of the chat at the loop head: Ctrl-C, and a full context (no position is
-    // left for the token this step would sample) — clean ends of the turn; what was
-    // held back is text.
-    if (interrupted_.load(std::memory_order_relaxed) || stream_.size() >= engine_.n_ctx()) {
+    // Ctrl-C at the loop head ends the turn cleanly; what was held back is text. (The
+    // full-context gate is the state's, before it samples: context_gate_first.)
+    if (interrupted_.load(std::memory_order_relaxed)) {
       emit(state->flush());
-      stats.end = interrupted_.load(std::memory_order_relaxed) ? ReplyEnd::kInterrupted
-                                                               : ReplyEnd::kContext;
+      stats.end = ReplyEnd::kInterrupted;
       break;
     }
     if (options_.n_predict != 0 && options_.on_logits) options_.on_logits(logits_);

@@ -77,7 +77,7 @@ class Conversation {
  public:
   // `engine` must have a tokenizer and a context (set_n_ctx). The renderer outlives
   // the conversation. Error: sampler config invalid for the vocabulary.
-  static Result<std::unique_ptr<Conversation>> create(engine::Engine& engine,
+  static Result<std::unique_ptr<Conversation>> create(engine::Context& engine,
                                                       const ChatRenderer& renderer,
                                                       ConversationOptions options);
 
@@ -133,21 +133,23 @@ class Conversation {
   Result<std::string> render(bool add_generation_prompt) const;
 
  private:
-  Conversation(engine::Engine& engine, const ChatRenderer& renderer, ConversationOptions options);
+  Conversation(engine::Context& engine, const ChatRenderer& renderer, ConversationOptions options);
 
   // Render (with the generation prompt), apply the overflow policy, rewind to the
   // common prefix, prefill the delta. Fills the prompt-side fields of `stats`.
   Status prefill_turn(TurnStats& stats);
   // Prefill tokens [from, tokens.size()) at their positions; keeps the last logits.
   Status prefill_from(const std::vector<TokenId>& tokens, size_t from);
-  // Forward one token at the cursor and append it to the mirror.
+  // One decode of `tokens` (sequence 0, from pos0); keeps the last row's logits.
+  Status decode_run(std::span<const TokenId> tokens, int32_t pos0);
+  // Decode one token at the cursor and append it to the mirror.
   Status decode_one(TokenId id);
   // The reply loop: sample → gates → forward, appending EOG to the KV.
   Status decode_reply(TurnStats& stats, const engine::TextSink& sink);
   // Tokens kept free for the reply when the overflow policy trims the history.
   uint32_t reply_reserve() const;
 
-  engine::Engine& engine_;
+  engine::Context& engine_;
   const ChatRenderer& renderer_;
   ConversationOptions options_;
   const engine::TokenBytes& token_bytes_;  // the model's, read by every reply's SequenceState
@@ -158,7 +160,8 @@ class Conversation {
   int32_t n_turns_ = 0;            // user turns since start / clear
   int32_t attempt_ = 0;            // draw index of the last reply
   bool need_seam_ = false;         // the last reply ended without EOG
-  std::span<const float> logits_;  // the last forward's last row (valid until the next)
+  engine::Batch batch_;            // one sequence's rows, reused every step
+  std::span<const float> logits_;  // the last decode's last row (valid until the next)
   std::atomic<bool> interrupted_{false};
 };
 

@@ -40,6 +40,13 @@ class Batch {
     rows_.push_back({.token = token, .seq = seq, .pos = pos, .logits = logits});
     n_logits_ += logits ? 1U : 0U;
   }
+  // `tokens` of sequence `seq` at positions pos0, pos0 + 1, ...; the last row asks for
+  // logits (a prefill chunk, a decode step).
+  void add_run(std::span<const TokenId> tokens, SeqId seq, int32_t pos0) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      add(tokens[i], seq, pos0 + static_cast<int32_t>(i), i + 1 == tokens.size());
+    }
+  }
   std::span<const BatchRow> rows() const { return rows_; }
   size_t size() const { return rows_.size(); }
   bool empty() const { return rows_.empty(); }

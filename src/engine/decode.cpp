@@ -57,8 +57,9 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
     }
   }
 
-  const uint32_t nt = bucket_rows(static_cast<uint32_t>(n));
-  const uint32_t n_out = bucket_rows(batch.n_logits());
+  const uint32_t nt =
+      context_.pad_rows ? bucket_rows(static_cast<uint32_t>(n)) : static_cast<uint32_t>(n);
+  const uint32_t n_out = context_.pad_rows ? bucket_rows(batch.n_logits()) : batch.n_logits();
   // Per-step scratch grows only when a larger bucket arrives.
   batch_.resize(n);
   cells_.resize(nt);

@@ -1,6 +1,7 @@
-// Stage 15 (the loop): the forward facade — params → reuse or rebuild → place KV →
-// fill inputs → execute → logits. The shape of forward_cached in the seed design
-// (docs: the decode loop and graph reuse), with the checks moved before any work.
+// Stage 15 (the loop): the context — model load, KV sizing, params → reuse or rebuild,
+// session KV export/import; decode.cpp is the one forward (place KV → fill inputs →
+// execute → logits), the shape of forward_cached in the seed design with the checks
+// moved before any work.
 #include "engine/engine.h"
 
 #include <fmt/format.h>
@@ -80,6 +81,25 @@ Result<std::unique_ptr<Context>> Context::create(std::shared_ptr<const LoadedMod
   return c;
 }
 
+std::vector<backend::DeviceInfo> list_devices(int32_t n_threads) {
+  namespace cpu = backend::cpu;
+  cpu::CpuIsa isa = cpu::detect_isa();
+  if (auto pinned = cpu::isa_from_name(Config::get().cpu_isa);
+      pinned && *pinned != cpu::CpuIsa::kAuto) {
+    isa = *pinned;
+  }
+  const int32_t threads =
+      n_threads > 0 ? n_threads
+                    : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<backend::DeviceInfo> out{
+      {.name = "cpu",
+       .description =
+           fmt::format("CPU, {} kernels, {} thread(s), host memory", cpu::isa_name(isa), threads),
+       .host_memory = true}};
+  for (backend::DeviceInfo& d : backend::Registry::global().devices()) out.push_back(std::move(d));
+  return out;
+}
+
 Result<Numerics> parse_numerics(std::string_view text) {
   if (text == "default") return Numerics::kDefault;
   if (text == "llamacpp") return Numerics::kLlamaCpp;
@@ -134,7 +154,20 @@ Status Context::init(const EngineOptions& options) {
                   .llamacpp_numerics = llamacpp_family(options.numerics),
                   .llamacpp_repack = options.numerics != Numerics::kLlamaCppNoRepack,
                   .llamacpp_fa_f16_arith = options.numerics == Numerics::kLlamaCppAvx512Fp16}));
+  const graph::BackendId cpu_id = cpu->id();
   e->sched_.add_backend(std::move(cpu));
+  // The other devices, from the registry, in the order named; ids follow the CPU's.
+  std::vector<std::string_view> named;
+  for (const std::string& name : options.devices) {
+    if (std::find(named.begin(), named.end(), name) != named.end()) {
+      return make_error(fmt::format("--device {}: named twice", name));
+    }
+    named.push_back(name);
+    if (name == "cpu") continue;
+    const auto id = static_cast<graph::BackendId>(cpu_id + static_cast<int>(named.size()));
+    MINFER_TRY(std::unique_ptr<backend::Backend> b, backend::Registry::global().create(name, id));
+    e->sched_.add_backend(std::move(b));
+  }
   if (options.graph_trace) {
     Context* self = this;
     e->sched_.set_trace_hook([self](const sched::ExecTrace& t) {
@@ -155,7 +188,8 @@ Context::~Context() = default;
 
 Status Context::set_n_ctx(uint32_t n_ctx) {
   if (n_ctx == 0) return make_error("n_ctx must be > 0");
-  return set_context({.n_cells = n_ctx, .n_seq_max = 1, .n_ctx_seq = n_ctx, .n_runs = 1});
+  return set_context(
+      {.n_cells = n_ctx, .n_seq_max = 1, .n_ctx_seq = n_ctx, .n_runs = 1, .pad_rows = false});
 }
 
 Status Context::set_context(const ContextOptions& options) {
@@ -220,7 +254,6 @@ graph::GraphParams Context::params_for(uint32_t n_tokens, uint32_t n_out, int32_
   p.cparams.kv_format = options_.kv_format;
   p.cparams.attn_numerics = llamacpp_family(options_.numerics) ? graph::AttnNumerics::kGgmlF16
                                                                : graph::AttnNumerics::kF32;
-  p.weights_version = 1;
   return p;
 }
 
@@ -275,77 +308,6 @@ Result<const graph::ComputeGraph*> Context::prepare(const graph::GraphParams& pa
     MINFER_TRY_STATUS(rebuild(params));
   }
   return &cache_->current();
-}
-
-Result<std::span<const float>> Context::forward(std::span<const TokenId> tokens,
-                                                std::span<const int32_t> positions,
-                                                uint32_t n_out) {
-  // Every check first: nothing is placed, built or run for a bad request.
-  const size_t nt = tokens.size();
-  if (nt == 0) return make_error("forward: empty batch");
-  if (positions.size() != nt) {
-    return make_error(fmt::format("forward: {} tokens but {} positions", nt, positions.size()));
-  }
-  if (n_out == 0 || n_out > nt) {
-    return make_error(fmt::format("forward: n_out {} outside [1, {}]", n_out, nt));
-  }
-  if (cache_ == nullptr) return make_error("forward: no context set (set_n_ctx first)");
-  for (size_t i = 0; i < nt; ++i) {
-    if (positions[i] < 0 || static_cast<uint32_t>(positions[i]) >= n_ctx_) {
-      return make_error(
-          fmt::format("forward: position {} (row {}) is outside the context "
-                      "(n_ctx {})",
-                      positions[i], i, n_ctx_));
-    }
-  }
-  const int32_t n_vocab = static_cast<int32_t>(model_->hparams().n_vocab);
-  for (size_t i = 0; i < nt; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= n_vocab) {
-      return make_error(
-          fmt::format("forward: token id {} (row {}) outside the vocabulary "
-                      "(n_vocab {})",
-                      tokens[i], i, n_vocab));
-    }
-  }
-
-  // Reuse decision: params only (no build, no node diff).
-  const graph::GraphParams params = params_for(static_cast<uint32_t>(nt), n_out);
-  MINFER_TRY(const graph::ComputeGraph* gp, prepare(params));
-  const graph::ComputeGraph& g = *gp;
-  alloc::Allocator& memory = cache_->memory_as<alloc::Allocator>();
-
-  // Positions are data: choose the KV cells and windows, then fill the inputs of the
-  // graph just mapped (fills after allocation land where the kernels read).
-  batch_.resize(nt);
-  cells_.resize(nt);
-  window_.resize(2 * static_cast<size_t>(params.cparams.window.n_runs) * nt);
-  for (size_t i = 0; i < nt; ++i) batch_[i] = kv::KvToken{.seq = 0, .pos = positions[i]};
-  MINFER_TRY_STATUS(kv_->place_into(batch_, cells_));
-  MINFER_TRY_STATUS(
-      kv_->window_into(batch_, {.n_runs = params.cparams.window.n_runs, .causal = true}, window_));
-  MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTokenIds, tokens));
-  MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputPositions, positions));
-  MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvCells, cells_));
-  MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindow, window_));
-  if (const auto n_swa = static_cast<int32_t>(model_->hparams().n_swa); n_swa > 0) {
-    window_swa_.resize(window_.size());
-    MINFER_TRY_STATUS(kv_->window_into(
-        batch_, {.n_runs = params.cparams.window.n_runs, .causal = true, .sliding = n_swa},
-        window_swa_));
-    MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindowSwa, window_swa_));
-  }
-  if (n_out < nt) {
-    tail_.resize(n_out);
-    for (uint32_t i = 0; i < n_out; ++i) tail_[i] = static_cast<int32_t>(nt - n_out + i);
-    MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTailIds, tail_));
-  }
-
-  MINFER_TRY_STATUS(sched_.execute(g, memory));
-  stats_.executes++;
-  stats_.graph_uid = g.uid();
-  const graph::NodeId out = g.outputs().front();
-  const float* logits = memory.data_as<const float>(g, out);
-  return std::span<const float>(logits, static_cast<size_t>(n_vocab) * n_out);
 }
 
 }  // namespace minfer::engine

@@ -1,6 +1,6 @@
 // Stage 15 (the loop): LoadedModel (weights + tokenizer, immutable, shared) and Context
 // (one KV arena: cells and regions, the runtime cache, the scheduler) behind the
-// forward / decode facade the loops, the server, tests and tools call; Engine is a
+// decode facade the loops, the server, tests and tools call; Engine is a
 // Context that owns its model.
 // Invariants: topology depends on GraphParams only; token ids, positions, KV cells and
 // windows are filled after the reuse check / allocation (ARCHITECTURE §2.1, §2.7); a
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/registry.h"
 #include "core/result.h"
 #include "engine/batch.h"
 #include "engine/text.h"
@@ -70,7 +71,14 @@ struct EngineOptions {
   bool graph_trace = false;    // split layout + census per execute (Config::graph_trace)
   graph::KvFormat kv_format = graph::KvFormat::kF32;  // KV cache element type
   Numerics numerics = Numerics::kDefault;
+  // Backends besides the CPU (always there), by registry name in priority order
+  // (`--device`); "cpu" names the CPU. Error at create: an unknown or repeated name.
+  std::vector<std::string> devices;
 };
+
+// Every device a context may name: the CPU first (its kernel set and threads), then
+// the registry's (backend/registry.h), as `minfer --list-devices` prints them.
+std::vector<backend::DeviceInfo> list_devices(int32_t n_threads = 0);
 
 // The KV arena of a context. One shared cell store (not fixed partitions): any
 // sequence may use any free cell; positions of one sequence stay below n_ctx_seq.
@@ -81,6 +89,11 @@ struct ContextOptions {
                            // context_length
   int32_t n_runs = 1;      // window runs each query may need at least (prefix sharing and
                            // fragmented cells need more; decode raises it on demand)
+  // Rows padded to bucket_rows (decode): mixed batches of 3 or 5 rows reuse the graph of
+  // 4 or 8. Off: the graph takes the batch's own row counts — a single sequence's shapes
+  // (its prefill chunk, its one-token step) repeat anyway, and padding rows would be
+  // computed for nothing (set_n_ctx, the CLI and the chat).
+  bool pad_rows = true;
 };
 
 struct EngineStats {
@@ -144,7 +157,8 @@ class Context {
   const TokenBytes& token_bytes() const { return loaded_->token_bytes(); }
   int32_t n_threads() const { return n_threads_; }
 
-  // Sizes the KV for a run. A different n_ctx replaces the graph cache and its
+  // Sizes the KV for one sequence (0) of n_ctx positions, rows unpadded (the CLI, the
+  // chat, bench's single-stream tests). A different n_ctx replaces the graph cache and its
   // allocator (regions are sized once per n_ctx, never grown); the same n_ctx only
   // frees every cell. Error: n_ctx 0 or beyond the model's context_length.
   Status set_n_ctx(uint32_t n_ctx);
@@ -159,27 +173,19 @@ class Context {
   // Frees every KV cell (regions keep stale bytes: the cells are the truth).
   void clear_kv();
 
-  // One forward over `tokens` at `positions` (sequence 0), returning the logits of
-  // the last n_out rows: F32 [n_vocab, n_out], row i = row n_tokens - n_out + i. The
-  // span points into the graph's output buffer, valid until the next forward.
-  // Errors (nothing placed or run): empty batch, size mismatch, n_out outside
-  // [1, n_tokens], no context set, a position < 0 or >= n_ctx.
-  Result<std::span<const float>> forward(std::span<const TokenId> tokens,
-                                         std::span<const int32_t> positions, uint32_t n_out);
-
   // One forward over any mix of sequences (ARCHITECTURE §2b): places every row's K/V
   // in a cell of its sequence, lets each row attend to its own sequence's cells up to
-  // its position, and returns the logits of the rows that asked. The row count is
-  // padded to bucket_rows(n) with rows that store nothing and read nothing, and the
-  // logit rows to bucket_rows(n_logits), so the graph depends on those two numbers
-  // only. Batch invariance: a row's logits are bit-identical whatever else shares the
-  // batch, its order and the thread count. Errors (nothing placed or run): empty batch,
-  // no logit row, a position outside [0, n_ctx_seq), a sequence outside [0, n_seq_max),
-  // a token outside the vocabulary, a (seq, pos) twice, no free cell.
-  // Cell placement: a sequence that reserved its cells (kv_cells()->reserve(seq, n))
-  // fills them in order, so its window stays one run (plus one per shared prefix);
-  // unreserved sequences decoding side by side interleave their cells, and the window
-  // layout grows (a new graph; bits unchanged). Servers reserve per request.
+  // its position, and returns the logits of the rows that asked. With pad_rows the row
+  // count is padded to bucket_rows(n) with rows that store nothing and read nothing,
+  // and the logit rows to bucket_rows(n_logits), so the graph depends on those two
+  // numbers only (without, on n and n_logits). Batch invariance: a row's logits are
+  // bit-identical whatever else shares the batch, its order and the thread count. Errors (nothing
+  // placed or run): empty batch, no logit row, a position outside [0, n_ctx_seq), a sequence
+  // outside [0, n_seq_max), a token outside the vocabulary, a (seq, pos) twice, no free cell. Cell
+  // placement: a sequence that reserved its cells (kv_cells()->reserve(seq, n)) fills them in
+  // order, so its window stays one run (plus one per shared prefix); unreserved sequences decoding
+  // side by side interleave their cells, and the window layout grows (a new graph; bits unchanged).
+  // Servers reserve per request.
   Result<BatchLogits> decode(const Batch& batch);
   // The cell store, for sequence operations between decodes (seq_rm to free a
   // finished or cancelled sequence, seq_cp to share a cached prefix). Null before

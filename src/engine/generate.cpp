@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 
 namespace minfer::engine {
 namespace {
@@ -17,7 +16,8 @@ double seconds(Clock::duration d) {
 
 }  // namespace
 
-Result<std::unique_ptr<Generator>> Generator::create(Engine& engine, const GenerateOptions& options,
+Result<std::unique_ptr<Generator>> Generator::create(Context& engine,
+                                                     const GenerateOptions& options,
                                                      TextSink sink) {
   if (!engine.has_tokenizer()) return make_error("generate: the model has no tokenizer");
   auto g = std::unique_ptr<Generator>(new Generator(engine, options, std::move(sink)));
@@ -32,7 +32,7 @@ Result<std::unique_ptr<Generator>> Generator::create(Engine& engine, const Gener
   return g;
 }
 
-Generator::Generator(Engine& engine, const GenerateOptions& options, TextSink sink)
+Generator::Generator(Context& engine, const GenerateOptions& options, TextSink sink)
     : engine_(engine),
       options_(options),
       token_bytes_(engine.token_bytes()),
@@ -44,15 +44,12 @@ Status Generator::prefill(std::span<const TokenId> prompt) {
     return make_error(fmt::format("generate: the prompt has {} tokens, the context {}",
                                   prompt.size(), engine_.n_ctx_seq()));
   }
-  std::vector<int32_t> positions(prompt.size());
-  std::iota(positions.begin(), positions.end(), 0);
   const EngineStats before = engine_.stats();
   const auto t0 = Clock::now();
   const size_t chunk = options_.n_batch > 0 ? static_cast<size_t>(options_.n_batch) : prompt.size();
   for (size_t at = 0; at < prompt.size(); at += chunk) {
     const size_t n = std::min(chunk, prompt.size() - at);
-    MINFER_TRY(logits_, engine_.forward(prompt.subspan(at, n),
-                                        std::span<const int32_t>(positions).subspan(at, n), 1));
+    MINFER_TRY_STATUS(decode_run(prompt.subspan(at, n), static_cast<int32_t>(at)));
   }
   stats_.prefill_s = seconds(Clock::now() - t0);
   after_prefill_ = engine_.stats();
@@ -61,6 +58,14 @@ Status Generator::prefill(std::span<const TokenId> prompt) {
   // The penalty window starts with the prompt tail (llama.cpp feeds prompt tokens to
   // the sampler), so the first generated tokens are penalized too; the cursor is n.
   state_->reset(prompt);
+  return Ok{};
+}
+
+Status Generator::decode_run(std::span<const TokenId> tokens, int32_t pos0) {
+  batch_.clear();
+  batch_.add_run(tokens, 0, pos0);
+  MINFER_TRY(const BatchLogits out, engine_.decode(batch_));
+  logits_ = out.row(tokens.size() - 1);
   return Ok{};
 }
 
@@ -88,9 +93,7 @@ Result<bool> Generator::step() {
   // Forward last: logits for the next iteration.
   const auto tf = options_.timing ? Clock::now() : Clock::time_point{};
   const TokenId id = ev.token;
-  const int32_t position = ev.pos;
-  MINFER_TRY(logits_, engine_.forward(std::span<const TokenId>(&id, 1),
-                                      std::span<const int32_t>(&position, 1), 1));
+  MINFER_TRY_STATUS(decode_run(std::span<const TokenId>(&id, 1), ev.pos));
   if (options_.timing) stats_.forward_s += seconds(Clock::now() - tf);
   stats_.n_forwards++;
   return true;
@@ -107,7 +110,7 @@ void Generator::finish() {
   stats_.decode_reuses = now.reuses - after_prefill_.reuses;
 }
 
-Result<GenerateStats> generate(Engine& engine, std::span<const TokenId> prompt,
+Result<GenerateStats> generate(Context& engine, std::span<const TokenId> prompt,
                                const GenerateOptions& options, TextSink sink) {
   MINFER_TRY(std::unique_ptr<Generator> gen, Generator::create(engine, options, std::move(sink)));
   MINFER_TRY_STATUS(gen->prefill(prompt));

@@ -74,7 +74,7 @@ class Generator {
  public:
   // `engine` must have a tokenizer and a context large enough for the prompt.
   // Errors: sampler config invalid for the vocabulary.
-  static Result<std::unique_ptr<Generator>> create(Engine& engine, const GenerateOptions& options,
+  static Result<std::unique_ptr<Generator>> create(Context& engine, const GenerateOptions& options,
                                                    TextSink sink);
 
   // Prefill: the prompt at positions 0..n-1 (one forward, or n_batch-token chunks),
@@ -90,16 +90,20 @@ class Generator {
   const std::vector<TokenId>& generated() const { return state_->generated(); }
 
  private:
-  Generator(Engine& engine, const GenerateOptions& options, TextSink sink);
+  Generator(Context& engine, const GenerateOptions& options, TextSink sink);
 
-  Engine& engine_;
+  // One decode of `tokens` (sequence 0, from pos0); keeps the last row's logits.
+  Status decode_run(std::span<const TokenId> tokens, int32_t pos0);
+
+  Context& engine_;
   GenerateOptions options_;
   const TokenBytes& token_bytes_;         // the model's (LoadedModel::token_bytes)
   std::unique_ptr<SequenceState> state_;  // sampler, stop hold-back, UTF-8, gates, cursor
   TextSink sink_;
   GenerateStats stats_;
 
-  std::span<const float> logits_;  // the last forward's last row
+  Batch batch_;                    // one sequence's rows, reused every step
+  std::span<const float> logits_;  // the last decode's last row
   EngineStats after_prefill_;
   std::chrono::steady_clock::time_point decode_t0_;
   bool decode_started_ = false;
@@ -107,7 +111,7 @@ class Generator {
 };
 
 // prefill + step() until a gate stops + finish.
-Result<GenerateStats> generate(Engine& engine, std::span<const TokenId> prompt,
+Result<GenerateStats> generate(Context& engine, std::span<const TokenId> prompt,
                                const GenerateOptions& options, TextSink sink);
 
 }  // namespace minfer::engine

@@ -123,9 +123,14 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
     ev.stop = stop_;
     return ev;
   }
-  // Gate at the head: a run allowed no tokens at all.
+  // Gates at the head: a run allowed no tokens at all; a full context, where the
+  // driver asked for that gate before sampling.
   if (options_.n_predict >= 0 && n_generated_ >= options_.n_predict) {
     stop_ = SeqStop::kNPredict;
+  } else if (options_.context_gate_first && static_cast<uint32_t>(pos_) >= options_.n_ctx) {
+    stop_ = SeqStop::kContext;
+  }
+  if (stop_ != SeqStop::kNone) {
     finish_text();
     ev.stop = stop_;
     ev.text = out_;

@@ -41,6 +41,11 @@ struct SequenceOptions {
   // The n_predict-th token is fed too (the event has feed and stop kNPredict): a chat
   // keeps its whole reply in the KV; single-shot and the server skip that forward.
   bool feed_last = false;
+  // The full-context gate runs at the head of next(), before sampling: with no position
+  // left for the token this step would sample (cursor >= n_ctx) the run ends kContext
+  // and nothing is sampled — the chat, whose reply stays whole in its KV. Off: that
+  // token is sampled and emitted, then the run ends (single-shot, the server).
+  bool context_gate_first = false;
 };
 
 struct TokenLogprob {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 #include "core/check.h"
 
@@ -341,7 +342,9 @@ Status KvCells::sliding_window_into(std::span<const KvToken> queries, const Wind
 
 Result<int32_t> KvCells::runs_needed(std::span<const KvToken> queries, bool causal) const {
   // Runs only grow with the query's limit, so each sequence's highest limit decides.
-  std::vector<std::pair<SeqId, Pos>> limits;
+  // A fixed table (no allocation: decode calls this every step).
+  std::array<Pos, kMaxSeqs> limits;
+  limits.fill(-1);
   for (const KvToken& t : queries) {
     MINFER_TRY_STATUS(check_seq(t.seq));
     if (t.pos < 0 || static_cast<uint32_t>(t.pos) >= n_ctx_) {
@@ -349,16 +352,13 @@ Result<int32_t> KvCells::runs_needed(std::span<const KvToken> queries, bool caus
                                     t.pos, n_ctx_));
     }
     const Pos limit = causal ? t.pos : seq_pos_max(t.seq);
-    auto it =
-        std::find_if(limits.begin(), limits.end(), [&](const auto& e) { return e.first == t.seq; });
-    if (it == limits.end()) {
-      limits.emplace_back(t.seq, limit);
-    } else {
-      it->second = std::max(it->second, limit);
-    }
+    Pos& l = limits[static_cast<size_t>(t.seq)];
+    l = std::max(l, limit);
   }
   int32_t most = 0;
-  for (const auto& [seq, limit] : limits) {
+  for (SeqId seq = 0; seq < static_cast<SeqId>(kMaxSeqs); ++seq) {
+    const Pos limit = limits[static_cast<size_t>(seq)];
+    if (limit < 0) continue;
     int32_t runs = 0;
     int32_t last_end = -1;
     for (Pos p = 0; p <= limit; ++p) {

@@ -31,9 +31,6 @@ bool timed(Op op) {
   return op != Op::kReshape && op != Op::kView;
 }
 
-// A plan cache far larger than the graph cache's MRU (8) is a leak of stale uids.
-constexpr size_t kMaxCachedPlans = 32;
-
 std::string describe(const ComputeGraph& g, NodeId id) {
   const Node& n = g.node(id);
   std::string srcs;
@@ -56,8 +53,17 @@ void Scheduler::add_backend(std::unique_ptr<backend::Backend> b) {
   MINFER_CHECK(b != nullptr, "Scheduler::add_backend: null backend");
   MINFER_CHECK(backend(b->id()) == nullptr,
                "Scheduler::add_backend: backend id %d registered twice", static_cast<int>(b->id()));
+  // Placement validity may change: every plan goes, and its backends' state with it.
+  for (const auto& [uid, plan] : plans_) {
+    for (const auto& other : backends_) other->release(uid);
+  }
+  plans_.clear();
   backends_.push_back(std::move(b));
-  plans_.clear();  // placement validity may change
+}
+
+void Scheduler::forget(uint64_t uid) {
+  if (plans_.erase(uid) == 0) return;
+  for (const auto& b : backends_) b->release(uid);
 }
 
 backend::Backend* Scheduler::backend(BackendId id) const {
@@ -158,7 +164,18 @@ Result<const SplitPlan*> Scheduler::plan(const ComputeGraph& g) {
     scratch_plan_ = std::move(p);
     return &scratch_plan_;
   }
-  if (plans_.size() >= kMaxCachedPlans) plans_.clear();
+  // One runtime entry per cached graph: the plan lives until the graph cache drops the
+  // graph (forget), and every backend prepares its own state for the uid now.
+  for (const auto& b : backends_) {
+    if (Status st = b->prepare(g); !st.ok()) {
+      for (const auto& prepared : backends_) {
+        if (prepared == b) break;
+        prepared->release(g.uid());
+      }
+      return st.error().context(
+          fmt::format("backend {} preparing graph uid {}", b->name(), g.uid()));
+    }
+  }
   auto [it, inserted] = plans_.emplace(g.uid(), std::move(p));
   return &it->second;
 }

@@ -131,8 +131,10 @@ class Scheduler {
   // While set, each node runs as its own backend call between two clock reads.
   void set_profile_hook(ProfileHook hook) { profile_hook_ = std::move(hook); }
   bool profiling() const { return static_cast<bool>(profile_hook_); }
-  // Plans of graphs no longer cached may be dropped (GraphCache eviction).
-  void forget(uint64_t uid) { plans_.erase(uid); }
+  // The graph `uid` left the runtime (GraphCache eviction, replacement, destruction):
+  // its plan goes and every backend releases its state for it. The cache's policy is
+  // the only one: the scheduler never drops a plan on its own.
+  void forget(uint64_t uid);
   size_t n_plans() const { return plans_.size(); }  // cached split plans
   const SchedStats& stats() const { return stats_; }
 

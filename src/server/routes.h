@@ -24,7 +24,7 @@
 namespace minfer::server {
 
 struct ServerContext {
-  engine::Engine& engine;
+  engine::Context& engine;
   const tokenizer::Tokenizer& tok;
   const chat::ChatRenderer& renderer;
   Scheduler& scheduler;

@@ -36,7 +36,7 @@ bool JobStream::pop(JobEvent& out, std::chrono::milliseconds timeout) {
   return true;
 }
 
-Scheduler::Scheduler(engine::Engine& engine, const SchedulerOptions& options, Metrics& metrics,
+Scheduler::Scheduler(engine::Context& engine, const SchedulerOptions& options, Metrics& metrics,
                      VizState* viz)
     : engine_(engine),
       options_(options),

@@ -81,7 +81,7 @@ enum class SubmitResult : uint8_t { kQueued, kQueueFull, kDraining };
 class Scheduler {
  public:
   // `viz` (optional): the engine view's state, fed by the inference thread.
-  Scheduler(engine::Engine& engine, const SchedulerOptions& options, Metrics& metrics,
+  Scheduler(engine::Context& engine, const SchedulerOptions& options, Metrics& metrics,
             VizState* viz = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
@@ -128,7 +128,7 @@ class Scheduler {
     return s.state == SlotState::kPrefill || s.state == SlotState::kDecode;
   }
 
-  engine::Engine& engine_;
+  engine::Context& engine_;
   SchedulerOptions options_;
   Metrics& metrics_;
   VizState* viz_ = nullptr;

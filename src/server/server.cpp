@@ -287,7 +287,7 @@ void reply_error(Response& res, const ApiError& e, Dialect dialect) {
              e.status);
 }
 
-Status serve(engine::Engine& engine, const ServerOptions& options) {
+Status serve(engine::Context& engine, const ServerOptions& options) {
   if (!engine.has_tokenizer()) return make_error("serve: the model has no tokenizer");
   const tokenizer::Tokenizer& tok = engine.tokenizer();
   chat::RendererChoice renderer = chat::renderer_for(tok, options.chat_template);

@@ -39,6 +39,6 @@ void block_shutdown_signals();
 // Binds, prints "minfer server listening on http://HOST:PORT", serves until SIGINT or
 // SIGTERM, drains, returns. Errors: the chat template cannot render, the arena cannot
 // be sized, the address cannot be bound.
-Status serve(engine::Engine& engine, const ServerOptions& options);
+Status serve(engine::Context& engine, const ServerOptions& options);
 
 }  // namespace minfer::server

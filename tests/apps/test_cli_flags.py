@@ -171,6 +171,26 @@ def test_version_names_commit_build_type_and_cpu_kernels():
 # ---------------------------------------------------------------- llama.cpp spellings
 
 
+def test_list_devices_prints_the_cpu_first_in_llama_cpp_shape():
+    r = minfer("--list-devices")
+    assert r.returncode == 0, r.stderr.decode()
+    lines = r.stdout.decode().splitlines()
+    assert lines[0] == "Available devices:", lines
+    assert re.match(r"  cpu: CPU, (scalar|avx2|avx512) kernels, \d+ thread\(s\), host memory$",
+                    lines[1]), lines
+    usage_error(minfer("--list-devices", "extra"), "--list-devices takes no arguments")
+
+
+@needs_model
+def test_device_cpu_and_none_give_the_cpu_run():
+    base = minfer(MODEL, PROMPT, *RAW, "-n", "8")
+    assert base.returncode == 0, base.stderr.decode()
+    for dev in ("cpu", "none"):
+        r = minfer(MODEL, PROMPT, *RAW, "-n", "8", "--device", dev)
+        assert r.returncode == 0, r.stderr.decode()
+        assert r.stdout == base.stdout
+
+
 @needs_model
 def test_llama_cpp_spellings_are_accepted():
     r = minfer(MODEL, "--ctx-size", 256, "-sys", "You are terse.", "-b", 8, "-ub", 4, "--no-mmap",
@@ -521,6 +541,8 @@ def test_no_arguments_is_a_usage_error():
     (["--chat-template", "bogus"], "--chat-template: unknown template name 'bogus'"),
     (["-ctk", "f16", "-ctv", "f32"], "-ctv f32"),
     (["--chat-template-kwargs", "[1]"], "--chat-template-kwargs: expected a JSON object"),
+    (["--device", "nosuch"], "--device: unknown device 'nosuch' (available: cpu"),
+    (["-dev", "cpu,"], "--device 'cpu,': an empty name"),
 ])
 @pytest.mark.parametrize("mode", [[], ["-cnv"]])
 def test_usage_errors_come_before_the_model_is_opened(args, needle, mode):
@@ -534,7 +556,8 @@ def test_usage_errors_come_before_the_model_is_opened(args, needle, mode):
                                  ["serve", "no-such-model.gguf"], ["viz", "no-such-model.gguf"]])
 def test_subcommands_check_kv_and_numerics_flags_before_the_model(cmd):
     for args, needle in ((["--cache-type", "q8_0"], "--cache-type"),
-                         (["--numerics", "bogus"], "--numerics")):
+                         (["--numerics", "bogus"], "--numerics"),
+                         (["--device", "nosuch"], "unknown device 'nosuch'")):
         r = minfer(*cmd, *args)
         usage_error(r, needle)
         assert "no-such-model" not in r.stderr.decode()

@@ -62,12 +62,29 @@ inline std::vector<int32_t> iota_positions(size_t n, int32_t first = 0) {
 }
 
 // Copies the logits (the span dies at the next forward).
+// Sequence 0's rows `tokens` at `positions`, the last n_out asking for logits.
+inline Batch seq0_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& positions,
+                        uint32_t n_out) {
+  Batch batch;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    batch.add(tokens[i], 0, i < positions.size() ? positions[i] : 0, i + n_out >= tokens.size());
+  }
+  return batch;
+}
+
+// Logits of the last n_out rows, row after row: F32 [n_vocab, n_out].
 inline std::vector<float> run(Context& e, const std::vector<int32_t>& tokens,
                               const std::vector<int32_t>& positions, uint32_t n_out) {
-  auto r = e.forward(tokens, positions, n_out);
+  const Batch batch = seq0_batch(tokens, positions, n_out);
+  auto r = e.decode(batch);
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
   if (!r.ok()) return {};
-  return std::vector<float>(r->begin(), r->end());
+  std::vector<float> out;
+  for (size_t i = tokens.size() - n_out; i < tokens.size(); ++i) {
+    const std::span<const float> row = r->row(i);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
 }
 
 // Bitwise equality of two float vectors; reports the first differing element.

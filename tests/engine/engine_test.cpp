@@ -25,6 +25,7 @@ using testing::make_engine;
 using testing::make_engine_status;
 using testing::run;
 using testing::same_bits;
+using testing::seq0_batch;
 using testing::TinySpec;
 
 const std::vector<int32_t> kPrompt = {5, 17, 42, 8, 91, 3, 66, 12, 30};
@@ -139,15 +140,15 @@ TEST(Engine, PositionAtOrPastNctxFailsBeforeAnythingRuns) {
   for (const auto& [tokens, positions] :
        std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>>{
            {{5}, {16}}, {{5, 6}, {4, 16}}, {{5}, {-1}}, {{5}, {1000}}}) {
-    auto r = t->forward(tokens, positions, 1);
+    auto r = t->decode(seq0_batch(tokens, positions, 1));
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.error().message.find("outside the context (n_ctx 16)"), std::string::npos)
         << r.error().message;
   }
-  EXPECT_FALSE(t->forward(std::vector<int32_t>{96}, std::vector<int32_t>{4}, 1).ok());  // bad id
-  EXPECT_FALSE(t->forward(std::vector<int32_t>{5, 6}, std::vector<int32_t>{4}, 1).ok());
-  EXPECT_FALSE(t->forward(std::vector<int32_t>{5, 6}, iota_positions(2, 4), 3).ok());
-  EXPECT_EQ(t->sched_stats().executes, executes);  // no kernel ran
+  EXPECT_FALSE(t->decode(seq0_batch({96}, {4}, 1)).ok());                     // bad id
+  EXPECT_FALSE(t->decode(seq0_batch({5, 6}, iota_positions(2, 4), 0)).ok());  // no logit row
+  EXPECT_FALSE(t->decode(Batch{}).ok());                                      // empty
+  EXPECT_EQ(t->sched_stats().executes, executes);                             // no kernel ran
   EXPECT_EQ(t->stats().executes, before.executes);
   EXPECT_EQ(t->kv()->n_used(), used);  // no cell was placed
   EXPECT_EQ(t->cache_stats().rebuilds, cache_before.rebuilds);

@@ -151,6 +151,20 @@ TEST(SequenceState, context_gate_stops_before_a_position_past_n_ctx) {
   EXPECT_EQ(s->n_generated(), 3);  // positions 2, 3 fed; the third token cannot be
 }
 
+TEST(SequenceState, context_gate_first_ends_at_a_full_context_without_sampling) {
+  Fixture f;
+  auto s = f.make({.n_ctx = 4, .context_gate_first = true});
+  SeqEvent last;
+  // Positions 2 and 3 take the two sampled tokens; the third step finds no position
+  // left and samples nothing (the chat's gate): no token, no text, kContext.
+  EXPECT_EQ(f.run(*s, {6, 6, 7, 7}, &last), "aa");
+  EXPECT_EQ(last.stop, SeqStop::kContext);
+  EXPECT_EQ(last.token, -1);
+  EXPECT_FALSE(last.feed);
+  EXPECT_EQ(s->n_generated(), 2);
+  EXPECT_EQ(s->generated(), (std::vector<TokenId>{6, 6}));
+}
+
 TEST(SequenceState, logprobs_are_the_log_softmax_of_the_raw_logits) {
   Fixture f;
   auto s = f.make({.top_logprobs = 2});
