@@ -20,9 +20,6 @@ Status validate(const GraphParams& p) {
   if (p.cparams.window.n_runs < 1) {
     return make_error(fmt::format("graph params: window n_runs {} < 1", p.cparams.window.n_runs));
   }
-  if (p.cparams.gpu_layers < 0) {
-    return make_error(fmt::format("graph params: gpu_layers {} < 0", p.cparams.gpu_layers));
-  }
   if (p.cparams.attn_numerics == AttnNumerics::kGgmlF16 && p.cparams.kv_format != KvFormat::kF16) {
     return make_error(
         fmt::format("graph params: attention numerics ggml-f16 needs the f16 KV "
@@ -62,11 +59,10 @@ Result<KvFormat> parse_kv_format(std::string_view text) {
 std::string to_string(const GraphParams& p) {
   const CParams& c = p.cparams;
   return fmt::format(
-      "{{n_tokens={} n_out={} gtype={} n_ctx={} flash_attn={} window_runs={} gpu={} "
-      "gpu_layers={} fuse_rms_norm_mul={} kv_format={} attn={} weights_version={}}}",
-      p.n_tokens, p.n_out, graph_type_name(p.gtype), c.n_ctx, c.flash_attn, c.window.n_runs, c.gpu,
-      c.gpu_layers, c.fusion.rms_norm_mul, kv_format_name(c.kv_format),
-      attn_numerics_name(c.attn_numerics), p.weights_version);
+      "{{n_tokens={} n_out={} gtype={} n_ctx={} window_runs={} fuse_rms_norm_mul={} "
+      "kv_format={} attn={}}}",
+      p.n_tokens, p.n_out, graph_type_name(p.gtype), c.n_ctx, c.window.n_runs,
+      c.fusion.rms_norm_mul, kv_format_name(c.kv_format), attn_numerics_name(c.attn_numerics));
 }
 
 }  // namespace minfer::graph

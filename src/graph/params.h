@@ -51,12 +51,9 @@ struct WindowLayout {
 
 // Runtime knobs that reach into topology.
 struct CParams {
-  uint32_t n_ctx = 0;       // KV cells per region; sizes the persistent regions
-  bool flash_attn = false;  // selects the attention kernel family
-  WindowLayout window;      // attention window input layout
-  bool gpu = false;         // a GPU backend participates (placement is topology)
-  int32_t gpu_layers = 0;   // blocks [0, gpu_layers) offloaded
-  FusionFlags fusion;       // fusion-pass switches
+  uint32_t n_ctx = 0;   // KV cells per region; sizes the persistent regions
+  WindowLayout window;  // attention window input layout
+  FusionFlags fusion;   // fusion-pass switches
   KvFormat kv_format = KvFormat::kF32;
   AttnNumerics attn_numerics = AttnNumerics::kF32;
 
@@ -68,7 +65,6 @@ struct GraphParams {
   uint32_t n_out = 0;     // rows whose logits are produced (1..n_tokens)
   GraphType gtype = GraphType::kPrefill;
   CParams cparams;
-  uint64_t weights_version = 0;  // bumped when weights change (reload, LoRA switch)
 
   bool operator==(const GraphParams&) const = default;
 };

@@ -46,13 +46,10 @@ TEST(GraphCache, ReuseRequiresEqualParams_EveryIdentityFieldForcesRebuild) {
   std::vector<std::function<void(GraphParams&)>> changes = {
       [](GraphParams& p) { p.n_tokens = 2; },
       [](GraphParams& p) { p.gtype = GraphType::kPrefill; },
-      [](GraphParams& p) { p.weights_version = 2; },
       [](GraphParams& p) { p.cparams.n_ctx = 128; },
       [](GraphParams& p) { p.cparams.fusion.rms_norm_mul = false; },
-      [](GraphParams& p) { p.cparams.flash_attn = true; },
       [](GraphParams& p) { p.cparams.window.n_runs = 2; },
-      [](GraphParams& p) { p.cparams.gpu = true; },
-      [](GraphParams& p) { p.cparams.gpu_layers = 1; },
+      [](GraphParams& p) { p.cparams.attn_numerics = AttnNumerics::kGgmlF16; },
       [](GraphParams& p) { p.cparams.kv_format = KvFormat::kQ8_0; },
   };
   for (size_t i = 0; i < changes.size(); ++i) {

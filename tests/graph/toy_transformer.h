@@ -125,7 +125,6 @@ inline graph::GraphParams toy_params(uint32_t n_tokens, uint32_t n_ctx = 64) {
   p.n_out = 1;
   p.gtype = n_tokens == 1 ? graph::GraphType::kDecode : graph::GraphType::kPrefill;
   p.cparams.n_ctx = n_ctx;
-  p.weights_version = 1;
   return p;
 }
 

@@ -26,7 +26,6 @@ graph::GraphParams params(uint32_t n_tokens, uint32_t n_out, uint32_t n_ctx = 64
   p.n_out = n_out;
   p.gtype = n_tokens == 1 ? graph::GraphType::kDecode : graph::GraphType::kPrefill;
   p.cparams.n_ctx = n_ctx;
-  p.weights_version = 1;
   return p;
 }
 
