@@ -51,6 +51,11 @@ int run_serve(const std::vector<std::string>& args) {
             "connections served at once, one thread each, started on demand; more wait for "
             "one to close (1024)",
             max_connections, 1, 65536);
+  int32_t responses_max = static_cast<int32_t>(o.responses_max);
+  p.int_opt("--responses-max", "N",
+            "finished /v1/responses responses kept in memory for retrieval and "
+            "previous_response_id; the oldest is evicted; 0 keeps none (1000)",
+            responses_max, 0, 1 << 24);
   p.int_opt("--drain-ms", "N", "after SIGINT/SIGTERM, how long requests may finish (30000)",
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
@@ -91,6 +96,7 @@ int run_serve(const std::vector<std::string>& args) {
   o.drain_ms = drain_ms;
   o.max_body_bytes = static_cast<size_t>(max_body);
   o.max_connections = static_cast<size_t>(max_connections);
+  o.responses_max = static_cast<size_t>(responses_max);
   o.scheduler.n_slots = static_cast<uint32_t>(slots);
   o.scheduler.n_ctx = static_cast<uint32_t>(n_ctx);
   o.scheduler.max_queue = static_cast<uint32_t>(max_queue);

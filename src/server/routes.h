@@ -8,8 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,28 @@
 
 namespace minfer::server {
 
+// Finished Responses API responses kept for GET /v1/responses/{id} and
+// previous_response_id (server/responses.cpp): at most `max`, the oldest evicted first;
+// in memory only (a restart forgets them). Thread-safe.
+class ResponseStore {
+ public:
+  struct Entry {
+    json response;      // the response object as returned
+    json conversation;  // OpenAI chat messages: every turn's input and output, no instructions
+  };
+  explicit ResponseStore(size_t max) : max_(max) {}
+  void put(const std::string& id, json response, json conversation);  // max 0: keeps nothing
+  std::optional<Entry> get(const std::string& id) const;
+  bool erase(const std::string& id);  // false: no such id
+  size_t size() const;
+
+ private:
+  size_t max_;
+  mutable std::mutex mu_;
+  std::map<std::string, Entry> entries_;
+  std::deque<std::string> order_;  // ids, oldest first
+};
+
 struct ServerContext {
   engine::Context& engine;
   const tokenizer::Tokenizer& tok;
@@ -35,6 +61,7 @@ struct ServerContext {
   // Completion streams whose response has not been written to its end (the drain waits
   // for them before it closes the HTTP server, which stops writing chunked bodies).
   std::atomic<int32_t>* open_streams = nullptr;
+  ResponseStore* responses = nullptr;  // the Responses API's stored responses
 };
 
 // Per request, on its worker thread: what the one stderr log line reports.
@@ -106,5 +133,12 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
 // and POST /v1/messages/count_tokens.
 void handle_messages(ServerContext& ctx, const std::string& body, httplib::Response& res);
 void handle_count_tokens(ServerContext& ctx, const std::string& body, httplib::Response& res);
+
+// OpenAI's Responses API (server/responses.cpp): POST /v1/responses (stream and not),
+// GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel.
+void handle_responses(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_response_get(ServerContext& ctx, const std::string& id, httplib::Response& res);
+void handle_response_delete(ServerContext& ctx, const std::string& id, httplib::Response& res);
+void handle_response_cancel(ServerContext& ctx, const std::string& id, httplib::Response& res);
 
 }  // namespace minfer::server

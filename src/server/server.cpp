@@ -156,29 +156,36 @@ void reply_page(Response& res, std::string_view html) {
   res.set_header("X-Content-Type-Options", "nosniff");
 }
 
-// The methods of every registered path (exact paths: the server has no patterns but
-// the OPTIONS catch-all).
+// The methods of every registered path: exact paths, or patterns where a "{id}" segment
+// stands for any one non-empty segment (the server has no other patterns but the
+// OPTIONS catch-all).
 class RouteMethods {
  public:
   void add(const std::string& path, const char* method) { methods_[path].push_back(method); }
-  bool known(const std::string& path) const { return methods_.count(path) != 0; }
+  bool known(const std::string& path) const { return find(path) != nullptr; }
   bool has(const std::string& path, const std::string& method) const {
-    auto it = methods_.find(path);
-    return it != methods_.end() &&
-           std::find(it->second.begin(), it->second.end(), method) != it->second.end();
+    const auto* ms = find(path);
+    return ms != nullptr && std::find(ms->begin(), ms->end(), method) != ms->end();
   }
   // "GET, HEAD, OPTIONS" — HEAD wherever GET is (httplib answers it with the GET handler);
   // an unknown path gets every method the server has.
   std::string allow(const std::string& path) const {
-    auto it = methods_.find(path);
-    std::vector<std::string> ms =
-        it != methods_.end() ? it->second : std::vector<std::string>{"GET", "POST"};
+    const auto* found = find(path);
+    std::vector<std::string> ms = found ? *found : std::vector<std::string>{"GET", "POST"};
     std::string out;
     for (const std::string& m : ms) {
       out += m + ", ";
       if (m == "GET") out += "HEAD, ";
     }
     return out + "OPTIONS";
+  }
+  // The httplib route (a regex) of a registered path: "{id}" → one segment.
+  static std::string regex(const std::string& path) {
+    std::string out = path;
+    for (size_t at = out.find("{id}"); at != std::string::npos; at = out.find("{id}", at)) {
+      out.replace(at, 4, "([^/]+)");
+    }
+    return out;
   }
   // Whether a comma-separated Allow value lists `method` (methods are case-sensitive).
   static bool lists(const std::string& allow, const std::string& method) {
@@ -195,6 +202,30 @@ class RouteMethods {
   }
 
  private:
+  static bool matches(const std::string& pattern, const std::string& path) {
+    size_t i = 0, k = 0;
+    while (i < pattern.size() && k <= path.size()) {
+      if (pattern.compare(i, 4, "{id}") == 0) {
+        const size_t end = std::min(path.find('/', k), path.size());
+        if (end == k) return false;
+        i += 4;
+        k = end;
+      } else if (k < path.size() && pattern[i] == path[k]) {
+        ++i;
+        ++k;
+      } else {
+        return false;
+      }
+    }
+    return i == pattern.size() && k == path.size();
+  }
+  const std::vector<std::string>* find(const std::string& path) const {
+    if (auto it = methods_.find(path); it != methods_.end()) return &it->second;
+    for (const auto& [pattern, ms] : methods_) {
+      if (pattern.find("{id}") != std::string::npos && matches(pattern, path)) return &ms;
+    }
+    return nullptr;
+  }
   std::map<std::string, std::vector<std::string>> methods_;
 };
 
@@ -309,6 +340,7 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
   MINFER_TRY_STATUS(scheduler.start());
 
   std::atomic<int32_t> open_streams{0};
+  ResponseStore responses(options.responses_max);
   ServerContext ctx{.engine = engine,
                     .tok = tok,
                     .renderer = *renderer.renderer,
@@ -319,7 +351,8 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
                     .created = std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count(),
-                    .open_streams = &open_streams};
+                    .open_streams = &open_streams,
+                    .responses = &responses};
 
   httplib::Server svr;
   // httplib's default sets SO_REUSEPORT as well, which lets a second server bind a busy
@@ -531,6 +564,24 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
        [&](const std::string& body, Response& res) { handle_messages(ctx, body, res); });
   post("/v1/messages/count_tokens",
        [&](const std::string& body, Response& res) { handle_count_tokens(ctx, body, res); });
+  // OpenAI's Responses API (stored responses named by one path segment).
+  for (const std::string prefix : {"/v1/responses", "/responses"}) {
+    post(prefix, [&](const std::string& body, Response& res) { handle_responses(ctx, body, res); });
+    const std::string one = prefix + "/{id}";
+    svr.Get(RouteMethods::regex(one), [&](const Request& req, Response& res) {
+      handle_response_get(ctx, req.matches[1], res);
+    });
+    routes.add(one, "GET");
+    routes.add(one, "DELETE");
+    svr.Delete(RouteMethods::regex(one), [&](const Request& req, Response& res) {
+      handle_response_delete(ctx, req.matches[1], res);
+    });
+    // No body to read (the SDKs send none; httplib's payload limit bounds one sent).
+    routes.add(one + "/cancel", "POST");
+    svr.Post(RouteMethods::regex(one + "/cancel"), [&](const Request& req, Response& res) {
+      handle_response_cancel(ctx, req.matches[1], res);
+    });
+  }
   post("/tokenize",
        [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
   post("/detokenize",

@@ -27,7 +27,10 @@ struct ServerOptions {
   size_t max_connections = 1024;            // served at once, one thread each (http_pool.h)
   std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
   std::string viz_prompt;     // the view's prompt box text, run once when opened (`minfer viz -p`)
-  bool viz_home = false;      // GET / serves the engine view (`minfer viz`), not the chat page
+  bool viz_home = false;
+  // Finished Responses API responses kept in memory for GET /v1/responses/{id} and
+  // previous_response_id; the oldest is evicted past this; 0 keeps none.
+  size_t responses_max = 1000;  // GET / serves the engine view (`minfer viz`), not the chat page
 };
 
 // Blocks SIGINT and SIGTERM in the calling thread, so every thread it starts later
