@@ -295,8 +295,9 @@ Opt translate_request(ServerContext& ctx, const json& j, ResponsesRequest& r) {
     oa["max_tokens"] = *mt;
     echo["max_output_tokens"] = *mt;
   }
-  for (const char* key :
-       {"temperature", "top_p", "top_k", "min_p", "seed", "stream", "parallel_tool_calls"}) {
+  // OpenAI's sampling fields, and the chat route's extensions a local client may send.
+  for (const char* key : {"temperature", "top_p", "top_k", "min_p", "seed", "logit_bias", "stream",
+                          "parallel_tool_calls"}) {
     if (const json* v = field(j, key)) oa[key] = *v;
   }
   std::map<std::string, std::string> names;

@@ -8,7 +8,10 @@ function_call_output, text.format json_schema output that validates, a
 previous_response_id chain whose second turn reuses cached prompt tokens, retrieve /
 delete / 404 / cancel, --responses-max eviction, and bad input as 4xx in OpenAI's
 shape naming the field, the server healthy after."""
+import http.client
 import json
+import time
+import urllib.parse
 
 import jsonschema
 import pytest
@@ -207,8 +210,11 @@ def test_retrieve_delete_cancel_and_404(server):
     unstored = c.responses.create(model="smol", input="Say hi.", max_output_tokens=2, store=False)
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(unstored.id)
-    status, _ = server.request("PATCH", f"/v1/responses/{r2.id}")
-    assert status in (400, 405)
+    # A method the route lacks is a 405 listing the pattern route's methods.
+    status, body = server.request("POST", f"/v1/responses/{r2.id}", {"input": "x"})
+    assert status == 405 and "GET, HEAD, DELETE, OPTIONS" in json.loads(body)["error"]["message"]
+    status, body = server.request("GET", f"/v1/responses/{r2.id}/cancel")
+    assert status == 405 and "POST, OPTIONS" in json.loads(body)["error"]["message"]
 
 
 def test_responses_max_evicts_the_oldest(make_server):
@@ -218,6 +224,44 @@ def test_responses_max_evicts_the_oldest(make_server):
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(ids[0])
     assert [c.responses.retrieve(i).id for i in ids[1:]] == ids[1:]
+
+
+def sse_events(raw):
+    """(event name, data) pairs of an SSE body."""
+    out = []
+    for block in raw.strip().split("\n\n"):
+        lines = dict(ln.split(": ", 1) for ln in block.splitlines())
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+def test_a_failure_mid_stream_is_an_error_event_then_response_failed(make_server):
+    # Two signals end the drain at once: the running job ends with an error event.
+    s = make_server("--slots", 1, "--n-ctx", 1024, "-t", 2)
+    host, port = urllib.parse.urlsplit(s.url).netloc.split(":")
+    body = {"input": "Count:", "max_output_tokens": 900, "stream": True,
+            "logit_bias": {"2": -100, "0": -100}}  # no end-of-generation token
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("POST", "/v1/responses", json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type").startswith("text/event-stream")
+    head = b""
+    while b"response.output_text.delta" not in head:  # a token arrived: the job runs
+        head += r.readline()
+    s.terminate()
+    time.sleep(0.3)
+    s.terminate()
+    raw = (head + r.read()).decode()
+    conn.close()
+    events = sse_events(raw)
+    assert all(name == data["type"] for name, data in events)
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+    assert [name for name, _ in events[-2:]] == ["error", "response.failed"]
+    assert events[-2][1]["message"] == "the server is shutting down"
+    failed = events[-1][1]["response"]
+    assert failed["status"] == "failed"
+    assert failed["error"]["message"] == "the server is shutting down"
+    assert s.proc.wait(60) == 0
 
 
 BAD = [
