@@ -270,10 +270,8 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
   std::vector<ToolCall> calls;
   if (endpoint == Endpoint::kChat && r.tools.active()) {
     ToolCallParser parser(format, true);
-    std::string content = parser.feed(text);
-    content += parser.finish();
+    text = parser.feed_all(text);
     calls = parser.calls();
-    text = std::move(content);
   }
   if (endpoint == Endpoint::kChat && !calls.empty()) {
     choice["message"] = {{"role", "assistant"},

@@ -422,11 +422,7 @@ void handle_messages(ServerContext& ctx, const std::string& body, httplib::Respo
   std::string text;
   const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& e) { text += e.text; });
   if (!ev.error.empty()) return reply_error(res, event_error(ev), Dialect::kAnthropic);
-  if (tools) {
-    std::string content = tools->feed(text);
-    content += tools->finish();
-    text = std::move(content);
-  }
+  if (tools) text = tools->feed_all(text);
   const bool called = tools && !tools->calls().empty();
   json& content = message["content"];
   if (!text.empty() && !(called && blank(text))) {

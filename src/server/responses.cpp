@@ -617,9 +617,7 @@ void handle_responses(ServerContext& ctx, const std::string& body, httplib::Resp
   if (!ev.error.empty()) return reply_error(res, event_error(ev));
   std::vector<ToolCall> calls;
   if (tools) {
-    std::string content = tools->feed(text);
-    content += tools->finish();
-    text = std::move(content);
+    text = tools->feed_all(text);
     calls = tools->calls();
   }
   const bool with_message = calls.empty() || !blank(text);

@@ -69,6 +69,12 @@ class ToolCallParser {
   ToolCallParser(ToolFormat format, bool active) : format_(format), active_(active) {}
   std::string feed(std::string_view text);
   std::string finish();
+  // A whole output at once (a reply that is not streamed): feed() then finish().
+  std::string feed_all(std::string_view text) {
+    std::string out = feed(text);
+    out += finish();
+    return out;
+  }
   const std::vector<ToolCall>& calls() const { return calls_; }
 
  private:
