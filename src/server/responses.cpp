@@ -26,7 +26,7 @@ void ResponseStore::put(const std::string& id, json response, json conversation)
   std::lock_guard<std::mutex> lock(mu_);
   if (entries_.count(id) == 0) order_.push_back(id);
   entries_[id] = Entry{.response = std::move(response), .conversation = std::move(conversation)};
-  // Oldest first: the order holds ids that a delete has removed too, skipped here.
+  // Oldest first (erase() takes a deleted id out of the order too).
   while (entries_.size() > max_ && !order_.empty()) {
     entries_.erase(order_.front());
     order_.pop_front();
@@ -541,8 +541,9 @@ class ResponsesSse final : public SseWriter {
            {"output_index", 0},
            {"content_index", 0},
            {"part", {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}}}});
-      out += event("response.output_item.done",
-                   {{"output_index", 0}, {"item", message_item(id, text_, "completed")}});
+      json item = message_item(id, text_, "completed");
+      if (calls.empty() && incomplete(ev.stop)) item["status"] = "incomplete";
+      out += event("response.output_item.done", {{"output_index", 0}, {"item", std::move(item)}});
     }
     const int base = open_ ? 1 : 0;
     for (size_t i = 0; i < calls.size(); ++i) {

@@ -88,6 +88,7 @@ def test_stream_deltas_concatenate_to_the_text_with_usage_at_the_end(server):
     assert deltas == whole.output_text != ""
     final = events[-1].response
     assert final.output_text == deltas and final.status == "incomplete"
+    assert events[-2].item.status == final.output[0].status == "incomplete"
     assert final.usage.output_tokens == 20 and final.usage.input_tokens == whole.usage.input_tokens
     # The SDK's stream helper accumulates the same response (it ends only on
     # response.completed: a response that finishes).
@@ -224,6 +225,19 @@ def test_responses_max_evicts_the_oldest(make_server):
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(ids[0])
     assert [c.responses.retrieve(i).id for i in ids[1:]] == ids[1:]
+    # A deleted one frees its place: the next evicts nothing, the one after the oldest.
+    c.responses.delete(ids[1])
+    ids.append(c.responses.create(model="smol", input="Hi", max_output_tokens=1).id)
+    assert [c.responses.retrieve(i).id for i in ids[2:]] == ids[2:]
+    ids.append(c.responses.create(model="smol", input="Hi", max_output_tokens=1).id)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(ids[2])
+    assert [c.responses.retrieve(i).id for i in ids[3:]] == ids[3:]
+    # --responses-max 0 keeps none; chaining onto one is then a 404.
+    s0 = make_server("--slots", 1, "--n-ctx", 256, "-t", 2, "--responses-max", 0)
+    r = client(s0).responses.create(model="smol", input="Hi", max_output_tokens=1)
+    with pytest.raises(openai.NotFoundError):
+        client(s0).responses.create(model="smol", input="Hi", previous_response_id=r.id)
 
 
 def sse_events(raw):
