@@ -90,7 +90,7 @@ def test_stream_deltas_concatenate_to_the_text_with_usage_at_the_end(server):
     assert final.output_text == deltas and final.status == "incomplete"
     assert events[-2].item.status == final.output[0].status == "incomplete"
     assert final.usage.output_tokens == 20 and final.usage.input_tokens == whole.usage.input_tokens
-    # The SDK's stream helper accumulates the same response (it ends only on
+    # The SDK's responses.stream() accumulates the same response (it ends only on
     # response.completed: a response that finishes).
     short = c.responses.create(model="smol", input="Say yes.", temperature=0, max_output_tokens=200)
     with c.responses.stream(model="smol", input="Say yes.", temperature=0,
