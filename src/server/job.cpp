@@ -162,7 +162,7 @@ JobEvent collect_events(JobStream& stream, const std::function<void(const JobEve
 }
 
 void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
-                  std::unique_ptr<SseWriter> writer) {
+                  std::unique_ptr<SseWriter> writer, const char* content_type) {
   auto st = std::make_shared<StreamState>();
   st->stream = std::move(stream);
   st->writer = std::move(writer);
@@ -172,7 +172,7 @@ void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<Jo
   // the last chunk or a failed write).
   if (st->open_streams != nullptr) st->open_streams->fetch_add(1, std::memory_order_acq_rel);
   res.set_chunked_content_provider(
-      "text/event-stream",
+      content_type,
       [st](size_t /*offset*/, httplib::DataSink& sink) {
         if (!st->sent_head) {
           st->sent_head = true;
