@@ -66,13 +66,23 @@ Opt check_model(const ServerContext& ctx, const json& j, const char* key, std::s
   return {};
 }
 
+// Options with the same name and meaning as the OpenAI fields.
+constexpr const char* kSameOptions[] = {"temperature",
+                                        "top_p",
+                                        "top_k",
+                                        "min_p",
+                                        "typical_p",
+                                        "seed",
+                                        "repeat_penalty",
+                                        "repeat_last_n",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "stop"};
+
 // The `options` object → OpenAI sampling fields of `oa`.
 Opt translate_options(const ServerContext& ctx, const json& o, json& oa) {
   if (!o.is_object()) return bad_request("'options' must be an object");
-  // The same names and meaning on both sides.
-  for (const char* key :
-       {"temperature", "top_p", "top_k", "min_p", "typical_p", "seed", "repeat_penalty",
-        "repeat_last_n", "presence_penalty", "frequency_penalty", "stop"}) {
+  for (const char* key : kSameOptions) {
     if (const json* v = field(o, key)) oa[key] = *v;
   }
   if (const json* v = field(o, "num_predict")) {
@@ -169,6 +179,26 @@ Opt translate_common(const ServerContext& ctx, const json& j, std::string& model
   return {};
 }
 
+// The translated body through the OpenAI parser. Its errors name a field as 'key'; one
+// that came from `options` is named as the client wrote it ('options.top_k').
+Opt parse_translated(const ServerContext& ctx, const json& j, const json& oa, Endpoint endpoint,
+                     CompletionRequest& r) {
+  Opt e = parse_completion_json(oa, endpoint, ctx.tok.n_vocab(), r);
+  const json* o = field(j, "options");
+  if (!e || !o) return e;
+  auto rename = [&](const std::string& from, const std::string& to) {
+    const std::string quoted = "'" + from + "'";
+    if (size_t pos = e->message.find(quoted); pos != std::string::npos) {
+      e->message.replace(pos, quoted.size(), "'options." + to + "'");
+    }
+  };
+  for (const char* key : kSameOptions) {
+    if (field(*o, key)) rename(key, key);
+  }
+  if (field(*o, "num_predict")) rename("max_tokens", "num_predict");
+  return e;
+}
+
 // One Ollama chat message → one OpenAI message.
 Opt translate_message(const json& msg, size_t i, json& out) {
   if (!msg.is_object()) return bad_request(fmt::format("messages[{}] must be an object", i));
@@ -241,7 +271,7 @@ Opt parse_chat(ServerContext& ctx, const std::string& body, OllamaRequest& out) 
     return {};
   }
   oa["messages"] = std::move(messages);
-  return parse_completion_json(oa, Endpoint::kChat, ctx.tok.n_vocab(), out.r);
+  return parse_translated(ctx, j, oa, Endpoint::kChat, out.r);
 }
 
 Opt parse_generate(ServerContext& ctx, const std::string& body, OllamaRequest& out) {
@@ -291,13 +321,13 @@ Opt parse_generate(ServerContext& ctx, const std::string& body, OllamaRequest& o
   if (raw) {
     if (!system.empty()) return bad_request("'system' has no place in a raw prompt");
     oa["prompt"] = prompt;
-    return parse_completion_json(oa, Endpoint::kCompletion, ctx.tok.n_vocab(), out.r);
+    return parse_translated(ctx, j, oa, Endpoint::kCompletion, out.r);
   }
   json messages = json::array();
   if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
   messages.push_back({{"role", "user"}, {"content", prompt}});
   oa["messages"] = std::move(messages);
-  return parse_completion_json(oa, Endpoint::kChat, ctx.tok.n_vocab(), out.r);
+  return parse_translated(ctx, j, oa, Endpoint::kChat, out.r);
 }
 
 const char* done_reason(engine::SeqStop stop) {

@@ -7,7 +7,10 @@ with its fields, a tool call comes back with its arguments as a dict, a raw gene
 equals /v1/completions, the load call, the model routes (tags, show, ps, version), 404
 for another model, and bad input as 4xx in Ollama's shape ({"error": "..."}) with the
 server healthy after."""
+import http.client
 import json
+import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -135,6 +138,20 @@ def test_tool_call_arguments_come_back_as_a_dict(server):
     assert after.done and after.eval_count == 8
 
 
+def test_streamed_tool_call_comes_in_the_last_line(server):
+    m = model_id(server)
+    ask = [{"role": "user", "content": "What is the weather in Paris? Call get_weather."}]
+    whole = client(server).chat(model=m, messages=ask, tools=[WEATHER_TOOL],
+                                options={**GREEDY, "num_predict": 80})
+    parts = list(client(server).chat(model=m, messages=ask, tools=[WEATHER_TOOL], stream=True,
+                                     options={**GREEDY, "num_predict": 80}))
+    assert parts[-1].done and parts[-1].message.tool_calls
+    assert [c.function.arguments for c in parts[-1].message.tool_calls] == \
+        [c.function.arguments for c in whole.message.tool_calls]
+    assert all(not p.message.tool_calls for p in parts[:-1])
+    assert "".join(p.message.content for p in parts) == whole.message.content
+
+
 def test_raw_generate_equals_the_completions_route(server):
     m = model_id(server)
     prompt = "The capital of France is"
@@ -236,7 +253,9 @@ BAD = [
     ("/api/chat", {"model": "M", "messages": ASK, "format": {"type": "object", "minProperties": "x"}},
      "schema"),
     ("/api/chat", {"model": "M", "messages": ASK, "options": {"num_ctx": 999999}}, "num_ctx"),
-    ("/api/chat", {"model": "M", "messages": ASK, "options": {"temperature": "hot"}}, "temperature"),
+    ("/api/chat", {"model": "M", "messages": ASK, "options": {"temperature": "hot"}}, "'options.temperature' must be a number"),
+    ("/api/chat", {"model": "M", "messages": ASK, "options": {"top_p": 7}}, "'options.top_p' must be in"),
+    ("/api/chat", {"model": "M", "messages": ASK, "options": {"stop": [1]}}, "'options.stop'"),
     ("/api/chat", {"model": "M", "messages": ASK, "options": {"num_predict": -3}}, "num_predict"),
     ("/api/chat", {"model": "M", "messages": ASK, "options": {"mirostat": 2}}, "mirostat"),
     ("/api/chat", {"model": "M", "messages": ASK, "options": []}, "'options' must be an object"),
@@ -274,6 +293,27 @@ def test_bad_json_and_wrong_method_get_ollamas_shape(server):
     status, raw = server.request("GET", "/api/nothing")
     assert status == 404 and json.loads(raw) == {"error": "no such route"}
     assert server.healthy()
+
+
+def test_a_stream_cut_by_the_drain_ends_with_an_error_line(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 1024, "-t", 2)
+    host, port = urllib.parse.urlsplit(s.url).netloc.split(":")
+    body = {"model": model_id(s), "prompt": "1, 2, 3, 4, 5,", "raw": True,
+            "options": {**GREEDY, "num_predict": 900}}
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("POST", "/api/generate", json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200
+    first = json.loads(r.readline())  # a token arrived: the request runs
+    assert first["done"] is False
+    s.terminate()
+    time.sleep(0.3)
+    s.terminate()  # the second signal ends what still runs
+    lines = [json.loads(x) for x in r.read().decode().splitlines()]
+    conn.close()
+    assert lines[-1] == {"error": "the server is shutting down"}
+    assert all(x.get("done") is False for x in lines[:-1])
+    assert s.proc.wait(60) == 0
 
 
 def test_api_key_applies_to_the_ollama_routes(make_server):
