@@ -84,6 +84,9 @@ struct CompletionRequest {
   // response_format); empty: unconstrained.
   std::string grammar;
   engine::SequenceOptions seq;  // n_predict, stop, sampler, top_logprobs (n_ctx set later)
+  // Positions the request may use when fewer than the server's (Ollama's num_ctx); 0:
+  // the server's --n-ctx.
+  uint32_t n_ctx = 0;
 };
 
 // Parses and validates a /v1/chat/completions or /v1/completions body. `n_vocab`

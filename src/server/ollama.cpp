@@ -80,7 +80,8 @@ constexpr const char* kSameOptions[] = {"temperature",
                                         "stop"};
 
 // The `options` object → OpenAI sampling fields of `oa`.
-Opt translate_options(const ServerContext& ctx, const json& o, json& oa) {
+// `n_ctx_out`: num_ctx when given (else left as it is).
+Opt translate_options(const ServerContext& ctx, const json& o, json& oa, uint32_t& n_ctx_out) {
   if (!o.is_object()) return bad_request("'options' must be an object");
   for (const char* key : kSameOptions) {
     if (const json* v = field(o, key)) oa[key] = *v;
@@ -100,12 +101,13 @@ Opt translate_options(const ServerContext& ctx, const json& o, json& oa) {
     if (!v->is_number_integer() || v->get<int64_t>() < 1) {
       return bad_request("options.num_ctx must be an integer >= 1");
     }
-    // The context is the server's (--n-ctx per slot); a smaller one is a subset of it.
+    // A slot holds --n-ctx positions; a request may keep to fewer, not use more.
     if (v->get<int64_t>() > static_cast<int64_t>(n_ctx)) {
       return bad_request(fmt::format(
           "options.num_ctx {} is larger than this server's context of {} positions (--n-ctx)",
           v->get<int64_t>(), n_ctx));
     }
+    n_ctx_out = static_cast<uint32_t>(v->get<int64_t>());
   }
   if (const json* v = field(o, "mirostat")) {
     if (!v->is_number() || v->get<double>() != 0.0) {
@@ -145,7 +147,8 @@ Opt refuse_images(const json& j, const std::string& where) {
 
 // What /api/chat and /api/generate share: model, stream (Ollama's default: true),
 // format, options, keep_alive, think, logprobs.
-Opt translate_common(const ServerContext& ctx, const json& j, std::string& model, json& oa) {
+Opt translate_common(const ServerContext& ctx, const json& j, std::string& model, json& oa,
+                     uint32_t& n_ctx) {
   if (auto e = check_model(ctx, j, "model", model)) return e;
   oa["model"] = model;
   bool stream = true;
@@ -156,7 +159,7 @@ Opt translate_common(const ServerContext& ctx, const json& j, std::string& model
   oa["stream"] = stream;
   if (auto e = translate_format(j, oa)) return e;
   if (const json* o = field(j, "options")) {
-    if (auto e = translate_options(ctx, *o, oa)) return e;
+    if (auto e = translate_options(ctx, *o, oa, n_ctx)) return e;
   }
   // One model stays loaded for the server's life: how long to keep it is moot.
   if (const json* k = field(j, "keep_alive")) {
@@ -182,8 +185,9 @@ Opt translate_common(const ServerContext& ctx, const json& j, std::string& model
 // The translated body through the OpenAI parser. Its errors name a field as 'key'; one
 // that came from `options` is named as the client wrote it ('options.top_k').
 Opt parse_translated(const ServerContext& ctx, const json& j, const json& oa, Endpoint endpoint,
-                     CompletionRequest& r) {
+                     uint32_t n_ctx, CompletionRequest& r) {
   Opt e = parse_completion_json(oa, endpoint, ctx.tok.n_vocab(), r);
+  r.n_ctx = n_ctx;
   const json* o = field(j, "options");
   if (!e || !o) return e;
   auto rename = [&](const std::string& from, const std::string& to) {
@@ -257,7 +261,8 @@ Opt parse_chat(ServerContext& ctx, const std::string& body, OllamaRequest& out) 
   json j;
   if (auto e = parse_object(body, j)) return e;
   json oa = json::object();
-  if (auto e = translate_common(ctx, j, out.model, oa)) return e;
+  uint32_t n_ctx = 0;
+  if (auto e = translate_common(ctx, j, out.model, oa, n_ctx)) return e;
   json messages = json::array();
   if (const json* msgs = field(j, "messages")) {
     if (!msgs->is_array()) return bad_request("'messages' must be an array");
@@ -271,7 +276,7 @@ Opt parse_chat(ServerContext& ctx, const std::string& body, OllamaRequest& out) 
     return {};
   }
   oa["messages"] = std::move(messages);
-  return parse_translated(ctx, j, oa, Endpoint::kChat, out.r);
+  return parse_translated(ctx, j, oa, Endpoint::kChat, n_ctx, out.r);
 }
 
 Opt parse_generate(ServerContext& ctx, const std::string& body, OllamaRequest& out) {
@@ -279,7 +284,8 @@ Opt parse_generate(ServerContext& ctx, const std::string& body, OllamaRequest& o
   json j;
   if (auto e = parse_object(body, j)) return e;
   json oa = json::object();
-  if (auto e = translate_common(ctx, j, out.model, oa)) return e;
+  uint32_t n_ctx = 0;
+  if (auto e = translate_common(ctx, j, out.model, oa, n_ctx)) return e;
   auto string_field = [&](const char* key, std::string& s) -> Opt {
     const json* v = field(j, key);
     if (!v) return {};
@@ -321,13 +327,13 @@ Opt parse_generate(ServerContext& ctx, const std::string& body, OllamaRequest& o
   if (raw) {
     if (!system.empty()) return bad_request("'system' has no place in a raw prompt");
     oa["prompt"] = prompt;
-    return parse_translated(ctx, j, oa, Endpoint::kCompletion, out.r);
+    return parse_translated(ctx, j, oa, Endpoint::kCompletion, n_ctx, out.r);
   }
   json messages = json::array();
   if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
   messages.push_back({{"role", "user"}, {"content", prompt}});
   oa["messages"] = std::move(messages);
-  return parse_translated(ctx, j, oa, Endpoint::kChat, out.r);
+  return parse_translated(ctx, j, oa, Endpoint::kChat, n_ctx, out.r);
 }
 
 const char* done_reason(engine::SeqStop stop) {

@@ -100,6 +100,20 @@ def test_num_predict_is_the_eval_count(server, n):
     assert r.done_reason == "length" and r.eval_count == n
 
 
+def test_num_ctx_bounds_the_request(server):
+    m = model_id(server)
+    c = client(server)
+    n_prompt = c.chat(model=m, messages=ASK, options={**GREEDY, "num_predict": 1}).prompt_eval_count
+    r = c.chat(model=m, messages=ASK, options={**GREEDY, "num_ctx": n_prompt + 6})
+    assert r.done_reason == "length"
+    # Every position holds a token fed to the model; the last token sampled is not fed,
+    # so it takes none: prompt + completion = num_ctx + 1 (as at the server's --n-ctx).
+    assert r.prompt_eval_count + r.eval_count == n_prompt + 7, (r.prompt_eval_count, r.eval_count)
+    with pytest.raises(ollama.ResponseError) as e:
+        c.chat(model=m, messages=ASK, options={"num_ctx": n_prompt})
+    assert e.value.status_code == 400 and "num_ctx" in e.value.error
+
+
 def test_format_schema_output_parses_with_its_fields(server):
     schema = {"type": "object",
               "properties": {"name": {"type": "string", "maxLength": 20},
