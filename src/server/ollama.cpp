@@ -616,13 +616,21 @@ void handle_ollama_show(ServerContext& ctx, const std::string& body, httplib::Re
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
     return reply_error(res, *e, Dialect::kOllama);
   }
+  bool verbose = false;
+  if (const json* v = field(j, "verbose")) {
+    if (!v->is_boolean()) {
+      ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+      return reply_error(res, bad_request("'verbose' must be a boolean"), Dialect::kOllama);
+    }
+    verbose = v->get<bool>();
+  }
   const ModelCard& c = card(ctx);
   // GGUF metadata; long arrays (the vocabulary, merges) are null, as Ollama sends them
   // unless asked for verbose output.
   constexpr size_t kMaxArray = 64;
   json info = json::object();
   for (const auto& kv : ctx.engine.file().metadata()) {
-    if (kv.value.type == gguf::ValueType::kArray && kv.value.array.size() > kMaxArray) {
+    if (!verbose && kv.value.type == gguf::ValueType::kArray && kv.value.array.size() > kMaxArray) {
       info[kv.key] = nullptr;
     } else {
       info[kv.key] = gguf::value_to_json<json>(kv.value);

@@ -230,6 +230,8 @@ def test_model_routes_describe_the_model(server):
     assert show.details.family == "llama"
     status, body = server.post("/api/show", {"name": m})
     assert status == 200 and body["details"]["format"] == "gguf"
+    status, body = server.post("/api/show", {"model": m, "verbose": True})
+    assert status == 200 and len(body["model_info"]["tokenizer.ggml.tokens"]) == 49152
 
     ps = c.ps()
     assert [x.model for x in ps.models] == [m]
@@ -286,6 +288,7 @@ BAD = [
     ("/api/generate", {"model": "M", "prompt": 5}, "'prompt' must be a string"),
     ("/api/generate", {"model": "M", "prompt": "x", "raw": True, "system": "s"}, "'system'"),
     ("/api/show", {}, "'model' is required"),
+    ("/api/show", {"model": "M", "verbose": "yes"}, "'verbose' must be a boolean"),
 ]
 
 
