@@ -2,9 +2,10 @@
 // /api/tags, /api/ps, /api/version. A chat or generate request is translated into the
 // OpenAI body the rest of the server speaks (messages' tool_calls → OpenAI calls with
 // string arguments, `tool_name` → `name`, `options` → the sampling fields, `format` →
-// response_format, num_predict → max_tokens), validated by the same parser and run on
-// the same path (render → SequenceState → scheduler); the events come back as one JSON
-// object or as NDJSON lines. Reference: Ollama's docs/api.md and the ollama Python
+// response_format, num_predict → max_tokens, num_ctx → the request's own smaller
+// context), validated by the same parser and run on the same path (render →
+// SequenceState → scheduler); the events come back as one JSON object or as NDJSON
+// lines. Reference: Ollama's docs/api.md and the ollama Python
 // client's _types.py (the fields it parses).
 // Invariants: a field this server cannot honour (images, a custom template, a suffix, a
 // generate `context`, thinking, mirostat, logprobs) is a 400 naming it; options Ollama
