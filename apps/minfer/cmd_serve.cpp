@@ -118,6 +118,7 @@ int run_serve(const std::vector<std::string>& args) {
                 std::to_string(n_ctx_train));
   }
   if (o.model_id.empty()) o.model_id = std::filesystem::path(*path).filename().string();
+  o.version = MINFER_VERSION;
   if (auto st = server::serve(**eng, o); !st.ok()) return fail(st.error().message);
   return 0;
 }

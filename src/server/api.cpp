@@ -280,8 +280,13 @@ const json* field(const json& j, const char* key) {
 }
 
 Dialect dialect_for_path(const std::string& path) {
-  return path == "/v1/messages" || path.starts_with("/v1/messages/") ? Dialect::kAnthropic
-                                                                     : Dialect::kOpenAI;
+  if (path == "/v1/messages" || path.starts_with("/v1/messages/")) return Dialect::kAnthropic;
+  if (path.starts_with("/api/")) return Dialect::kOllama;
+  return Dialect::kOpenAI;
+}
+
+json ollama_error_body(const ApiError& e) {
+  return json{{"error", e.message}};
 }
 
 json anthropic_error_body(const ApiError& e) {

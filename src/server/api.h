@@ -31,14 +31,16 @@ json error_body(const ApiError& e);
 const json* field(const json& j, const char* key);
 
 // Which API's shapes a route speaks.
-enum class Dialect : uint8_t { kOpenAI, kAnthropic };
-// Anthropic's routes (/v1/messages and below).
+enum class Dialect : uint8_t { kOpenAI, kAnthropic, kOllama };
+// Anthropic's routes (/v1/messages and below), Ollama's (/api/ and below).
 Dialect dialect_for_path(const std::string& path);
 // Anthropic's error shape: {"type":"error","error":{"type","message"}}, the type from
 // the status (400 invalid_request_error, 401 authentication_error, 403
 // permission_error, 404 not_found_error, 413 request_too_large, 429 rate_limit_error,
 // 503 overloaded_error, other 5xx api_error).
 json anthropic_error_body(const ApiError& e);
+// Ollama's error shape: {"error": "message"}.
+json ollama_error_body(const ApiError& e);
 // json::dump that never throws on invalid UTF-8 (replaced by U+FFFD).
 std::string dump(const json& j);
 
@@ -82,6 +84,9 @@ struct CompletionRequest {
   // response_format); empty: unconstrained.
   std::string grammar;
   engine::SequenceOptions seq;  // n_predict, stop, sampler, top_logprobs (n_ctx set later)
+  // Positions the request may use when fewer than the server's (Ollama's num_ctx); 0:
+  // the server's --n-ctx.
+  uint32_t n_ctx = 0;
 };
 
 // Parses and validates a /v1/chat/completions or /v1/completions body. `n_vocab`

@@ -4,6 +4,7 @@
 // Invariant: every dialect reaches the engine through submit_completion only.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 #include "server/constraint.h"
@@ -109,15 +110,17 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
   }
   std::vector<engine::TokenId> prompt;
   if (auto e = prompt_tokens(ctx, r, out.format, prompt)) return reject(*e);
-  const uint32_t n_ctx = ctx.scheduler.options().n_ctx;
+  const uint32_t server_n_ctx = ctx.scheduler.options().n_ctx;
+  const uint32_t n_ctx = r.n_ctx > 0 ? std::min(r.n_ctx, server_n_ctx) : server_n_ctx;
   if (prompt.empty()) return reject(bad_request("the prompt has no tokens"));
   if (prompt.size() >= n_ctx) {
-    return reject(
-        ApiError{.status = 400,
-                 .type = "exceed_context_size_error",
-                 .message = fmt::format("the prompt has {} tokens; a request may use {} positions "
-                                        "(prompt + completion), see --n-ctx",
-                                        prompt.size(), n_ctx)});
+    return reject(ApiError{
+        .status = 400,
+        .type = "exceed_context_size_error",
+        .message =
+            fmt::format("the prompt has {} tokens; a request may use {} positions "
+                        "(prompt + completion), see {}",
+                        prompt.size(), n_ctx, n_ctx < server_n_ctx ? "num_ctx" : "--n-ctx")});
   }
   out.n_prompt = static_cast<int32_t>(prompt.size());
   request_log().n_prompt = out.n_prompt;
@@ -162,7 +165,7 @@ JobEvent collect_events(JobStream& stream, const std::function<void(const JobEve
 }
 
 void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
-                  std::unique_ptr<SseWriter> writer) {
+                  std::unique_ptr<SseWriter> writer, const char* content_type) {
   auto st = std::make_shared<StreamState>();
   st->stream = std::move(stream);
   st->writer = std::move(writer);
@@ -172,7 +175,7 @@ void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<Jo
   // the last chunk or a failed write).
   if (st->open_streams != nullptr) st->open_streams->fetch_add(1, std::memory_order_acq_rel);
   res.set_chunked_content_provider(
-      "text/event-stream",
+      content_type,
       [st](size_t /*offset*/, httplib::DataSink& sink) {
         if (!st->sent_head) {
           st->sent_head = true;

@@ -49,6 +49,18 @@ class ResponseStore {
   std::deque<std::string> order_;  // ids, oldest first
 };
 
+// The served model as Ollama's model routes describe it (server/ollama.cpp), read once
+// at start (the header bytes are hashed for the digest).
+struct ModelCard {
+  std::string path;   // the (first) GGUF file
+  uint64_t size = 0;  // bytes of every part
+  std::string modified_at;
+  std::string digest;  // XXH3-64 of the header and the size, 16 hex digits
+  uint64_t n_params = 0;
+  json details;  // format, family, parameter_size, quantization_level
+};
+std::shared_ptr<const ModelCard> build_model_card(const engine::Context& engine);
+
 struct ServerContext {
   engine::Context& engine;
   const tokenizer::Tokenizer& tok;
@@ -62,6 +74,7 @@ struct ServerContext {
   // for them before it closes the HTTP server, which stops writing chunked bodies).
   std::atomic<int32_t>* open_streams = nullptr;
   ResponseStore* responses = nullptr;  // the Responses API's stored responses
+  std::shared_ptr<const ModelCard> model_card;
 };
 
 // Per request, on its worker thread: what the one stderr log line reports.
@@ -75,7 +88,8 @@ struct RequestLog {
 RequestLog& request_log();
 
 void reply_json(httplib::Response& res, const json& body, int status = 200);
-// The error in the route's dialect (OpenAI's, or Anthropic's on /v1/messages*).
+// The error in the route's dialect (OpenAI's; Anthropic's on /v1/messages*; Ollama's on
+// /api/*).
 void reply_error(httplib::Response& res, const ApiError& e, Dialect dialect = Dialect::kOpenAI);
 
 // --- The request path every generating route shares (server/job.cpp) ---------------
@@ -119,10 +133,12 @@ class SseWriter {
   // The frames of one event; for the final event, everything up to the stream's end.
   virtual std::string frames(const JobEvent& ev) = 0;
 };
-// Streams the job's events as server-sent events through `writer`; a client that
-// leaves cancels the job.
+// Streams the job's events through `writer` as a chunked body of `content_type`
+// (server-sent events; Ollama's dialect writes NDJSON lines); a client that leaves
+// cancels the job.
 void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
-                  std::unique_ptr<SseWriter> writer);
+                  std::unique_ptr<SseWriter> writer,
+                  const char* content_type = "text/event-stream");
 
 // POST /v1/chat/completions and /v1/completions (stream and not).
 // `body`: the request body, read under --max-body.
@@ -140,5 +156,14 @@ void handle_responses(ServerContext& ctx, const std::string& body, httplib::Resp
 void handle_response_get(ServerContext& ctx, const std::string& id, httplib::Response& res);
 void handle_response_delete(ServerContext& ctx, const std::string& id, httplib::Response& res);
 void handle_response_cancel(ServerContext& ctx, const std::string& id, httplib::Response& res);
+
+// Ollama's API (server/ollama.cpp): POST /api/chat, /api/generate, /api/show; GET
+// /api/tags, /api/ps, /api/version.
+void handle_ollama_chat(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_ollama_generate(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_ollama_show(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_ollama_tags(ServerContext& ctx, httplib::Response& res);
+void handle_ollama_ps(ServerContext& ctx, httplib::Response& res);
+void handle_ollama_version(ServerContext& ctx, httplib::Response& res);
 
 }  // namespace minfer::server

@@ -314,8 +314,14 @@ void reply_json(Response& res, const json& body, int status) {
 }
 
 void reply_error(Response& res, const ApiError& e, Dialect dialect) {
-  reply_json(res, dialect == Dialect::kAnthropic ? anthropic_error_body(e) : error_body(e),
-             e.status);
+  switch (dialect) {
+    case Dialect::kAnthropic:
+      return reply_json(res, anthropic_error_body(e), e.status);
+    case Dialect::kOllama:
+      return reply_json(res, ollama_error_body(e), e.status);
+    case Dialect::kOpenAI:
+      return reply_json(res, error_body(e), e.status);
+  }
 }
 
 Status serve(engine::Context& engine, const ServerOptions& options) {
@@ -352,7 +358,8 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
                                    std::chrono::system_clock::now().time_since_epoch())
                                    .count(),
                     .open_streams = &open_streams,
-                    .responses = &responses};
+                    .responses = &responses,
+                    .model_card = build_model_card(engine)};
 
   httplib::Server svr;
   // httplib's default sets SO_REUSEPORT as well, which lets a second server bind a busy
@@ -582,6 +589,16 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
       handle_response_cancel(ctx, req.matches[1], res);
     });
   }
+  // Ollama's API (its clients call {host}/api/...).
+  post("/api/chat",
+       [&](const std::string& body, Response& res) { handle_ollama_chat(ctx, body, res); });
+  post("/api/generate",
+       [&](const std::string& body, Response& res) { handle_ollama_generate(ctx, body, res); });
+  post("/api/show",
+       [&](const std::string& body, Response& res) { handle_ollama_show(ctx, body, res); });
+  get("/api/tags", [&](const Request&, Response& res) { handle_ollama_tags(ctx, res); });
+  get("/api/ps", [&](const Request&, Response& res) { handle_ollama_ps(ctx, res); });
+  get("/api/version", [&](const Request&, Response& res) { handle_ollama_version(ctx, res); });
   post("/tokenize",
        [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
   post("/detokenize",

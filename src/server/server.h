@@ -20,6 +20,7 @@ struct ServerOptions {
   int port = 8080;       // 0: any free port (the chosen one is printed)
   std::string api_key;   // non-empty: every route but /health needs "Authorization: Bearer KEY"
   std::string model_id;  // /v1/models id and the default "model" of responses
+  std::string version;   // minfer's version (Ollama's GET /api/version)
   std::string cors_origin = "*";  // Access-Control-Allow-Origin: "*" or the one origin answered
   SchedulerOptions scheduler;
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies → 413

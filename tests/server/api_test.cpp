@@ -93,6 +93,15 @@ TEST(Api, anthropic_routes_get_anthropics_error_shape_and_types) {
   }
 }
 
+TEST(Api, ollama_routes_get_ollamas_error_shape) {
+  EXPECT_EQ(dialect_for_path("/api/chat"), Dialect::kOllama);
+  EXPECT_EQ(dialect_for_path("/api/tags"), Dialect::kOllama);
+  EXPECT_EQ(dialect_for_path("/apix"), Dialect::kOpenAI);
+  EXPECT_EQ(dialect_for_path("/v1/api/chat"), Dialect::kOpenAI);
+  EXPECT_EQ(dump(ollama_error_body(ApiError{.status = 404, .message = "model 'x' not found"})),
+            R"({"error":"model 'x' not found"})");
+}
+
 TEST(Api, good_request_fills_the_options) {
   CompletionRequest r;
   ASSERT_FALSE(chat(R"({"model": "m", "messages": [{"role": "developer", "content": "be brief"},
