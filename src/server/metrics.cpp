@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace minfer::server {
 namespace {
 
@@ -24,6 +26,36 @@ double ld(const std::atomic<T>& a) {
 }
 
 }  // namespace
+
+Histogram::Histogram(std::span<const double> bounds_s)
+    : n_bounds_(std::min(bounds_s.size(), kMaxBounds)) {
+  std::copy_n(bounds_s.begin(), n_bounds_, bounds_.begin());
+}
+
+void Histogram::observe_ns(uint64_t ns) {
+  const double s = static_cast<double>(ns) * 1e-9;
+  size_t b = 0;
+  while (b < n_bounds_ && s > bounds_[b]) ++b;
+  counts_[b].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(ns, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Histogram::render(std::string& out, const char* name, const char* help) const {
+  auto it = std::back_inserter(out);
+  fmt::format_to(it, "# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  // Read the buckets first and derive the count from them, so one scrape is consistent
+  // (+Inf equals _count) while observations land.
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < n_bounds_; ++b) {
+    cumulative += counts_[b].load(std::memory_order_relaxed);
+    fmt::format_to(it, "{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[b], cumulative);
+  }
+  cumulative += counts_[n_bounds_].load(std::memory_order_relaxed);
+  fmt::format_to(it, "{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, cumulative,
+                 name, static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) * 1e-9, name,
+                 cumulative);
+}
 
 std::string render_metrics(const Metrics& m, uint32_t n_slots) {
   std::string out;
@@ -84,6 +116,18 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
                  "vllm:request_success_total{{finished_reason=\"stop\"}} {}\n"
                  "vllm:request_success_total{{finished_reason=\"length\"}} {}\n",
                  ld(m.finished_stop), ld(m.finished_length));
+  // The KV arena as vLLM's cache description: one cell per block.
+  fmt::format_to(std::back_inserter(out),
+                 "# HELP vllm:cache_config_info the KV cache: blocks of one cell\n"
+                 "# TYPE vllm:cache_config_info gauge\n"
+                 "vllm:cache_config_info{{block_size=\"1\",num_gpu_blocks=\"{}\"}} 1\n",
+                 m.kv_cells_total.load(std::memory_order_relaxed));
+  m.time_to_first_token.render(out, "vllm:time_to_first_token_seconds",
+                               "arrival at the scheduler to the first generated token");
+  m.inter_token_latency.render(out, "vllm:inter_token_latency_seconds",
+                               "time between two generated tokens of one request");
+  m.e2e_request_latency.render(out, "vllm:e2e_request_latency_seconds",
+                               "arrival at the scheduler to the end of a completed request");
   return out;
 }
 

@@ -13,6 +13,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+uint64_t ns_between(Clock::time_point t0, Clock::time_point t1) {
+  return t1 > t0 ? static_cast<uint64_t>(
+                       std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count())
+                 : 0;
+}
+
 uint64_t ns_since(Clock::time_point t0) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
@@ -79,6 +85,7 @@ SubmitResult Scheduler::submit(Job job) {
     std::lock_guard<std::mutex> lk(mu_);
     if (draining_) return SubmitResult::kDraining;
     if (queue_.size() >= options_.max_queue) return SubmitResult::kQueueFull;
+    job.arrived = Clock::now();
     queue_.push_back(std::move(job));
     metrics_.queue_depth.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
   }
@@ -353,7 +360,16 @@ Status Scheduler::step() {
     JobEvent je;
     je.text.assign(ev.text);
     const bool generated = ev.token >= 0 && ev.stop != engine::SeqStop::kEog;
-    if (generated) metrics_.completion_tokens.fetch_add(1, std::memory_order_relaxed);
+    if (generated) {
+      metrics_.completion_tokens.fetch_add(1, std::memory_order_relaxed);
+      const auto now = Clock::now();
+      if (s->last_token_at == Clock::time_point{}) {
+        metrics_.time_to_first_token.observe_ns(ns_between(s->job.arrived, now));
+      } else {
+        metrics_.inter_token_latency.observe_ns(ns_between(s->last_token_at, now));
+      }
+      s->last_token_at = now;
+    }
     if (generated && s->job.state->options().top_logprobs >= 0) {
       LogprobEntry lp{
           .token = std::string(token_bytes_[ev.token]), .logprob = ev.logprob, .top = {}};
@@ -383,8 +399,12 @@ void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells, Outcome outcome) {
     ev.n_generated = s.job.state->n_generated();
   }
   ev.n_reused = s.n_reused;
+  if (outcome == Outcome::kCompleted) {
+    metrics_.e2e_request_latency.observe_ns(ns_between(s.job.arrived, Clock::now()));
+  }
   std::shared_ptr<JobStream> stream = std::move(s.job.stream);
   s.job = Job{};
+  s.last_token_at = {};
   s.step_rows = 0;
   // The reservation's unused cells go back to the shared store; the cells written
   // stay with the sequence (a prefix cache) or are freed below.

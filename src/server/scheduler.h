@@ -67,6 +67,7 @@ struct Job {
   std::vector<engine::TokenId> prompt;
   std::unique_ptr<engine::SequenceState> state;  // created (validated) on the HTTP thread
   std::shared_ptr<JobStream> stream;
+  std::chrono::steady_clock::time_point arrived;  // set by Scheduler::submit
 };
 
 struct SchedulerOptions {
@@ -114,6 +115,8 @@ class Scheduler {
     int32_t n_reused = 0;
     uint64_t admitted_at = 0;  // admission order: prefill chunks go first come first served
     uint32_t step_rows = 0;    // kPrefill: prompt rows in the batch being run
+    // The last generated token's time (the latency histograms); epoch: none yet.
+    std::chrono::steady_clock::time_point last_token_at;
   };
 
   void loop();

@@ -366,6 +366,23 @@ def test_vllm_named_metrics_match_usage(make_server):
     usage = m["vllm:kv_cache_usage_perc"]
     assert 0 < usage <= 1
     assert usage == pytest.approx(m["minfer_kv_cells_used"] / m["minfer_kv_cells_total"])
+    assert m['vllm:cache_config_info{block_size="1",num_gpu_blocks="%d"}'
+             % m["minfer_kv_cells_total"]] == 1
+    # Latency histograms: cumulative buckets, +Inf equal to _count, a positive sum; one
+    # first token per request, one gap per later token, one end per completed request.
+    counts = {"vllm:time_to_first_token_seconds": 2,
+              "vllm:inter_token_latency_seconds": gen - 2,
+              "vllm:e2e_request_latency_seconds": 2}
+    for name, count in counts.items():
+        assert types[name] == "histogram"
+        buckets = [(k, v) for k, v in m.items() if k.startswith(name + "_bucket{")]
+        values = [v for _, v in buckets]
+        assert values == sorted(values), buckets
+        assert buckets[-1][0] == name + '_bucket{le="+Inf"}'
+        assert m[name + "_count"] == values[-1] == count, (name, m[name + "_count"], count)
+        assert m[name + "_sum"] > 0
+    # The end of a request comes after its first token.
+    assert m["vllm:e2e_request_latency_seconds_sum"] >= m["vllm:time_to_first_token_seconds_sum"]
 
 
 @needs_model
