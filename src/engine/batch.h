@@ -57,7 +57,8 @@ class Batch {
   uint32_t n_logits_ = 0;
 };
 
-// The logits of one decode(): F32 [n_vocab] per row that asked for them. Points into
+// The logits of one decode(): F32 [n_vocab] per row that asked for them (an encoder's
+// hidden states, F32 [n_embd], when the model's graph returns embeddings). Points into
 // the graph's output buffer: valid until the next forward or decode.
 class BatchLogits {
  public:

@@ -85,7 +85,7 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
   // Place first (a row must see its own cell and the earlier rows of its sequence),
   // then the windows; more runs than the layout has raises it (a new graph, sticky).
   MINFER_TRY_STATUS(kv_->place_into(batch_, std::span<int32_t>(cells_).first(n)));
-  const bool causal = true;
+  const bool causal = model_->hparams().causal;  // encoders: each row reads its whole sequence
   int32_t n_runs = std::max(context_.n_runs, 1);
   MINFER_TRY(const int32_t needed, kv_->runs_needed(batch_, causal));
   if (needed > n_runs) {
@@ -141,7 +141,10 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
       if (slot_of_row_[i] >= 0) slot_of_row_[i] = static_cast<int32_t>(i);
     }
   }
-  return BatchLogits(logits, n_vocab, slot_of_row_);
+  // An encoder's output rows are hidden states (HParams::embeddings_out), n_embd wide.
+  const int32_t width =
+      model_->hparams().embeddings_out ? static_cast<int32_t>(model_->hparams().n_embd) : n_vocab;
+  return BatchLogits(logits, width, slot_of_row_);
 }
 
 }  // namespace minfer::engine

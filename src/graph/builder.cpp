@@ -107,6 +107,14 @@ NodeId GraphBuilder::rms_norm(NodeId x, float eps) {
   return push(std::move(n));
 }
 
+NodeId GraphBuilder::layer_norm(NodeId x, float eps) {
+  check_f32(x, "layer_norm");
+  MINFER_CHECK(eps > 0.0f, "layer_norm: eps %g must be > 0", static_cast<double>(eps));
+  Node n = make(Op::kNorm, {x}, src(x).shape, DType::kF32);
+  n.params.eps = eps;
+  return push(std::move(n));
+}
+
 NodeId GraphBuilder::mul(NodeId a, NodeId b) {
   check_f32(a, "mul");
   check_f32(b, "mul");
@@ -251,6 +259,13 @@ NodeId GraphBuilder::geglu(NodeId gate, NodeId up, bool llamacpp_table) {
 NodeId GraphBuilder::tanh(NodeId x) {
   check_f32(x, "tanh");
   return push(make(Op::kTanh, {x}, src(x).shape, DType::kF32));
+}
+
+NodeId GraphBuilder::gelu(NodeId x, bool llamacpp_table) {
+  check_f32(x, "gelu");
+  Node n = make(Op::kGelu, {x}, src(x).shape, DType::kF32);
+  n.params.ggml_f16 = llamacpp_table ? 1 : 0;
+  return push(std::move(n));
 }
 
 NodeId GraphBuilder::top_k(NodeId x, int64_t k) {

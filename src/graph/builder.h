@@ -59,6 +59,8 @@ class GraphBuilder {
   NodeId get_rows(NodeId table, NodeId ids);
   // F32 x → same shape; normalises over ne0
   NodeId rms_norm(NodeId x, float eps);
+  // LayerNorm without its affine: (x − mean) / sqrt(var + eps) per row. F32 → same shape
+  NodeId layer_norm(NodeId x, float eps);
   // F32 a, b broadcastable to a → shape of a
   NodeId mul(NodeId a, NodeId b);
   NodeId add(NodeId a, NodeId b);
@@ -80,6 +82,9 @@ class GraphBuilder {
   // (FMA-contracted) build computes (backend/cpu/geglu.h), else the uncontracted one.
   NodeId geglu(NodeId gate, NodeId up, bool llamacpp_table = false);
   NodeId tanh(NodeId x);  // F32 → same shape
+  // gelu_tanh(x) through ggml's f16 table (geglu's gelu without the up factor); llamacpp_table
+  // as geglu. F32 → same shape
+  NodeId gelu(NodeId x, bool llamacpp_table = false);
   // Mixture of experts (llama.cpp's build_moe_ffn, CPU order):
   // x F32 [n, rows] → I32 [k, rows]: per row the indices of its k largest values, in
   // descending order (ggml_argsort_top_k: std::sort of all indices by >, first k).

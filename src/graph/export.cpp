@@ -24,6 +24,7 @@ nlohmann::json params_json(const Node& n) {
   switch (n.op) {
     case Op::kRmsNorm:
     case Op::kRmsNormMul:
+    case Op::kNorm:
       p["eps"] = q.eps;
       break;
     case Op::kScale:
@@ -53,6 +54,7 @@ nlohmann::json params_json(const Node& n) {
       p["offset"] = q.offset;
       break;
     case Op::kGeglu:
+    case Op::kGelu:
       p["table"] = q.ggml_f16 != 0 ? "llamacpp-fma" : "plain";
       break;
     default:

@@ -53,6 +53,10 @@ std::string_view op_name(Op op) {
       return "geglu";
     case Op::kTanh:
       return "tanh";
+    case Op::kNorm:
+      return "norm";
+    case Op::kGelu:
+      return "gelu";
     case Op::kTopK:
       return "top_k";
     case Op::kMoeWeights:

@@ -54,6 +54,9 @@ enum class Op : uint8_t {
   kMoeWeights,  // probs[ids] of each row divided by their sum (norm_topk_prob)
   kMulMatId,    // per (slot, token): expert ids[slot, token]'s matrix × its row (mul_mat_id)
   kMoeSum,      // Σ over slots, in slot order, of expert row · its weight
+  // Encoders (bert; llama.cpp's build_norm LLM_NORM / build_ffn LLM_FFN_GELU):
+  kNorm,  // (x − mean(x)) / sqrt(var(x) + eps) over ne0 (LayerNorm without its affine)
+  kGelu,  // gelu_tanh(x) through ggml's CPU table (f16 in, f16 out), as kGeglu's gate
   kCount,
 };
 

@@ -75,6 +75,7 @@ Result<HParams> read_hparams(const gguf::Model& f, uint32_t n_vocab_fallback) {
   MINFER_TRY(hp.n_head_kv, get_u32_or(f, a + ".attention.head_count_kv", hp.n_head));
   MINFER_TRY(hp.n_ctx_train, get_u32(f, a + ".context_length"));
   MINFER_TRY(hp.rms_eps, get_f32_or(f, a + ".attention.layer_norm_rms_epsilon", 0.0f));
+  MINFER_TRY(hp.norm_eps, get_f32_or(f, a + ".attention.layer_norm_epsilon", 0.0f));
   MINFER_TRY(hp.rope_freq_base, get_f32_or(f, a + ".rope.freq_base", 10000.0f));
   MINFER_TRY(hp.rope_freq_scale, read_freq_scale(f, a));
 
@@ -102,8 +103,11 @@ Result<HParams> read_hparams(const gguf::Model& f, uint32_t n_vocab_fallback) {
                                       "{}",
                                       a, hp.n_rot, hp.n_embd_head)));
   MINFER_TRY_STATUS(
-      check(hp.rms_eps > 0.0f && std::isfinite(hp.rms_eps),
-            fmt::format("{}.attention.layer_norm_rms_epsilon is missing or <= 0", a)));
+      check((hp.rms_eps > 0.0f && std::isfinite(hp.rms_eps)) ||
+                (hp.rms_eps == 0.0f && hp.norm_eps > 0.0f && std::isfinite(hp.norm_eps)),
+            fmt::format("{}.attention.layer_norm_rms_epsilon (or layer_norm_epsilon) is missing "
+                        "or <= 0",
+                        a)));
   MINFER_TRY_STATUS(check(hp.rope_freq_base > 0.0f && std::isfinite(hp.rope_freq_base),
                           fmt::format("{}.rope.freq_base = {} must be > 0", a, hp.rope_freq_base)));
   MINFER_TRY_STATUS(check(hp.n_ctx_train > 0, a + ".context_length is 0"));

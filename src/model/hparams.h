@@ -42,6 +42,13 @@ struct HParams {
   float attn_scale = 0.0f;              // KQ scale; 0 = 1/sqrt(n_embd_head)
   float final_logit_softcap = 0.0f;     // <arch>.final_logit_softcapping; 0 = none
 
+  // Encoders (bert): LayerNorm epsilon, bidirectional attention, what the graph returns
+  // and how the runtime pools it.
+  float norm_eps = 0.0f;        // <arch>.attention.layer_norm_epsilon (0: absent)
+  bool causal = true;           // <arch>.attention.causal
+  bool embeddings_out = false;  // the graph returns hidden states [n_embd, n_out], not logits
+  int32_t pooling_type = -1;    // <arch>.pooling_type (llama.cpp's enum); -1: unspecified
+
   uint32_t n_expert = 0;       // <arch>.expert_count (0: dense)
   uint32_t n_expert_used = 0;  // <arch>.expert_used_count
   uint32_t n_ff_exp = 0;       // <arch>.expert_feed_forward_length

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "kv/cells.h"
+#include "model/arch/bert/bert.h"
 #include "model/arch/gemma3/gemma3.h"
 #include "model/arch/llama/llama.h"
 #include "model/arch/phi3/phi3.h"
@@ -17,7 +18,7 @@ namespace minfer::model {
 namespace {
 
 const Arch kArchs[] = {
-    llama::kArch, qwen2::kArch, qwen3::kArch, qwen3moe::kArch, gemma3::kArch, phi3::kArch,
+    llama::kArch, qwen2::kArch, qwen3::kArch, qwen3moe::kArch, gemma3::kArch, phi3::kArch, bert::kArch,
 };
 
 }  // namespace

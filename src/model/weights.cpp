@@ -29,8 +29,10 @@ std::string dims_str(const std::vector<uint64_t>& dims) {
 
 void ModelWeights::for_each(const std::function<void(const WeightRef&)>& fn) const {
   fn(tok_embd);
-  fn(output_norm);
-  if (!output_tied) fn(output);
+  for (const WeightRef* w : {&output_norm, &pos_embd, &type_embd, &tok_norm, &tok_norm_b}) {
+    if (w->present()) fn(*w);
+  }
+  if (!output_tied && output.present()) fn(output);
   for (const LayerWeights& l : layers) {
     for (const WeightRef* w : {&l.attn_norm,
                                &l.wq,
@@ -51,7 +53,14 @@ void ModelWeights::for_each(const std::function<void(const WeightRef&)>& fn) con
                                &l.ffn_gate_inp,
                                &l.ffn_gate_exps,
                                &l.ffn_up_exps,
-                               &l.ffn_down_exps}) {
+                               &l.ffn_down_exps,
+                               &l.bo,
+                               &l.ffn_up_b,
+                               &l.ffn_down_b,
+                               &l.attn_out_norm,
+                               &l.attn_out_norm_b,
+                               &l.layer_out_norm,
+                               &l.layer_out_norm_b}) {
       if (w->present()) fn(*w);
     }
   }

@@ -48,6 +48,11 @@ struct LayerWeights {
   WeightRef ffn_gate_inp;                // [n_embd, n_expert]: MoE router (qwen3moe)
   WeightRef ffn_gate_exps, ffn_up_exps;  // [n_embd, n_ff_exp, n_expert]
   WeightRef ffn_down_exps;               // [n_ff_exp, n_embd, n_expert]
+  // Encoders (bert): output/FFN biases and the post-sublayer LayerNorms (weight, bias).
+  WeightRef bo;                                // F32 [n_embd]
+  WeightRef ffn_up_b, ffn_down_b;              // F32 [n_ff] / [n_embd]
+  WeightRef attn_out_norm, attn_out_norm_b;    // F32 [n_embd]
+  WeightRef layer_out_norm, layer_out_norm_b;  // F32 [n_embd]
 };
 
 struct ModelWeights {
@@ -55,6 +60,10 @@ struct ModelWeights {
   WeightRef output_norm;  // F32 [n_embd]
   WeightRef output;       // [n_embd, n_vocab]; == tok_embd when tied
   bool output_tied = false;
+  // Encoders (bert): absolute position and token-type embeddings, the embedding LayerNorm.
+  WeightRef pos_embd;              // [n_embd, n_ctx_train]
+  WeightRef type_embd;             // [n_embd, n_token_types]
+  WeightRef tok_norm, tok_norm_b;  // F32 [n_embd]
   std::vector<LayerWeights> layers;
 
   // Every distinct tensor once (a tied output is not repeated), for binding.

@@ -145,5 +145,52 @@ TEST(Geglu, GraphOpsThreadAndBatchInvariant_bitwise) {
   for (int i = 0; i < 96 * 7; ++i) EXPECT_NEAR(y7[i], gelu_exact(g[i]) * u[i], 0.02) << i;
 }
 
+// The encoder ops: gelu is geglu's table without the up factor (ggml_vec_gelu_f32: 0 at
+// <= -10, x at >= 10); layer_norm is (x - mean) / sqrt(var + eps) per row, checked
+// against the formula in double; both bit-identical at any thread and row count.
+TEST(Gelu, GeluAndLayerNormOpsMatchFormulasAndAreThreadAndBatchInvariant) {
+  auto run = [](int threads, int64_t rows, const std::vector<float>& x) {
+    CpuRig rig(threads);
+    GraphBuilder b;
+    NodeId in = b.input("x", DType::kF32, {200, rows});  // F32 [200, rows]
+    NodeId g = b.gelu(in);                               // F32 [200, rows]
+    NodeId n = b.layer_norm(in, 1e-12f);                 // F32 [200, rows]
+    b.mark_output(g);
+    b.mark_output(n);
+    const graph::ComputeGraph& graph = rig.load(b.finish());
+    rig.fill_f32(graph, "x", std::vector<float>(x.begin(), x.begin() + 200 * rows));
+    EXPECT_TRUE(rig.run(graph).ok());
+    return std::make_pair(rig.read(graph, g), rig.read(graph, n));
+  };
+  auto x = random_floats(200 * 5, 41, -12.0f, 12.0f);
+  x[3] = -10.0f;
+  x[4] = 10.0f;
+  x[5] = -1.999f;
+  const auto [g5, n5] = run(3, 5, x);
+  const auto [g1, n1] = run(1, 1, x);
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(fp32_to_bits(g5[i]), fp32_to_bits(g1[i])) << i;
+    EXPECT_EQ(fp32_to_bits(n5[i]), fp32_to_bits(n1[i])) << i;
+  }
+  EXPECT_EQ(g5[3], 0.0f);
+  EXPECT_EQ(g5[4], 10.0f);
+  for (int i = 0; i < 200 * 5; ++i) {
+    float up = 1.0f, want = 0.0f;
+    geglu_scalar(1, &x[i], &up, &want, gelu_f16_table());
+    EXPECT_EQ(fp32_to_bits(g5[i]), fp32_to_bits(want)) << i;
+    EXPECT_NEAR(g5[i], gelu_exact(x[i]), kTableRel * std::max(1.0, std::fabs(double{x[i]}))) << i;
+  }
+  for (int r = 0; r < 5; ++r) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < 200; ++i) mean += x[r * 200 + i];
+    mean /= 200;
+    for (int i = 0; i < 200; ++i) var += (x[r * 200 + i] - mean) * (x[r * 200 + i] - mean);
+    var /= 200;
+    for (int i = 0; i < 200; ++i) {
+      EXPECT_NEAR(n5[r * 200 + i], (x[r * 200 + i] - mean) / std::sqrt(var + 1e-12), 1e-5) << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace minfer::backend::cpu

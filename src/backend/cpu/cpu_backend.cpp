@@ -197,6 +197,8 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
     case Op::kSwiglu:
     case Op::kGeglu:
     case Op::kTanh:
+    case Op::kGelu:
+    case Op::kNorm:
     case Op::kSoftmax:
     case Op::kScale:
       return all_f32();
@@ -335,11 +337,13 @@ Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId>
       case Op::kSwiglu:
       case Op::kGeglu:
       case Op::kTanh:
+      case Op::kGelu:
       case Op::kCont:
         st = op_elementwise(c, id);
         break;
       case Op::kRmsNorm:
       case Op::kRmsNormMul:
+      case Op::kNorm:
       case Op::kSoftmax:
         st = op_norm(c, id);
         break;

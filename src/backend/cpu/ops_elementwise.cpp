@@ -8,6 +8,7 @@
 
 #include "backend/cpu/geglu.h"
 #include "backend/cpu/ops.h"
+#include "core/fp16.h"
 
 namespace minfer::backend::cpu {
 namespace {
@@ -114,6 +115,16 @@ Status op_elementwise(const OpCtx& c, NodeId id) {
       };
       parallel_range(c.pool, n.shape.n_rows(),
                      std::max<int64_t>(1, 16384 / std::max<int64_t>(ne0, 1)), rows_body);
+      return Ok{};
+    }
+    case Op::kGelu: {
+      // ggml_vec_gelu_f32: the geglu table without the up factor (same clamps at ±10).
+      const float* table = gelu_f16_table(n.params.ggml_f16 != 0);
+      unary(c, id, [table](float x) {
+        if (x <= -10.0f) return 0.0f;
+        if (x >= 10.0f) return x;
+        return table[fp32_to_fp16(x)];
+      });
       return Ok{};
     }
     case Op::kTanh:

@@ -1,4 +1,4 @@
-// Stage 12 (kernels): row reductions — rms_norm, fused rms_norm_mul, softmax.
+// Stage 12 (kernels): row reductions — rms_norm, fused rms_norm_mul, layer norm, softmax.
 // Invariant: each row reduces sequentially in double (ggml_float, as ggml-cpu's
 // rms_norm_f32 / soft_max_f32), one thread per row, so a row's result is the same
 // whatever the thread count or the number of rows in the batch.
@@ -41,6 +41,23 @@ Status op_norm(const OpCtx& c, NodeId id) {
         }
         const float inv = static_cast<float>(1.0 / sum);
         for (int64_t i = 0; i < ne0; ++i) o[i] *= inv;
+        continue;
+      }
+      if (op == Op::kNorm) {
+        // ggml_norm: the mean in double, x − mean rounded to f32, its squares summed in
+        // double, then one scale per row.
+        double sum = 0.0;
+        for (int64_t i = 0; i < ne0; ++i) sum += static_cast<double>(xr[i]);
+        const float mean = static_cast<float>(sum / static_cast<double>(ne0));
+        double sum2 = 0.0;
+        for (int64_t i = 0; i < ne0; ++i) {
+          const float v = xr[i] - mean;
+          o[i] = v;
+          sum2 += static_cast<double>(v * v);
+        }
+        const float variance = static_cast<float>(sum2 / static_cast<double>(ne0));
+        const float s = 1.0f / std::sqrt(variance + eps);
+        for (int64_t i = 0; i < ne0; ++i) o[i] *= s;
         continue;
       }
       double sum = 0.0;
