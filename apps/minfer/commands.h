@@ -15,6 +15,8 @@ int dispatch(const std::vector<std::string>& args);
 
 int run_info(const std::vector<std::string>& args);
 int run_tokenize(const std::vector<std::string>& args);
+// `minfer embed MODEL [TEXT...]`: llama-embedding's inputs and output formats.
+int run_embed(const std::vector<std::string>& args);
 // `minfer template (MODEL | --template FILE) --messages FILE.json`: the exact render.
 int run_template(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);  // `minfer bench MODEL [flags]`

@@ -23,6 +23,7 @@ constexpr const char* kUsage =
     "                                         one (stdin a terminal) the conversation\n"
     "  minfer info [MODEL] [--json]           metadata, tensors, totals\n"
     "  minfer tokenize MODEL [TEXT] [flags]   token ids of a text\n"
+    "  minfer embed MODEL [TEXT...] [flags]   sentence embeddings (encoder models)\n"
     "  minfer template (MODEL | --template FILE) --messages FILE.json [flags]\n"
     "                                         print a chat template's exact render\n"
     "  minfer bench MODEL [flags]             llama-bench style throughput\n"
@@ -85,6 +86,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"info", run_info},
     {"tokenize", run_tokenize},
+    {"embed", run_embed},
     {"template", run_template},
     {"bench", run_bench},
     {"serve", run_serve},
