@@ -175,6 +175,7 @@ int run_bench(const std::vector<std::string>& args) {
     auto eng = open_engine(*path, *options);
     if (!eng) return fail(eng.error().message);
     engine::Engine& e = **eng;
+    if (Status st = require_generative(e, "bench"); !st.ok()) return fail(st.error().message);
     // Every test must fit the context: a pp or tg longer than it is a usage error, not
     // a silently shorter test.
     const uint32_t model_ctx = e.hparams().n_ctx_train;

@@ -171,6 +171,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   auto eng = load_engine(a, model_arg);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
+  if (Status st = require_generative(e, "generate"); !st.ok()) return fail(st.error().message);
   fmt::print(stderr, "Model loaded in {:.2f} s: {}\n",
              std::chrono::duration<double>(Clock::now() - t_load).count(),
              model::describe(e.hparams()));

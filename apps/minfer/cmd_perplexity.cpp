@@ -366,6 +366,7 @@ int run_perplexity(const std::vector<std::string>& args) {
   auto eng = open_engine(*path, *options);
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
+  if (Status st = require_generative(e, "perplexity"); !st.ok()) return fail(st.error().message);
   if (!e.has_tokenizer()) return fail("perplexity: the model has no tokenizer");
   const tokenizer::Tokenizer& tok = e.tokenizer();
   const int n_vocab = static_cast<int>(e.hparams().n_vocab);

@@ -19,7 +19,7 @@ int run_serve(const std::vector<std::string>& args) {
   ArgParser p("minfer serve MODEL [flags]");
   std::string model_arg;
   server::ServerOptions o;
-  int32_t n_threads = 0, slots = 4, n_ctx = 2048, port = o.port, max_queue = 64, step = 512;
+  int32_t n_threads = 0, slots = 4, n_ctx = 0, port = o.port, max_queue = 64, step = 512;
   int32_t drain_ms = o.drain_ms;
   p.string_opt("-m,--model", "PATH", "GGUF path or a file name in the model cache", model_arg);
   p.string_opt("--host", "ADDR", "address to bind (127.0.0.1: loopback only)", o.host);
@@ -29,7 +29,7 @@ int run_serve(const std::vector<std::string>& args) {
             "requests decoded together, one KV sequence each (4)", slots, 1, kv::kMaxSeqs);
   p.int_opt("-c,--n-ctx,--ctx-size", "N",
             "positions one request may use, prompt + completion; the KV arena holds "
-            "slots x N cells (2048)",
+            "slots x N cells (2048; an embedding model: its context_length)",
             n_ctx, 2, INT32_MAX);
   p.string_opt("--api-key", "KEY", "require 'Authorization: Bearer KEY' (all but /health)",
                o.api_key);
@@ -56,6 +56,13 @@ int run_serve(const std::vector<std::string>& args) {
             "finished /v1/responses responses kept in memory for retrieval and "
             "previous_response_id; the oldest is evicted; 0 keeps none (1000)",
             responses_max, 0, 1 << 24);
+  bool embeddings = false;
+  std::string pooling = "model";
+  p.flag("--embeddings,--embedding",
+         "serve embeddings (llama-server's flag; an embedding model serves them anyway)",
+         [&] { embeddings = true; });
+  p.string_opt("--pooling", "P",
+               "pooling of the embedding routes: none | mean | cls | last (the model's)", pooling);
   p.int_opt("--drain-ms", "N", "after SIGINT/SIGTERM, how long requests may finish (30000)",
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
@@ -98,7 +105,11 @@ int run_serve(const std::vector<std::string>& args) {
   o.max_connections = static_cast<size_t>(max_connections);
   o.responses_max = static_cast<size_t>(responses_max);
   o.scheduler.n_slots = static_cast<uint32_t>(slots);
-  o.scheduler.n_ctx = static_cast<uint32_t>(n_ctx);
+  if (pooling != "model") {
+    auto pp = engine::parse_pooling(pooling);
+    if (!pp) return fail("serve: --pooling: " + pp.error().message);
+    o.pooling = *pp;
+  }
   o.scheduler.max_queue = static_cast<uint32_t>(max_queue);
   o.scheduler.step_tokens = static_cast<uint32_t>(step);
 
@@ -113,9 +124,16 @@ int run_serve(const std::vector<std::string>& args) {
   if (!eng) return fail(eng.error().message);
   if (mlock) lock_memory();
   const uint32_t n_ctx_train = (*eng)->hparams().n_ctx_train;
+  const bool encoder = (*eng)->hparams().embeddings_out;
+  if (embeddings && !encoder) {
+    return fail("serve: --embeddings needs an embedding model (an encoder such as bert); '" +
+                model_arg + "' is a generative model (" + (*eng)->hparams().arch + ")");
+  }
+  o.scheduler.n_ctx =
+      n_ctx > 0 ? static_cast<uint32_t>(n_ctx) : (encoder && n_ctx_train > 0 ? n_ctx_train : 2048U);
   if (n_ctx_train > 0 && o.scheduler.n_ctx > n_ctx_train) {
-    return fail("serve: --n-ctx " + std::to_string(n_ctx) + " is past the model's context length " +
-                std::to_string(n_ctx_train));
+    return fail("serve: --n-ctx " + std::to_string(o.scheduler.n_ctx) +
+                " is past the model's context length " + std::to_string(n_ctx_train));
   }
   if (o.model_id.empty()) o.model_id = std::filesystem::path(*path).filename().string();
   o.version = MINFER_VERSION;

@@ -48,6 +48,7 @@ int run_viz(const std::vector<std::string>& args) {
   if (!path) return fail(path.error().message);
   auto eng = engine::Engine::open(*path, *options);
   if (!eng) return fail(eng.error().message);
+  if (Status st = require_generative(**eng, "viz"); !st.ok()) return fail(st.error().message);
   const uint32_t n_ctx_train = (*eng)->hparams().n_ctx_train;
   if (n_ctx == 0) {
     o.scheduler.n_ctx = n_ctx_train > 0 ? std::min<uint32_t>(4096, n_ctx_train) : 4096;

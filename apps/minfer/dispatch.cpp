@@ -84,20 +84,13 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"info", run_info},
-    {"tokenize", run_tokenize},
-    {"embed", run_embed},
-    {"template", run_template},
-    {"bench", run_bench},
-    {"serve", run_serve},
-    {"viz", run_viz},
-    {"perplexity", run_perplexity},
-    {"quantize", run_quantize},
-    {"split", run_split},
-    {"merge", run_merge},
-    {"convert", run_convert},
-    {"list", run_list},
-    {"rm", run_rm},
+    {"info", run_info},         {"tokenize", run_tokenize},
+    {"embed", run_embed},       {"template", run_template},
+    {"bench", run_bench},       {"serve", run_serve},
+    {"viz", run_viz},           {"perplexity", run_perplexity},
+    {"quantize", run_quantize}, {"split", run_split},
+    {"merge", run_merge},       {"convert", run_convert},
+    {"list", run_list},         {"rm", run_rm},
     {"pull", run_pull},
 };
 

@@ -135,4 +135,12 @@ Result<std::unique_ptr<engine::Engine>> open_engine(const std::string& path,
   }
 }
 
+Status require_generative(const engine::Context& e, const std::string& command) {
+  if (!e.hparams().embeddings_out) return Ok{};
+  return make_error(fmt::format(
+      "{}: the model is an embedding model ({}): it gives vectors, not text; use `minfer "
+      "embed` or `minfer serve`",
+      command, e.hparams().arch));
+}
+
 }  // namespace minfer::cli

@@ -43,4 +43,8 @@ Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& f
 Result<std::unique_ptr<engine::Engine>> open_engine(const std::string& path,
                                                     const engine::EngineOptions& options);
 
+// Commands that generate or score text refuse an embedding model (an encoder returns
+// hidden states, not logits) with an error that names what does run it.
+Status require_generative(const engine::Context& e, const std::string& command);
+
 }  // namespace minfer::cli

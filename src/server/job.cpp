@@ -92,6 +92,12 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
     return e;
   };
+  if (ctx.engine.hparams().embeddings_out) {
+    return reject(bad_request(
+        fmt::format("the served model ({}) is an embedding model: it cannot generate text; use "
+                    "/v1/embeddings",
+                    ctx.engine.hparams().arch)));
+  }
   // Tools: the template's call format; required / named choice (and the generic
   // format) become the request's grammar.
   out.format = tool_format(ctx.renderer.source());

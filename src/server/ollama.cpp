@@ -660,4 +660,71 @@ void handle_ollama_show(ServerContext& ctx, const std::string& body, httplib::Re
                    {"modified_at", c.modified_at}});
 }
 
+void handle_ollama_embed(ServerContext& ctx, const std::string& body, httplib::Response& res,
+                         bool legacy) {
+  const auto t0 = Clock::now();
+  json j;
+  std::string name;
+  Opt e = not_an_embedding_model(ctx);
+  if (!e) e = parse_object(body, j);
+  if (!e) e = check_model(ctx, j, "model", name);
+  bool truncate = true;  // Ollama's default: an input past the context is cut to it
+  if (!e) {
+    if (const json* t = field(j, "truncate"); t != nullptr && !t->is_null()) {
+      if (!t->is_boolean()) {
+        e = bad_request("'truncate' must be a boolean");
+      } else {
+        truncate = t->get<bool>();
+      }
+    }
+  }
+  if (!e) {
+    if (const json* d = field(j, "dimensions"); d != nullptr && !d->is_null()) {
+      const auto dim = static_cast<int64_t>(ctx.engine.hparams().n_embd);
+      if (!d->is_number_integer() || d->get<int64_t>() != dim) {
+        e = bad_request(fmt::format(
+            "'dimensions': this model's embeddings have {} dimensions and cannot be shortened",
+            dim));
+      }
+    }
+  }
+  std::vector<std::vector<engine::TokenId>> inputs;
+  if (!e) {
+    // /api/embeddings: one `prompt` string; /api/embed: `input`, a string or strings.
+    const char* key = legacy ? "prompt" : "input";
+    const json* input = field(j, key);
+    if (input != nullptr && !input->is_string() &&
+        !(input->is_array() && !legacy &&
+          std::all_of(input->begin(), input->end(), [](const json& x) { return x.is_string(); }))) {
+      e = bad_request(legacy ? "'prompt' must be a string"
+                             : "'input' must be a string or an array of strings");
+    } else {
+      e = embed_inputs(ctx, input, key, truncate, inputs);
+    }
+  }
+  if (e) {
+    ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+    return reply_error(res, *e, Dialect::kOllama);
+  }
+  engine::Embeddings emb;
+  // /api/embed returns unit vectors; the older /api/embeddings the pooled vector as is.
+  const engine::EmbedOptions options{.pooling = ctx.options.pooling, .normalize = legacy ? -1 : 2};
+  if (engine::resolve_pooling(ctx.engine, options.pooling) == engine::Pooling::kNone) {
+    return reply_error(res, bad_request("pooling 'none' gives a vector per token: use /embeddings"),
+                       Dialect::kOllama);
+  }
+  if (Opt err = run_embeddings(ctx, std::move(inputs), options, emb)) {
+    return reply_error(res, *err, Dialect::kOllama);
+  }
+  if (legacy) return reply_json(res, {{"embedding", emb.vectors.at(0)}});
+  int32_t tokens = 0;
+  for (int32_t t : emb.n_tokens) tokens += t;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+  reply_json(res, {{"model", name},
+                   {"embeddings", emb.vectors},
+                   {"total_duration", ns},
+                   {"load_duration", 0},
+                   {"prompt_eval_count", tokens}});
+}
+
 }  // namespace minfer::server

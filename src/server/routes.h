@@ -157,6 +157,25 @@ void handle_response_get(ServerContext& ctx, const std::string& id, httplib::Res
 void handle_response_delete(ServerContext& ctx, const std::string& id, httplib::Response& res);
 void handle_response_cancel(ServerContext& ctx, const std::string& id, httplib::Response& res);
 
+// Embeddings (server/embeddings.cpp), on an encoder model.
+// 400 when the served model is a generative one (its routes for embeddings, and the
+// generating routes on an encoder model, say why).
+std::optional<ApiError> not_an_embedding_model(const ServerContext& ctx);
+// An embedding request's `input` (a string, strings, token ids or arrays of them) as
+// token lists, [CLS]/[SEP] added to texts as the vocabulary says; each within the
+// server's n_ctx, or cut to it keeping its last token when `truncate`. 400s name the
+// input by index (`name`[i]).
+std::optional<ApiError> embed_inputs(ServerContext& ctx, const json* input, const char* name,
+                                     bool truncate, std::vector<std::vector<engine::TokenId>>& out);
+// Runs them on the inference thread: 429 queue full, 503 draining.
+std::optional<ApiError> run_embeddings(ServerContext& ctx,
+                                       std::vector<std::vector<engine::TokenId>> inputs,
+                                       const engine::EmbedOptions& options,
+                                       engine::Embeddings& out);
+// POST /v1/embeddings (`openai`: OpenAI's shape) and llama-server's POST /embeddings.
+void handle_embeddings(ServerContext& ctx, const std::string& body, httplib::Response& res,
+                       bool openai);
+
 // Ollama's API (server/ollama.cpp): POST /api/chat, /api/generate, /api/show; GET
 // /api/tags, /api/ps, /api/version.
 void handle_ollama_chat(ServerContext& ctx, const std::string& body, httplib::Response& res);
@@ -165,5 +184,9 @@ void handle_ollama_show(ServerContext& ctx, const std::string& body, httplib::Re
 void handle_ollama_tags(ServerContext& ctx, httplib::Response& res);
 void handle_ollama_ps(ServerContext& ctx, httplib::Response& res);
 void handle_ollama_version(ServerContext& ctx, httplib::Response& res);
+// POST /api/embed (`legacy` false) and the older POST /api/embeddings ({prompt} →
+// {embedding}).
+void handle_ollama_embed(ServerContext& ctx, const std::string& body, httplib::Response& res,
+                         bool legacy);
 
 }  // namespace minfer::server

@@ -93,6 +93,56 @@ SubmitResult Scheduler::submit(Job job) {
   return SubmitResult::kQueued;
 }
 
+SubmitResult Scheduler::submit_embed(std::shared_ptr<EmbedJob> job) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (draining_) return SubmitResult::kDraining;
+    if (embed_queue_.size() >= options_.max_queue) return SubmitResult::kQueueFull;
+    embed_queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return SubmitResult::kQueued;
+}
+
+void Scheduler::run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs) {
+  // Requests with the same options share decodes; a failure is retried request by request
+  // so that one request's error never fails another.
+  size_t first = 0;
+  while (first < jobs.size()) {
+    size_t last = first + 1;
+    while (last < jobs.size() && jobs[last]->options.pooling == jobs[first]->options.pooling &&
+           jobs[last]->options.normalize == jobs[first]->options.normalize) {
+      ++last;
+    }
+    std::vector<std::vector<engine::TokenId>> inputs;
+    for (size_t j = first; j < last; ++j) {
+      for (auto& in : jobs[j]->inputs) inputs.push_back(std::move(in));
+    }
+    auto r = engine::embed(engine_, inputs, jobs[first]->options);
+    size_t at = 0;
+    for (size_t j = first; j < last; ++j) {
+      const size_t n = jobs[j]->inputs.size();
+      if (r.ok()) {
+        engine::Embeddings mine{.pooling = r->pooling, .dim = r->dim};
+        for (size_t k = at; k < at + n; ++k) {
+          mine.vectors.push_back(std::move(r->vectors[k]));
+          mine.n_tokens.push_back(r->n_tokens[k]);
+        }
+        jobs[j]->done.set_value(std::move(mine));
+      } else if (last - first == 1) {
+        jobs[j]->done.set_value(r.error());
+      } else {
+        std::vector<std::vector<engine::TokenId>> own(
+            inputs.begin() + static_cast<ptrdiff_t>(at),
+            inputs.begin() + static_cast<ptrdiff_t>(at + n));
+        jobs[j]->done.set_value(engine::embed(engine_, own, jobs[j]->options));
+      }
+      at += n;
+    }
+    first = last;
+  }
+}
+
 void Scheduler::drain(Clock::time_point deadline) {
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -109,15 +159,18 @@ void Scheduler::join() {
 
 void Scheduler::loop() {
   std::vector<Job> admitted;
+  std::vector<std::shared_ptr<EmbedJob>> embeds;
   for (;;) {
     admitted.clear();
+    embeds.clear();
     bool stop = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       auto any_busy = [this] {
         return std::any_of(slots_.begin(), slots_.end(), [this](const Slot& s) { return busy(s); });
       };
-      cv_.wait(lk, [&] { return any_busy() || !queue_.empty() || draining_; });
+      cv_.wait(lk,
+               [&] { return any_busy() || !queue_.empty() || !embed_queue_.empty() || draining_; });
       if (draining_ && Clock::now() >= deadline_) {
         // The drain deadline: whatever is still queued or running is abandoned.
         for (Job& j : queue_) {
@@ -126,8 +179,10 @@ void Scheduler::loop() {
               {.final = true, .error = "the server is shutting down", .error_status = 503});
         }
         queue_.clear();
+        for (auto& e : embed_queue_) e->done.set_value(Error{"the server is shutting down"});
+        embed_queue_.clear();
         stop = true;
-      } else if (draining_ && !any_busy() && queue_.empty()) {
+      } else if (draining_ && !any_busy() && queue_.empty() && embed_queue_.empty()) {
         stop = true;
       }
       // Admission: a queued request takes a slot that no running request holds.
@@ -139,7 +194,12 @@ void Scheduler::loop() {
         if (!admitted.back().stream->cancelled()) n_free--;
       }
       metrics_.queue_depth.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+      if (!stop) {
+        embeds.assign(embed_queue_.begin(), embed_queue_.end());
+        embed_queue_.clear();
+      }
     }
+    if (!embeds.empty()) run_embeds(embeds);
     if (stop) {
       for (Slot& s : slots_) {
         if (busy(s)) {

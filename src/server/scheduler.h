@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "engine/embed.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
 #include "server/metrics.h"
@@ -70,6 +72,15 @@ struct Job {
   std::chrono::steady_clock::time_point arrived;  // set by Scheduler::submit
 };
 
+// An embedding request (encoder models): its inputs, validated on the HTTP thread (each
+// non-empty, within n_ctx, ids inside the vocabulary), embedded on the inference thread
+// between steps; the vectors or the error come back through `done`.
+struct EmbedJob {
+  std::vector<std::vector<engine::TokenId>> inputs;
+  engine::EmbedOptions options;
+  std::promise<Result<engine::Embeddings>> done;
+};
+
 struct SchedulerOptions {
   uint32_t n_slots = 4;        // sequences decoded together
   uint32_t n_ctx = 2048;       // positions one request may use
@@ -91,6 +102,10 @@ class Scheduler {
   // Sizes the KV arena (slots × n_ctx cells) and starts the inference thread.
   Status start();
   SubmitResult submit(Job job);
+  // Queues an embedding request; the inference thread runs every queued one as soon as
+  // it is free, the inputs of several requests packed into the same decodes (an input's
+  // vector does not depend on its neighbours: engine/embed.h).
+  SubmitResult submit_embed(std::shared_ptr<EmbedJob> job);
   // Stops accepting; the loop finishes what runs and what is queued, cancelling what is
   // left at `deadline`, then exits. A later call may only bring the deadline closer.
   // join() waits for it.
@@ -120,6 +135,7 @@ class Scheduler {
   };
 
   void loop();
+  void run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs);
   void admit(Job job);
   void cancel_gone();
   Status step();
@@ -141,6 +157,7 @@ class Scheduler {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
+  std::deque<std::shared_ptr<EmbedJob>> embed_queue_;
   bool draining_ = false;
   std::atomic<bool> stopped_{false};
   std::chrono::steady_clock::time_point deadline_{};

@@ -599,6 +599,23 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
   get("/api/tags", [&](const Request&, Response& res) { handle_ollama_tags(ctx, res); });
   get("/api/ps", [&](const Request&, Response& res) { handle_ollama_ps(ctx, res); });
   get("/api/version", [&](const Request&, Response& res) { handle_ollama_version(ctx, res); });
+  // Embeddings (an encoder model): OpenAI's, llama-server's and Ollama's routes.
+  for (const char* path : {"/v1/embeddings", "/v1/embedding"}) {
+    post(path, [&](const std::string& body, Response& res) {
+      handle_embeddings(ctx, body, res, /*openai=*/true);
+    });
+  }
+  for (const char* path : {"/embeddings", "/embedding"}) {
+    post(path, [&](const std::string& body, Response& res) {
+      handle_embeddings(ctx, body, res, /*openai=*/false);
+    });
+  }
+  post("/api/embed", [&](const std::string& body, Response& res) {
+    handle_ollama_embed(ctx, body, res, /*legacy=*/false);
+  });
+  post("/api/embeddings", [&](const std::string& body, Response& res) {
+    handle_ollama_embed(ctx, body, res, /*legacy=*/true);
+  });
   post("/tokenize",
        [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
   post("/detokenize",

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/result.h"
+#include "engine/embed.h"
 #include "engine/engine.h"
 #include "server/scheduler.h"
 
@@ -31,7 +32,10 @@ struct ServerOptions {
   bool viz_home = false;
   // Finished Responses API responses kept in memory for GET /v1/responses/{id} and
   // previous_response_id; the oldest is evicted past this; 0 keeps none.
-  size_t responses_max = 1000;  // GET / serves the engine view (`minfer viz`), not the chat page
+  size_t responses_max = 1000;
+  // Embedding routes: the pooling of their vectors (kModel: the model's pooling_type).
+  engine::Pooling pooling =
+      engine::Pooling::kModel;  // GET / serves the engine view (`minfer viz`), not the chat page
 };
 
 // Blocks SIGINT and SIGTERM in the calling thread, so every thread it starts later
