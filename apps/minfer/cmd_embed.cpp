@@ -7,6 +7,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -157,8 +158,16 @@ int run_embed(const std::vector<std::string>& args) {
       !st.ok()) {
     return fail(st.error().message);
   }
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = engine::embed(e, inputs, {.pooling = pooling, .normalize = normalize});
   if (!r) return fail(r.error().message);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  size_t n_tokens = 0;
+  for (const auto& in : inputs) n_tokens += in.size();
+  fmt::print(stderr,
+             "embed: {} input(s), {} tokens in {:.2f} ms: {:.2f} inputs/s, {:.1f} tokens/s\n",
+             inputs.size(), n_tokens, secs * 1e3, static_cast<double>(inputs.size()) / secs,
+             static_cast<double>(n_tokens) / secs);
 
   // One row per vector: per input, or per token with pooling none.
   std::vector<const float*> rows;
