@@ -22,8 +22,8 @@ using nlohmann::json;
 
 // get_vocab_base_pre's check text after BertNormalizer (clean_text, handle_chinese_chars,
 // lowercase, accents stripped as lowercase implies) and BertPreTokenizer, as Hugging Face
-// tokenizers 0.22 produces it (normalize_str, then pre_tokenize_str; recorded with
-// tools/reference/convert_reference.py's tokenizers). The fingerprint depends on the
+// tokenizers 0.23 produces it (normalize_str, then pre_tokenize_str; written by
+// tools/reference/wordpiece_check_words.py). The fingerprint depends on the
 // vocabulary only through the WordPiece step below, so these words serve every uncased
 // BERT vocabulary; the text contains none of the special tokens, so added tokens do not
 // split it.
