@@ -1,5 +1,6 @@
 // Stage 3b (convert): model metadata. Follows convert_hf_to_gguf.py (ModelBase /
-// TextModel.prepare_metadata and set_gguf_parameters, LlamaModel.set_gguf_parameters) and
+// TextModel.prepare_metadata and set_gguf_parameters, LlamaModel.set_gguf_parameters,
+// BertModel.set_gguf_parameters) and
 // gguf-py (metadata.py: generation_config.json's sampling keys, the naming heuristics of
 // model_name.cpp; utility.py: the size label). Not followed: the model card (README.md
 // front matter: license, tags, languages, base models, ...), which llama.cpp's converter

@@ -1,6 +1,7 @@
 // Stage 3b (convert): Hugging Face tensor names → GGUF names, the per-tensor type rule
 // and the Llama Q/K row order. Follows convert_hf_to_gguf.py (ModelBase.prepare_tensors,
-// LlamaModel.modify_tensors / permute) and gguf-py's tensor name map.
+// LlamaModel.modify_tensors / permute, BertModel.filter_tensors) and gguf-py's tensor
+// name map.
 #include "convert/tensors.h"
 
 #include <fmt/format.h>

@@ -1,10 +1,11 @@
 // Stage 3b (convert): the vocabulary keys of a converted checkpoint. Tokens, types and
 // merges come from hf_vocab (the byte-level BPE path of get_vocab_base /
-// _set_vocab_gpt2); the special-token ids and add_* flags follow gguf-py's SpecialVocab
-// step by step, because their order in the file is the order SpecialVocab finds them:
-// tokenizer_config.json first (bos, eos, unk, sep, pad, cls, mask), then config.json's
-// *_token_id for the types still unset; add flags from the tokenizer.json
-// post-processor first, then tokenizer_config.json's add_*_token.
+// _set_vocab_gpt2), or from wordpiece.cpp for BERT (BertModel.set_vocab); the
+// special-token ids and add_* flags follow gguf-py's SpecialVocab step by step, because
+// their order in the file is the order SpecialVocab finds them: tokenizer_config.json
+// first (bos, eos, unk, sep, pad, cls, mask), then config.json's *_token_id for the
+// types still unset; add flags from the tokenizer.json post-processor first (a pair
+// template decides add_sep), then tokenizer_config.json's add_*_token.
 #include <fmt/format.h>
 
 #include <filesystem>
