@@ -137,23 +137,26 @@ def test_minilm_is_byte_identical_to_convert_hf_to_gguf(tmp_path, outtype):
                     f"first difference: {first_difference(out, ref)}")
 
 
-def rewrite_weights(src, dst, rename):
+def rewrite_weights(src, dst, rename, extra=None):
     """A copy of checkpoint `src` in `dst` whose model.safetensors has every tensor renamed
-    by `rename` (None drops it)."""
+    by `rename` (None drops it) and the tensors of `extra` added."""
     import shutil
     from safetensors.numpy import load_file, save_file
     shutil.copytree(src, dst)
     ts = load_file(str(src / "model.safetensors"))
     (dst / "model.safetensors").unlink()
-    save_file({rename(k): v for k, v in ts.items() if rename(k) is not None},
-              str(dst / "model.safetensors"), metadata={"format": "pt"})
+    out = {rename(k): v for k, v in ts.items() if rename(k) is not None}
+    out.update(extra or {})
+    save_file(out, str(dst / "model.safetensors"), metadata={"format": "pt"})
     return dst
 
 
-def test_bert_bare_and_tf_style_names_give_the_same_file(checkpoints, tmp_path):
-    """BertModel saved bare (no "bert." prefix, no pooler: all-MiniLM-L6-v2's layout) and
-    with TF-style LayerNorm gamma/beta names convert to the recorded file of the prefixed
+def test_bert_bare_tf_style_and_head_names_give_the_same_file(checkpoints, tmp_path):
+    """BertModel saved bare (no "bert." prefix, no pooler: all-MiniLM-L6-v2's layout), with
+    TF-style LayerNorm gamma/beta names, and with the pre-training heads (which
+    BertModel.filter_tensors drops) convert to the recorded file of the prefixed
     checkpoint."""
+    import numpy as np
     want = json.loads((DIGESTS / "bert-f32.json").read_text())["file_sha256"]
 
     def bare(k):
@@ -165,8 +168,12 @@ def test_bert_bare_and_tf_style_names_give_the_same_file(checkpoints, tmp_path):
             return k
         return k.replace(".weight", ".gamma") if k.endswith(".weight") else k.replace(".bias", ".beta")
 
-    for name, rename in (("bare", bare), ("tf", tf_style)):
-        d = rewrite_weights(checkpoints["bert"], tmp_path / name / "bert", rename)
+    heads = {"cls.predictions.bias": np.zeros(30522, np.float32),
+             "cls.predictions.transform.dense.weight": np.ones((32, 32), np.float32),
+             "cls.seq_relationship.weight": np.ones((2, 32), np.float32)}
+    for name, rename, extra in (("bare", bare, None), ("tf", tf_style, None),
+                                ("heads", lambda k: k, heads)):
+        d = rewrite_weights(checkpoints["bert"], tmp_path / name / "bert", rename, extra)
         out = tmp_path / f"{name}.gguf"
         r = convert(d, out, "--outtype", "f32")
         assert r.returncode == 0, (name, r.stderr)
