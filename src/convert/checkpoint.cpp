@@ -109,9 +109,11 @@ std::string lower(std::string s) {
 
 // The converter turns a sentence-transformers folder (modules.json with a pooling
 // module) into an embedding model and a Qwen3 reranker (recognised by its README title
-// or its name) into a classifier with extra tensors; this converter writes neither, so
-// it refuses them rather than writing a plain language model from them.
+// or its name) into a classifier with extra tensors; for the decoder-only architectures
+// this converter writes neither, so it refuses them rather than writing a plain language
+// model from them. (BERT folders are embedding models: read_pooling.)
 Status check_plain_language_model(const fs::path& dir, const json& config, const HParams& h) {
+  if (h.arch == Arch::kBert) return Ok{};
   if (fs::is_regular_file(dir / "modules.json")) {
     return make_error(
         "modules.json: sentence-transformers embedding models are not supported by minfer "
@@ -133,6 +135,85 @@ Status check_plain_language_model(const fs::path& dir, const json& config, const
       readme.find("# qwen3-vl-reranker") != std::string::npos) {
     return make_error("Qwen3 reranker checkpoints are not supported by minfer convert");
   }
+  return Ok{};
+}
+
+// TextModel._try_set_pooling_type: the first modules.json entry whose type ends with
+// "Pooling" names a folder whose config.json picks the mode (the first true flag of mean,
+// cls, last token; else "pooling_mode"). Other modes (max, weighted mean) are refused,
+// as there. No modules.json or no pooling module: no pooling_type key.
+Result<std::optional<PoolingType>> read_pooling(const fs::path& dir) {
+  const fs::path modules_path = dir / "modules.json";
+  if (!fs::is_regular_file(modules_path)) return std::optional<PoolingType>();
+  MINFER_TRY(const json modules, read_json_file(modules_path.string()));
+  if (!modules.is_array()) return make_error("modules.json is not a JSON list");
+  std::optional<std::string> pooling_dir;
+  for (const json& m : modules) {
+    if (!m.is_object() || !m.contains("type") || !m["type"].is_string()) {
+      return make_error("modules.json: an entry without a \"type\" string");
+    }
+    if (!m["type"].get<std::string>().ends_with("Pooling")) continue;
+    if (!m.contains("path") || !m["path"].is_string()) {
+      return make_error("modules.json: the pooling module has no \"path\" string");
+    }
+    pooling_dir = m["path"].get<std::string>();
+    break;
+  }
+  if (!pooling_dir) return std::optional<PoolingType>();
+  const fs::path cfg_path = dir / *pooling_dir / "config.json";
+  if (!fs::is_regular_file(cfg_path)) {
+    return make_error(fmt::format(
+        "modules.json names pooling folder '{}', which has no config.json", *pooling_dir));
+  }
+  MINFER_TRY(const json p, read_json_file(cfg_path.string()));
+  if (!p.is_object()) return make_error(cfg_path.string() + " is not a JSON object");
+  auto flag = [&](const char* key) {
+    return p.contains(key) && p[key].is_boolean() && p[key].get<bool>();
+  };
+  if (flag("pooling_mode_mean_tokens")) return std::optional(PoolingType::kMean);
+  if (flag("pooling_mode_cls_token")) return std::optional(PoolingType::kCls);
+  if (flag("pooling_mode_lasttoken")) return std::optional(PoolingType::kLast);
+  const std::string mode = p.contains("pooling_mode") && p["pooling_mode"].is_string()
+                               ? p["pooling_mode"].get<std::string>()
+                               : "";
+  if (mode == "mean") return std::optional(PoolingType::kMean);
+  if (mode == "cls") return std::optional(PoolingType::kCls);
+  if (mode == "lasttoken") return std::optional(PoolingType::kLast);
+  return make_error(
+      fmt::format("{}: only mean, CLS and last-token pooling are supported (the converter's set)",
+                  cfg_path.string()));
+}
+
+// BertConfig's keys (transformers' defaults for the optional ones) and what the converter
+// would add that this one does not write: classifier labels and classifier pooling.
+Status read_bert_hparams(const json& c, HParams& h) {
+  h.n_ctx = 512;
+  if (c.contains("max_position_embeddings")) {
+    MINFER_TRY(h.n_ctx, get_u32(c, "max_position_embeddings"));
+  }
+  h.n_token_types = 2;
+  if (c.contains("type_vocab_size")) {
+    MINFER_TRY(h.n_token_types, get_u32(c, "type_vocab_size"));
+  }
+  MINFER_TRY(h.norm_eps, get_f64(c, "layer_norm_eps", 1e-12));
+  if (c.contains("id2label") && c["id2label"].is_object()) {
+    const json& l = c["id2label"];
+    const bool dummy = l.size() == 2 && l.contains("0") && l["0"] == "LABEL_0";
+    if (!dummy) {
+      return make_error(
+          "config.json: \"id2label\" (classifier labels) is not supported by minfer convert");
+    }
+  }
+  if (c.contains("classifier_pooling") && !c["classifier_pooling"].is_null()) {
+    return make_error("config.json: \"classifier_pooling\" is not supported by minfer convert");
+  }
+  if (h.n_embd % h.n_head != 0) {
+    return make_error(
+        fmt::format("config.json: hidden_size {} is not a multiple of num_attention_heads {}",
+                    h.n_embd, h.n_head));
+  }
+  h.n_head_kv = h.n_head;
+  h.n_embd_head = h.n_embd / h.n_head;
   return Ok{};
 }
 
@@ -165,11 +246,23 @@ Result<HParams> read_hparams(const json& c) {
   } else if (h.hf_arch == "Qwen3ForCausalLM") {
     h.arch = Arch::kQwen3;
     h.gguf_arch = "qwen3";
+  } else if (h.hf_arch == "BertModel") {
+    h.arch = Arch::kBert;
+    h.gguf_arch = "bert";
   } else {
     return make_error(fmt::format(
         "architecture \"{}\" is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM)",
+        "Qwen3ForCausalLM, BertModel)",
         h.hf_arch));
+  }
+  if (h.arch == Arch::kBert) {
+    MINFER_TRY(h.n_layer, get_u32(c, "num_hidden_layers"));
+    MINFER_TRY(h.n_embd, get_u32(c, "hidden_size"));
+    MINFER_TRY(h.n_ff, get_u32(c, "intermediate_size"));
+    MINFER_TRY(h.n_head, get_u32(c, "num_attention_heads"));
+    MINFER_TRY(h.n_vocab, get_u32(c, "vocab_size"));
+    MINFER_TRY_STATUS(read_bert_hparams(c, h));
+    return h;
   }
   MINFER_TRY(h.n_layer, get_u32(c, "num_hidden_layers"));
   MINFER_TRY(h.n_ctx, get_u32(c, "max_position_embeddings"));
@@ -242,6 +335,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   MINFER_TRY(ck.hparams_, read_hparams(ck.config_));
 
   MINFER_TRY_STATUS(check_plain_language_model(dir, ck.config_, ck.hparams_));
+  if (ck.hparams_.arch == Arch::kBert) {
+    MINFER_TRY(ck.hparams_.pooling, read_pooling(dir));
+  }
 
   std::set<std::string> index_names;
   MINFER_TRY(const auto parts, part_names(dir, &index_names));

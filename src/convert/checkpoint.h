@@ -19,7 +19,10 @@
 namespace minfer::convert {
 
 // The architectures `minfer convert` knows, by config.json "architectures"[0].
-enum class Arch { kLlama, kQwen2, kQwen3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kBert };
+
+// gguf-py's PoolingType, written as {arch}.pooling_type (a sentence-transformers folder).
+enum class PoolingType : uint32_t { kMean = 1, kCls = 2, kLast = 3 };
 
 struct HParams {
   Arch arch = Arch::kLlama;
@@ -37,9 +40,15 @@ struct HParams {
   double rope_theta = 0;
   double rms_eps = 0;
   bool tied_embeddings = false;
+  // BERT: LayerNorm epsilon (layer_norm_eps), rows of token_types (type_vocab_size) and
+  // the pooling of a sentence-transformers folder (modules.json), if any.
+  double norm_eps = 0;
+  uint32_t n_token_types = 0;
+  std::optional<PoolingType> pooling;
 };
 
 // config.json → HParams. Errors name the missing or bad key, or the unknown architecture.
+// (pooling is read by Checkpoint::open, from the folder.)
 Result<HParams> read_hparams(const nlohmann::json& config);
 
 class Checkpoint {

@@ -1,6 +1,6 @@
 // Stage 3b (convert): a Hugging Face checkpoint folder → one GGUF file, byte for byte
 // what llama.cpp's convert_hf_to_gguf.py writes for the supported architectures
-// (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM) and out types.
+// (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, BertModel) and out types.
 // Invariants: everything is validated (config, every tensor's dtype, shape and bytes,
 // the tokenizer) before the output is opened; the output is written to OUT.tmp and
 // renamed over OUT only when complete, so a failure never leaves a partial OUT.

@@ -1,5 +1,6 @@
 // Stage 3b (convert): model metadata. Follows convert_hf_to_gguf.py (ModelBase /
-// TextModel.prepare_metadata and set_gguf_parameters, LlamaModel.set_gguf_parameters) and
+// TextModel.prepare_metadata and set_gguf_parameters, LlamaModel.set_gguf_parameters,
+// BertModel.set_gguf_parameters) and
 // gguf-py (metadata.py: generation_config.json's sampling keys, the naming heuristics of
 // model_name.cpp; utility.py: the size label). Not followed: the model card (README.md
 // front matter: license, tags, languages, base models, ...), which llama.cpp's converter
@@ -162,6 +163,18 @@ Result<std::vector<gguf::KeyValue>> build_metadata(const Checkpoint& ck, OutType
   set(a + ".embedding_length", Value::u32(h.n_embd));
   set(a + ".feed_forward_length", Value::u32(h.n_ff));
   set(a + ".attention.head_count", Value::u32(h.n_head));
+  if (h.arch == Arch::kBert) {
+    // TextModel.set_gguf_parameters finds no KV heads, RoPE or RMS epsilon in a
+    // BertConfig, only layer_norm_eps; BertModel adds non-causal attention and the
+    // sentence-transformers pooling.
+    set(a + ".attention.layer_norm_epsilon", Value::f32(static_cast<float>(h.norm_eps)));
+    set("general.file_type", Value::u32(file_type(outtype)));
+    set(a + ".attention.causal", Value::boolean(false));
+    if (h.pooling) set(a + ".pooling_type", Value::u32(static_cast<uint32_t>(*h.pooling)));
+    set("general.quantization_version", Value::u32(2));  // GGML_QNT_VERSION
+    MINFER_TRY_STATUS(add_vocab_metadata(ck, kv));
+    return kv;
+  }
   set(a + ".attention.head_count_kv", Value::u32(h.n_head_kv));
   set(a + ".rope.freq_base", Value::f32(static_cast<float>(h.rope_theta)));
   set(a + ".attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(h.rms_eps)));

@@ -1,6 +1,7 @@
 // Stage 3b (convert): Hugging Face tensor names → GGUF names, the per-tensor type rule
 // and the Llama Q/K row order. Follows convert_hf_to_gguf.py (ModelBase.prepare_tensors,
-// LlamaModel.modify_tensors / permute) and gguf-py's tensor name map.
+// LlamaModel.modify_tensors / permute, BertModel.filter_tensors) and gguf-py's tensor
+// name map.
 #include "convert/tensors.h"
 
 #include <fmt/format.h>
@@ -39,6 +40,68 @@ constexpr LayerName kLayerNames[] = {
     {"mlp.down_proj.weight", "ffn_down.weight"},
 };
 
+// BERT's per-layer tensors: HF stem after "encoder.layer.N." → GGUF stem after "blk.N."
+// (each with .weight and .bias), as gguf-py's tensor map names them for MODEL_ARCH.BERT.
+constexpr LayerName kBertLayerNames[] = {
+    {"attention.self.query", "attn_q"},
+    {"attention.self.key", "attn_k"},
+    {"attention.self.value", "attn_v"},
+    {"attention.output.dense", "attn_output"},
+    {"attention.output.LayerNorm", "attn_output_norm"},
+    {"intermediate.dense", "ffn_up"},
+    {"output.dense", "ffn_down"},
+    {"output.LayerNorm", "layer_output_norm"},
+};
+constexpr LayerName kBertGlobalNames[] = {
+    {"embeddings.word_embeddings", "token_embd"},
+    {"embeddings.position_embeddings", "position_embd"},
+    {"embeddings.token_type_embeddings", "token_types"},
+    {"embeddings.LayerNorm", "token_embd_norm"},
+};
+
+// BertModel.filter_tensors and the tensor map: a "bert." prefix (BertFor* checkpoints)
+// and TF-style ".gamma"/".beta" are renamed; position ids, the pooler and the
+// pre-training heads (cls.predictions, cls.seq_relationship) are dropped.
+Result<std::optional<std::string>> bert_gguf_name(std::string hf, const HParams& h,
+                                                  uint32_t* layer) {
+  const std::string original = hf;
+  if (hf.starts_with("bert.")) hf.erase(0, 5);
+  if (hf.ends_with(".gamma")) hf.replace(hf.size() - 6, 6, ".weight");
+  if (hf.ends_with(".beta")) hf.replace(hf.size() - 5, 5, ".bias");
+  if (hf == "embeddings.position_ids" || hf == "pooler.dense.weight" || hf == "pooler.dense.bias" ||
+      hf.starts_with("cls.predictions") || hf.starts_with("cls.seq_relationship")) {
+    return std::optional<std::string>();
+  }
+  const size_t dot = hf.rfind('.');
+  const std::string_view suffix =
+      dot == std::string::npos ? std::string_view() : std::string_view(hf).substr(dot);
+  if (suffix == ".weight" || suffix == ".bias") {
+    const std::string_view stem = std::string_view(hf).substr(0, dot);
+    for (const LayerName& n : kBertGlobalNames) {
+      if (stem == n.hf)
+        return std::optional<std::string>(std::string(n.gguf) + std::string(suffix));
+    }
+    constexpr std::string_view kPrefix = "encoder.layer.";
+    if (stem.starts_with(kPrefix)) {
+      const char* p = stem.data() + kPrefix.size();
+      const char* end = stem.data() + stem.size();
+      uint32_t bid = 0;
+      auto [q, ec] = std::from_chars(p, end, bid);
+      if (ec == std::errc() && q != p && q < end && *q == '.' && bid < h.n_layer) {
+        const std::string_view rest(q + 1, end);
+        for (const LayerName& n : kBertLayerNames) {
+          if (rest != n.hf) continue;
+          *layer = bid;
+          return std::optional<std::string>(fmt::format("blk.{}.{}{}", bid, n.gguf, suffix));
+        }
+      }
+    }
+  }
+  return make_error(
+      fmt::format("tensor '{}' has no GGUF name for {} (unexpected for this architecture)",
+                  original, h.hf_arch));
+}
+
 // The GGUF name of an HF tensor; nullopt for tensors the converter drops (RoPE caches);
 // an error for names this architecture does not have.
 Result<std::optional<std::string>> gguf_name(const std::string& hf, const HParams& h,
@@ -47,6 +110,7 @@ Result<std::optional<std::string>> gguf_name(const std::string& hf, const HParam
       hf.ends_with(".attention.bias")) {
     return std::optional<std::string>();
   }
+  if (h.arch == Arch::kBert) return bert_gguf_name(hf, h, layer);
   if (hf == "model.embed_tokens.weight") return std::optional<std::string>("token_embd.weight");
   if (hf == "model.norm.weight") return std::optional<std::string>("output_norm.weight");
   if (hf == "lm_head.weight") return std::optional<std::string>("output.weight");
@@ -72,8 +136,9 @@ Result<std::optional<std::string>> gguf_name(const std::string& hf, const HParam
       "tensor '{}' has no GGUF name for {} (unexpected for this architecture)", hf, h.hf_arch));
 }
 
-// The PyTorch-order shape config.json implies for a GGUF tensor name (without "blk.N.").
-std::vector<uint64_t> expected_shape(std::string_view base, const HParams& h) {
+// The PyTorch-order shape config.json implies for a GGUF tensor name (without "blk.N."),
+// nullopt for a name no supported architecture has ("token_embd.bias").
+std::optional<std::vector<uint64_t>> expected_shape(std::string_view base, const HParams& h) {
   const uint64_t q = uint64_t{h.n_head} * h.n_embd_head, kv = uint64_t{h.n_head_kv} * h.n_embd_head;
   const std::map<std::string_view, std::vector<uint64_t>> shapes = {
       {"token_embd.weight", {h.n_vocab, h.n_embd}},
@@ -93,12 +158,39 @@ std::vector<uint64_t> expected_shape(std::string_view base, const HParams& h) {
       {"ffn_gate.weight", {h.n_ff, h.n_embd}},
       {"ffn_up.weight", {h.n_ff, h.n_embd}},
       {"ffn_down.weight", {h.n_embd, h.n_ff}},
+      // BERT
+      {"position_embd.weight", {h.n_ctx, h.n_embd}},
+      {"token_types.weight", {h.n_token_types, h.n_embd}},
+      {"token_embd_norm.weight", {h.n_embd}},
+      {"token_embd_norm.bias", {h.n_embd}},
+      {"attn_output.bias", {h.n_embd}},
+      {"attn_output_norm.weight", {h.n_embd}},
+      {"attn_output_norm.bias", {h.n_embd}},
+      {"ffn_up.bias", {h.n_ff}},
+      {"ffn_down.bias", {h.n_embd}},
+      {"layer_output_norm.weight", {h.n_embd}},
+      {"layer_output_norm.bias", {h.n_embd}},
   };
-  return shapes.at(base);
+  const auto it = shapes.find(base);
+  if (it == shapes.end()) return std::nullopt;
+  return it->second;
 }
 
 // Tensors llama.cpp's loader needs for each architecture (per layer, then global).
 std::vector<std::string> required_names(const HParams& h) {
+  if (h.arch == Arch::kBert) {
+    std::vector<std::string> out = {"token_embd.weight", "position_embd.weight",
+                                    "token_types.weight", "token_embd_norm.weight",
+                                    "token_embd_norm.bias"};
+    for (uint32_t i = 0; i < h.n_layer; ++i) {
+      for (const LayerName& n : kBertLayerNames) {
+        for (const char* suffix : {".weight", ".bias"}) {
+          out.push_back(fmt::format("blk.{}.{}{}", i, n.gguf, suffix));
+        }
+      }
+    }
+    return out;
+  }
   std::vector<std::string> out = {"token_embd.weight", "output_norm.weight"};
   // An untied model without lm_head would silently reuse the embeddings.
   if (!h.tied_embeddings) out.push_back("output.weight");
@@ -114,11 +206,13 @@ std::vector<std::string> required_names(const HParams& h) {
   return out;
 }
 
-// prepare_tensors' rule: 1-D tensors, norms and anything that is not a ".weight" stay
-// F32; the rest take the out type, and a row that is not a whole number of Q8_0 blocks
-// falls back to F16 (the converter's QuantError fallback).
+// prepare_tensors' rule: 1-D tensors, norms, position and token-type embeddings
+// (POS_EMBD, TOKEN_TYPES) and anything that is not a ".weight" stay F32; the rest take
+// the out type, and a row that is not a whole number of Q8_0 blocks falls back to F16
+// (the converter's QuantError fallback).
 DType tensor_type(const std::string& name, size_t n_dims, uint64_t ne0, OutType ot) {
-  if (n_dims <= 1 || name.ends_with("_norm.weight") || !name.ends_with(".weight")) {
+  if (n_dims <= 1 || name.ends_with("_norm.weight") || !name.ends_with(".weight") ||
+      name == "position_embd.weight" || name == "token_types.weight") {
     return DType::kF32;
   }
   switch (ot) {
@@ -189,7 +283,14 @@ Result<std::vector<PlannedTensor>> plan_tensors(const Checkpoint& ck, OutType ou
     }
     const std::string base =
         name->starts_with("blk.") ? name->substr(name->find('.', 4) + 1) : *name;
-    const std::vector<uint64_t> want = expected_shape(base, h);
+    const std::optional<std::vector<uint64_t>> want_or = expected_shape(base, h);
+    if (!want_or) {
+      return make_error(
+          fmt::format("tensor '{}' has no GGUF name for {} (unexpected for this "
+                      "architecture)",
+                      t->name, h.hf_arch));
+    }
+    const std::vector<uint64_t>& want = *want_or;
     if (t->shape != want) {
       return make_error(fmt::format("tensor '{}' has shape [{}], config.json implies [{}]", t->name,
                                     fmt::join(t->shape, ", "), fmt::join(want, ", ")));

@@ -1,16 +1,18 @@
 // Stage 3b (convert): the vocabulary keys of a converted checkpoint. Tokens, types and
 // merges come from hf_vocab (the byte-level BPE path of get_vocab_base /
-// _set_vocab_gpt2); the special-token ids and add_* flags follow gguf-py's SpecialVocab
-// step by step, because their order in the file is the order SpecialVocab finds them:
-// tokenizer_config.json first (bos, eos, unk, sep, pad, cls, mask), then config.json's
-// *_token_id for the types still unset; add flags from the tokenizer.json
-// post-processor first, then tokenizer_config.json's add_*_token.
+// _set_vocab_gpt2), or from wordpiece.cpp for BERT (BertModel.set_vocab); the
+// special-token ids and add_* flags follow gguf-py's SpecialVocab step by step, because
+// their order in the file is the order SpecialVocab finds them: tokenizer_config.json
+// first (bos, eos, unk, sep, pad, cls, mask), then config.json's *_token_id for the
+// types still unset; add flags from the tokenizer.json post-processor first (a pair
+// template decides add_sep), then tokenizer_config.json's add_*_token.
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <map>
 
 #include "convert/metadata.h"
+#include "convert/wordpiece.h"
 #include "hf_vocab/hf_vocab.h"
 
 namespace minfer::convert {
@@ -96,33 +98,57 @@ void read_post_processor(const json& tok, json& tc, bool have_tc, Special& s) {
       }
     } else if (type == "TemplateProcessing") {
       const json single = get(p, "single");
-      if (!single.is_array() || single.size() <= 1) continue;
-      const json first = get(get(single.front(), "SpecialToken"), "id");
-      if (truthy(first)) {
-        if (!have_tc) {
-          special_bos = first;
-        } else if (first != special_bos && first != special_cls) {
-          if (!truthy(special_bos)) tc["bos_token"] = special_bos = first;
-          if (!truthy(special_cls)) tc["cls_token"] = special_cls = first;
-        }
-        s.add.set("bos", first == special_bos || first == special_cls);
-      }
-      const json last = get(get(single.back(), "SpecialToken"), "id");
-      if (truthy(last)) {
-        if (!have_tc) {
-          special_eos = last;
-        } else if (last != special_eos) {
-          // The old EOS is kept as EOT (or EOM when EOT is taken).
-          const std::string keep = s.types.size() == 7 ? "eot" : "eom";
-          if (s.types.size() < 9) {
-            s.types.push_back(keep);
-            tc[keep + "_token"] = special_eos;
+      json pair = get(p, "pair");
+      json first, last;  // the single template's leading / trailing special tokens
+      if (single.is_array() && single.size() > 1) {
+        first = get(get(single.front(), "SpecialToken"), "id");
+        if (truthy(first)) {
+          if (!have_tc) {
+            special_bos = first;
+          } else if (first != special_bos && first != special_cls) {
+            if (!truthy(special_bos)) tc["bos_token"] = special_bos = first;
+            if (!truthy(special_cls)) tc["cls_token"] = special_cls = first;
           }
-          tc["eos_token"] = special_eos = last;
+          s.add.set("bos", first == special_bos || first == special_cls);
         }
-        s.add.set("eos", last == special_eos);
+        last = get(get(single.back(), "SpecialToken"), "id");
+        if (truthy(last)) {
+          if (!have_tc) {
+            special_eos = last;
+          } else if (last != special_eos) {
+            // The old EOS is kept as EOT (or EOM when EOT is taken).
+            const std::string keep = s.types.size() == 7 ? "eot" : "eom";
+            if (s.types.size() < 9) {
+              s.types.push_back(keep);
+              tc[keep + "_token"] = special_eos;
+            }
+            tc["eos_token"] = special_eos = last;
+          }
+          s.add.set("eos", last == special_eos);
+        }
       }
-      // Pair templates (add_sep) are not needed by the decoder-only models we convert.
+      // The pair template decides add_sep: "A [sep] B" or "A [sep] [sep] B" once the
+      // single template's leading / trailing tokens are cut off.
+      if (!pair.is_array() || pair.empty()) continue;
+      const auto special_of = [](const json& item) { return get(get(item, "SpecialToken"), "id"); };
+      const size_t start = truthy(first) && special_of(pair.front()) == first ? 1 : 0;
+      const size_t stop = truthy(last) && special_of(pair.back()) == last ? 1 : 0;
+      if (start + stop >= pair.size()) continue;
+      const json mid(pair.begin() + static_cast<std::ptrdiff_t>(start),
+                     pair.end() - static_cast<std::ptrdiff_t>(stop));
+      const json a = get(get(mid.front(), "Sequence"), "id");
+      const json b = get(get(mid.back(), "Sequence"), "id");
+      if (a != "A" || b != "B" || mid.size() <= 2) continue;
+      const json inner(mid.begin() + 1, mid.end() - 1);
+      bool add_sep = false;
+      const json e0 = special_of(inner[0]);
+      if (truthy(e0) && (e0 == special_sep || e0 == special_eos) && !truthy(last)) add_sep = true;
+      if (inner.size() == 2) {
+        const json e1 = special_of(inner[1]);
+        if (truthy(e1) && (e1 == special_sep || e1 == special_eos)) add_sep = true;
+      }
+      s.add.set("sep", add_sep);
+      if (add_sep && !truthy(special_sep) && have_tc) tc["sep_token"] = special_eos;
     }
   }
 }
@@ -148,6 +174,9 @@ void parse_normalizer(const json& n, std::optional<bool>& lower, std::optional<b
   }
 }
 
+Status add_special_metadata(const Checkpoint& ck, const json& tok, const std::optional<json>& tc,
+                            std::vector<gguf::KeyValue>& kvs);
+
 }  // namespace
 
 Status add_vocab_metadata(const Checkpoint& ck, std::vector<gguf::KeyValue>& kvs) {
@@ -166,6 +195,18 @@ Status add_vocab_metadata(const Checkpoint& ck, std::vector<gguf::KeyValue>& kvs
   // LlamaModel.set_vocab writes the tokenizer_config's add_prefix_space first.
   if (h.arch == Arch::kLlama && tc && get(*tc, "add_prefix_space").is_boolean()) {
     set("tokenizer.ggml.add_space_prefix", Value::boolean((*tc)["add_prefix_space"].get<bool>()));
+  }
+
+  if (h.arch == Arch::kBert) {
+    // BertModel.set_vocab: the token-type count, then the WordPiece vocabulary.
+    set("tokenizer.ggml.token_type_count", Value::u32(h.n_token_types));
+    auto wp = wordpiece_vocab(tok, h.n_vocab);
+    if (!wp.ok()) return wp.error();
+    set("tokenizer.ggml.model", Value::string("bert"));
+    set("tokenizer.ggml.pre", Value::string(wp->pre));
+    set("tokenizer.ggml.tokens", Value::string_array(wp->tokens));
+    set("tokenizer.ggml.token_type", Value::i32_array(wp->types));
+    return add_special_metadata(ck, tok, tc, kvs);
   }
 
   hf_vocab::Options opts{.arch = h.gguf_arch, .vocab_size = h.n_vocab};
@@ -211,7 +252,17 @@ Status add_vocab_metadata(const Checkpoint& ck, std::vector<gguf::KeyValue>& kvs
   set("tokenizer.ggml.tokens", Value::string_array(v.tokens));
   set("tokenizer.ggml.token_type", Value::i32_array(v.types));
   if (!v.merges.empty()) set("tokenizer.ggml.merges", Value::string_array(v.merges));
+  return add_special_metadata(ck, tok, tc, kvs);
+}
 
+namespace {
+
+// SpecialVocab's keys (special ids, add_* flags), the chat template(s) and the normalizer
+// flags, after the tokens.
+Status add_special_metadata(const Checkpoint& ck, const json& tok, const std::optional<json>& tc,
+                            std::vector<gguf::KeyValue>& kvs) {
+  const fs::path dir(ck.dir());
+  auto set = [&](std::string key, Value v) { kvs.push_back({std::move(key), std::move(v)}); };
   Special s;
   json tc_mut = tc ? *tc : json();
   read_post_processor(tok, tc_mut, tc.has_value() && truthy(*tc), s);
@@ -254,6 +305,8 @@ Status add_vocab_metadata(const Checkpoint& ck, std::vector<gguf::KeyValue>& kvs
       {"mask", "mask_token_id"},     {"eot", "eot_token_id"},     {"eom", "eom_token_id"},
   };
   for (const auto& [typ, id] : s.ids.items) {
+    // gguf-py's GGUFWriter (0.3.36) has no add_cls_token_id: SpecialVocab skips the type.
+    if (typ == "cls") continue;
     if (id < 0 || id > UINT32_MAX)
       return make_error(fmt::format("{} token id {} is out of range", typ, id));
     set("tokenizer.ggml." + kIdKey.at(typ), Value::u32(static_cast<uint32_t>(id)));
@@ -292,5 +345,7 @@ Status add_vocab_metadata(const Checkpoint& ck, std::vector<gguf::KeyValue>& kvs
   if (strip) set("tokenizer.ggml.normalizer.strip_accents", Value::boolean(*strip));
   return Ok{};
 }
+
+}  // namespace
 
 }  // namespace minfer::convert

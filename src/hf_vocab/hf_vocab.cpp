@@ -41,16 +41,6 @@ bool ends_with(const std::string& s, std::string_view p) {
   return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
 }
 
-// convert_hf_to_gguf.py does_token_look_special: added tokens some models forget to
-// mark special but that must be control tokens.
-bool looks_special(const std::string& t) {
-  if (t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]") return true;
-  if (starts_with(t, "<|") && ends_with(t, "|>")) return true;
-  if (starts_with(t, "<\xef\xbd\x9c") && ends_with(t, "\xef\xbd\x9c>")) return true;  // <｜ ｜>
-  if (starts_with(t, "<unused") && ends_with(t, ">")) return true;
-  return false;
-}
-
 std::string replace_all(std::string s, std::string_view from, std::string_view to) {
   size_t pos = 0;
   while ((pos = s.find(from, pos)) != std::string::npos) {
@@ -252,6 +242,14 @@ bool is_byte_token(const std::string& t) {
 }
 
 }  // namespace
+
+bool looks_special(const std::string& t) {
+  if (t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]") return true;
+  if (starts_with(t, "<|") && ends_with(t, "|>")) return true;
+  if (starts_with(t, "<\xef\xbd\x9c") && ends_with(t, "\xef\xbd\x9c>")) return true;  // <｜ ｜>
+  if (starts_with(t, "<unused") && ends_with(t, ">")) return true;
+  return false;
+}
 
 Result<Vocab> build_vocab(const json& tok, const json* config, const Options& opts) {
   if (!tok.contains("model") || !tok["model"].is_object()) {

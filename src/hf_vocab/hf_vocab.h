@@ -52,6 +52,10 @@ struct Vocab {
 Result<Vocab> build_vocab(const nlohmann::json& tokenizer, const nlohmann::json* config,
                           const Options& opts);
 
+// convert_hf_to_gguf.py does_token_look_special: added tokens some models forget to
+// mark special but that must be control tokens ("<|x|>", "<pad>", "<unused3>", ...).
+bool looks_special(const std::string& token);
+
 // tokenizer.ggml.pre for a byte-level BPE pre-tokenizer (tokenizer.json "pre_tokenizer"),
 // or an error that quotes what was found.
 Result<std::string> detect_pre(const nlohmann::json& pre_tokenizer);

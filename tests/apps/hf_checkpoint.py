@@ -1,5 +1,6 @@
 """Writes tiny Hugging Face checkpoints (config.json, safetensors, tokenizer files) with
-deterministic random weights, for `minfer convert`'s test and for
+deterministic random weights (decoder-only CONFIGS, and BERT_CONFIGS: a
+sentence-transformers folder), for `minfer convert`'s test and for
 tools/reference/convert_reference.sh, which records what llama.cpp's convert_hf_to_gguf.py
 makes of the same directories. Needs numpy and the `safetensors` package (no torch).
 
@@ -31,6 +32,98 @@ CONFIGS = {
                   rope_theta=1000000.0, eps=1e-6, tied=False, shards=1, bias=False, qk_norm=True,
                   bos=151643, eos=151645),
 }
+
+# BERT (BertModel) as a sentence-transformers folder: modules.json + 1_Pooling/config.json.
+# The tokenizer is the uncased BERT WordPiece vocabulary (all-MiniLM-L6-v2's, 30522 ids):
+# llama.cpp's converter names the pre-tokenizer from a fingerprint of the vocabulary and
+# refuses one it does not know, so a cut-down vocabulary cannot be recorded.
+BERT_CONFIGS = {
+    # "bert."-prefixed names with the pooler and position_ids (dropped by the converter),
+    # CLS pooling, F32.
+    "bert": dict(tokenizer="bert-uncased", dtype="float32", hidden=32, ffn=64, layers=2, heads=4,
+                 vocab=30522, n_ctx=64, type_vocab=2, eps=1e-12, prefix="bert.",
+                 pooling="pooling_mode_cls_token"),
+}
+
+
+def bert_config_json(c):
+    return {
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "hidden_size": c["hidden"],
+        "intermediate_size": c["ffn"],
+        "num_hidden_layers": c["layers"],
+        "num_attention_heads": c["heads"],
+        "vocab_size": c["vocab"],
+        "max_position_embeddings": c["n_ctx"],
+        "type_vocab_size": c["type_vocab"],
+        "layer_norm_eps": c["eps"],
+        "hidden_act": "gelu",
+        "pad_token_id": 0,
+        "torch_dtype": c["dtype"],
+    }
+
+
+def bert_tensors(c, seed):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(c["dtype"])
+    h, f = c["hidden"], c["ffn"]
+
+    def w(*shape, scale=0.08):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)).astype(dt)
+
+    def norm(n):
+        return (np.float32(1) + rng.standard_normal(n, dtype=np.float32) * np.float32(0.05)).astype(dt)
+
+    p = c["prefix"]
+    out = {
+        p + "embeddings.word_embeddings.weight": w(c["vocab"], h, scale=0.5),
+        p + "embeddings.position_embeddings.weight": w(c["n_ctx"], h, scale=0.1),
+        p + "embeddings.token_type_embeddings.weight": w(c["type_vocab"], h, scale=0.1),
+        p + "embeddings.LayerNorm.weight": norm(h),
+        p + "embeddings.LayerNorm.bias": w(h, scale=0.02),
+        p + "embeddings.position_ids": np.arange(c["n_ctx"], dtype=np.int64)[None, :],
+    }
+    for i in range(c["layers"]):
+        b = f"{p}encoder.layer.{i}."
+        for name in ("query", "key", "value"):
+            out[b + f"attention.self.{name}.weight"] = w(h, h)
+            out[b + f"attention.self.{name}.bias"] = w(h, scale=0.02)
+        out[b + "attention.output.dense.weight"] = w(h, h)
+        out[b + "attention.output.dense.bias"] = w(h, scale=0.02)
+        out[b + "attention.output.LayerNorm.weight"] = norm(h)
+        out[b + "attention.output.LayerNorm.bias"] = w(h, scale=0.02)
+        out[b + "intermediate.dense.weight"] = w(f, h)
+        out[b + "intermediate.dense.bias"] = w(f, scale=0.02)
+        out[b + "output.dense.weight"] = w(h, f)
+        out[b + "output.dense.bias"] = w(h, scale=0.02)
+        out[b + "output.LayerNorm.weight"] = norm(h)
+        out[b + "output.LayerNorm.bias"] = w(h, scale=0.02)
+    out[p + "pooler.dense.weight"] = w(h, h)
+    out[p + "pooler.dense.bias"] = w(h, scale=0.02)
+    return out
+
+
+def write_bert(name, out_dir, tokenizers_dir, seed=1234):
+    c = BERT_CONFIGS[name]
+    out = Path(out_dir)
+    (out / "1_Pooling").mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(bert_config_json(c), indent=2) + "\n")
+    tok = Path(tokenizers_dir) / c["tokenizer"]
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(tok / f, out / f)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (out / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+    modes = ("pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens",
+             "pooling_mode_mean_sqrt_len_tokens")
+    pooling = {"word_embedding_dimension": c["hidden"], **{m: m == c["pooling"] for m in modes}}
+    (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
+    save_file(bert_tensors(c, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
 
 
 def config_json(c):
@@ -97,7 +190,10 @@ def tensors(c, seed):
 
 
 def write(name, out_dir, tokenizers_dir, seed=1234):
-    """Writes checkpoint `name` of CONFIGS into out_dir (created); returns out_dir."""
+    """Writes checkpoint `name` of CONFIGS or BERT_CONFIGS into out_dir (created); returns
+    out_dir."""
+    if name in BERT_CONFIGS:
+        return write_bert(name, out_dir, tokenizers_dir, seed)
     c = CONFIGS[name]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

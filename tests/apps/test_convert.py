@@ -1,7 +1,9 @@
 """`minfer convert` writes the bytes llama.cpp's convert_hf_to_gguf.py writes: for each of
 the tiny checkpoints of hf_checkpoint.py (Llama: F32, GQA, untied; Qwen2: F16, biases,
-two shards with an index, tied; Qwen3: F32, q/k norms, explicit head_dim) at each
---outtype, the sha256 of our file equals the one recorded from llama.cpp's converter by
+two shards with an index, tied; Qwen3: F32, q/k norms, explicit head_dim; BERT: a
+sentence-transformers folder with "bert."-prefixed names, pooler, CLS pooling, the
+uncased WordPiece vocabulary) at each --outtype, and for the real all-MiniLM-L6-v2
+(from the model cache, when scripts/setup.sh has fetched it) at f32 and f16, the sha256 of our file equals the one recorded from llama.cpp's converter by
 tools/reference/convert_reference.py in tests/data/convert/<config>-<outtype>.json
 (CI has no torch). On a mismatch the test names the first metadata key or tensor that
 differs from the recorded digest. Bad input is a clear error, exit code 1, and no output
@@ -22,13 +24,17 @@ MINFER = os.environ.get("MINFER_BIN", "minfer")
 TESTDATA = Path(os.environ.get("MINFER_TESTDATA_DIR", "tests/data"))
 ROOT = Path(__file__).resolve().parents[2]
 DIGESTS = TESTDATA / "convert"
-CONFIGS = ["llama", "qwen2", "qwen3"]
+CONFIGS = ["llama", "qwen2", "qwen3", "bert"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 CASES = [(c, t) for c in CONFIGS for t in OUTTYPES]
+MINILM_OUTTYPES = ["f32", "f16"]
+CACHE = Path(os.environ.get("MINFER_CACHE_DIR", Path.home() / ".cache" / "minfer"))
+MINILM = CACHE / "models" / "all-MiniLM-L6-v2"
 # Under ASan + UBSan (minutes per 128k-row conversion at -O1) one out type per checkpoint,
 # together covering every out type but bf16's twin f16 and the three architectures.
 SANITIZE = os.environ.get("MINFER_SANITIZE", "0") in ("1", "ON", "TRUE", "true")
-RUN_CASES = [("llama", "q8_0"), ("qwen2", "bf16"), ("qwen3", "f32")] if SANITIZE else CASES
+RUN_CASES = [("llama", "q8_0"), ("qwen2", "bf16"), ("qwen3", "f32"), ("bert", "f16")] \
+    if SANITIZE else CASES
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(ROOT / "tools" / "reference"))
@@ -48,7 +54,7 @@ def convert(*args):
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-    """The three checkpoints, each in a folder named after its config (general.name
+    """The checkpoints, each in a folder named after its config (general.name
     comes from the folder name, as in the recording)."""
     pytest.importorskip("numpy", reason="numpy is needed to write the test checkpoints")
     pytest.importorskip("safetensors", reason="the safetensors package (scripts/setup.sh "
@@ -84,7 +90,7 @@ def first_difference(path, ref):
 
 def test_every_case_is_recorded():
     assert sorted(p.name for p in DIGESTS.glob("*-*.json") if p.name != "golden-prompts.json") == \
-        sorted(f"{c}-{t}.json" for c, t in CASES)
+        sorted([f"{c}-{t}.json" for c, t in CASES] + [f"minilm-{t}.json" for t in MINILM_OUTTYPES])
 
 
 @pytest.mark.parametrize("config,outtype", RUN_CASES, ids=[f"{c}-{t}" for c, t in RUN_CASES])
@@ -103,6 +109,143 @@ def test_output_is_byte_identical_to_convert_hf_to_gguf(checkpoints, tmp_path, c
     assert ref["tensors"][0]["name"] in lines[0] and lines[-1].startswith(
         f"[{len(lines):4}/{len(lines):4}]")
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def minilm_folder(root):
+    """A folder named all-MiniLM-L6-v2 (general.* comes from the name) with links to the
+    cached model's files but README.md, as recorded: minfer convert does not read the
+    model card, which llama.cpp's converter turns into general.license, tags, datasets."""
+    d = root / "all-MiniLM-L6-v2"
+    d.mkdir()
+    for f in MINILM.iterdir():
+        if f.name != "README.md":
+            (d / f.name).symlink_to(f.resolve())
+    return d
+
+
+@pytest.mark.parametrize("outtype", MINILM_OUTTYPES)
+def test_minilm_is_byte_identical_to_convert_hf_to_gguf(tmp_path, outtype):
+    if not (MINILM / "model.safetensors").exists():
+        pytest.skip(f"{MINILM} missing (scripts/setup.sh fetches all-MiniLM-L6-v2)")
+    ref = json.loads((DIGESTS / f"minilm-{outtype}.json").read_text())
+    out = tmp_path / f"minilm-{outtype}.gguf"
+    r = convert(minilm_folder(tmp_path), out, "--outtype", outtype)
+    assert r.returncode == 0, r.stderr
+    got = sha256(out)
+    if got != ref["file_sha256"]:
+        pytest.fail(f"all-MiniLM-L6-v2 {outtype}: sha256 {got} != {ref['file_sha256']}; "
+                    f"first difference: {first_difference(out, ref)}")
+
+
+def rewrite_weights(src, dst, rename, extra=None):
+    """A copy of checkpoint `src` in `dst` whose model.safetensors has every tensor renamed
+    by `rename` (None drops it) and the tensors of `extra` added."""
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    shutil.copytree(src, dst)
+    ts = load_file(str(src / "model.safetensors"))
+    (dst / "model.safetensors").unlink()
+    out = {rename(k): v for k, v in ts.items() if rename(k) is not None}
+    out.update(extra or {})
+    save_file(out, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+def test_bert_bare_tf_style_and_head_names_give_the_same_file(checkpoints, tmp_path):
+    """BertModel saved bare (no "bert." prefix, no pooler: all-MiniLM-L6-v2's layout), with
+    TF-style LayerNorm gamma/beta names, and with the pre-training heads (which
+    BertModel.filter_tensors drops) convert to the recorded file of the prefixed
+    checkpoint."""
+    import numpy as np
+    want = json.loads((DIGESTS / "bert-f32.json").read_text())["file_sha256"]
+
+    def bare(k):
+        k = k.removeprefix("bert.")
+        return None if k.startswith("pooler.") else k
+
+    def tf_style(k):
+        if ".LayerNorm." not in k:
+            return k
+        return k.replace(".weight", ".gamma") if k.endswith(".weight") else k.replace(".bias", ".beta")
+
+    heads = {"cls.predictions.bias": np.zeros(30522, np.float32),
+             "cls.predictions.transform.dense.weight": np.ones((32, 32), np.float32),
+             "cls.seq_relationship.weight": np.ones((2, 32), np.float32)}
+    for name, rename, extra in (("bare", bare, None), ("tf", tf_style, None),
+                                ("heads", lambda k: k, heads)):
+        d = rewrite_weights(checkpoints["bert"], tmp_path / name / "bert", rename, extra)
+        out = tmp_path / f"{name}.gguf"
+        r = convert(d, out, "--outtype", "f32")
+        assert r.returncode == 0, (name, r.stderr)
+        assert sha256(out) == want, name
+
+
+# 1_Pooling/config.json → bert.pooling_type (gguf-py PoolingType: MEAN 1, CLS 2, LAST 3);
+# the flags are tried in the order mean, cls, last token, then "pooling_mode".
+POOLING = [
+    ({"pooling_mode_mean_tokens": True, "pooling_mode_cls_token": True}, 1),
+    ({"pooling_mode_cls_token": True}, 2),
+    ({"pooling_mode_lasttoken": True}, 3),
+    ({"pooling_mode": "mean"}, 1),
+    ({"pooling_mode": "lasttoken"}, 3),
+]
+
+
+@pytest.mark.parametrize("pooling,want", POOLING, ids=[str(w) + "-" + "-".join(p) for p, w in POOLING])
+def test_bert_pooling_type_follows_modules_json(checkpoints, tmp_path, pooling, want):
+    gguf = pytest.importorskip("gguf")
+    d = broken_copy(checkpoints["bert"], tmp_path / "bert")
+    (d / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    out = tmp_path / "out.gguf"
+    r = convert(d, out, "--outtype", "f32")
+    assert r.returncode == 0, r.stderr
+    assert gguf.GGUFReader(str(out)).fields["bert.pooling_type"].contents() == want
+
+
+def test_bert_without_modules_json_has_no_pooling_key(checkpoints, tmp_path):
+    gguf = pytest.importorskip("gguf")
+    d = broken_copy(checkpoints["bert"], tmp_path / "bert")
+    (d / "modules.json").unlink()
+    out = tmp_path / "out.gguf"
+    assert convert(d, out, "--outtype", "f32").returncode == 0
+    fields = gguf.GGUFReader(str(out)).fields
+    assert "bert.pooling_type" not in fields and fields["bert.attention.causal"].contents() is False
+
+
+def test_bert_bad_inputs_are_clear_errors_and_leave_no_file(checkpoints, tmp_path):
+    out = tmp_path / "out.gguf"
+    bert = checkpoints["bert"]
+    cases = []
+    d = broken_copy(bert, tmp_path / "maxpool")
+    (d / "1_Pooling" / "config.json").write_text('{"pooling_mode_max_tokens": true}')
+    cases.append((d, "only mean, CLS and last-token pooling are supported"))
+    d = broken_copy(bert, tmp_path / "nopoolcfg")
+    import shutil
+    shutil.rmtree(d / "1_Pooling")
+    cases.append((d, "names pooling folder '1_Pooling', which has no config.json"))
+    d = broken_copy(bert, tmp_path / "labels", id2label={"0": "neg", "1": "neu", "2": "pos"})
+    cases.append((d, '"id2label" (classifier labels) is not supported'))
+    d = rewrite_weights(bert, tmp_path / "missing" / "bert",
+                        lambda k: None if k == "bert.encoder.layer.1.output.dense.bias" else k)
+    cases.append((d, "no tensor for 'blk.1.ffn_down.bias'"))
+    d = rewrite_weights(bert, tmp_path / "odd" / "bert",
+                        lambda k: k.replace("word_embeddings.weight", "word_embeddings.bias"))
+    cases.append((d, "tensor 'bert.embeddings.word_embeddings.bias' has no GGUF name"))
+    d = broken_copy(bert, tmp_path / "cutvocab")
+    tok = json.loads((d / "tokenizer.json").read_text())
+    del tok["model"]["vocab"]["apple"]  # a word of the converter's check text
+    (d / "tokenizer.json").unlink()
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    cases.append((d, "a WordPiece vocabulary llama.cpp's converter does not recognise"))
+    d = broken_copy(bert, tmp_path / "bpe")
+    (d / "tokenizer.json").unlink()
+    (d / "tokenizer.json").write_bytes((TESTDATA / "tokenizers" / "qwen3" / "tokenizer.json").read_bytes())
+    cases.append((d, "BertModel is supported with WordPiece only"))
+    for d, needle in cases:
+        r = convert(d, out, "--outtype", "f32")
+        assert r.returncode == 1, (d, r.stdout, r.stderr)
+        assert "minfer: error:" in r.stderr and needle in r.stderr, (d, r.stderr)
+        assert not out.exists() and not list(tmp_path.glob("*.tmp")), d
 
 
 def test_default_outtype_is_the_converters_auto(checkpoints, tmp_path):
