@@ -10,6 +10,8 @@ gives in three settings, and the decoded text:
   decoded          decode(ids_no_special, skip_special_tokens=True) with the WordPiece
                    decoder's clean-up off ("##" pieces join the previous word, others
                    get one space before them; nothing else changes)
+  decoded_special  decode(ids, skip_special_tokens=False), same decoder: special tokens
+                   are words like the others ("[CLS] hello [SEP]")
 "Plain text" is `encode_special_tokens=True` (minfer's parse_special=false); the
 matched form is tokenizers' default (minfer's parse_special=true). The file's own
 truncation (128) and padding (to 128) are switched off: they are the sentence-embedding
@@ -253,8 +255,10 @@ def main() -> None:
         tok.encode_special_tokens = False
         ids_parse_special = tok.encode(s, add_special_tokens=True).ids
         decoded = dec.decode(ids_no_special, skip_special_tokens=True)
+        decoded_special = dec.decode(ids, skip_special_tokens=False)
         cases.append({"text": s, "ids": ids, "ids_no_special": ids_no_special,
-                      "ids_parse_special": ids_parse_special, "decoded": decoded})
+                      "ids_parse_special": ids_parse_special, "decoded": decoded,
+                      "decoded_special": decoded_special})
 
     import tokenizers
     doc = {
