@@ -58,7 +58,7 @@ HAND = [
     "Transformers are state-of-the-art.",
     "e-mail: someone@example.com",
     "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2?x=1&y=2#frag",
-    "C:\\Users\\name\\file.txt",
+    "C:\\Temp\\name\\file.txt",
     "def foo(x): return x ** 2  # square",
     "int main() { printf(\"%d\\n\", a[i] + b->c); }",
     "if (a && b || !c) { x += 1; } else { y -= 2; }",
