@@ -4,7 +4,8 @@
 // WordPiece (`bert`, Hugging Face tokenizers' BertNormalizer + BertPreTokenizer).
 // Invariants: ids equal llama.cpp's for the same GGUF and text (WordPiece: equal to
 // Hugging Face tokenizers' where llama.cpp differs from it); special-token text
-// is parsed as special only when asked; decoding yields the original bytes.
+// is parsed as special only when asked; decoding yields the original bytes (not for
+// WordPiece, whose normalizer lowercases, strips accents and drops whitespace).
 #pragma once
 
 #include <cstdint>

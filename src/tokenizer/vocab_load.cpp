@@ -2,7 +2,8 @@
 // VocabTokenizer, with llama.cpp's defaults, attribute rules and end-of-generation set
 // (src/llama-vocab.cpp, llama_vocab::impl::load).
 // Invariants: token texts are unique; every special id is in range or kNoToken;
-// add_bos/add_eos imply a BOS/EOS id; the eog set contains eos, eot and eom when set.
+// add_bos/add_eos imply a BOS/EOS id; the eog set contains eos, eot and eom when set;
+// a WordPiece vocabulary has an unknown token.
 #include <algorithm>
 #include <array>
 
