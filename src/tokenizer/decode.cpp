@@ -1,7 +1,8 @@
 // Stage 4 (ids → text): token pieces, whole-sequence decode and the streaming decoder
 // (llama.cpp's token_to_piece / llama_detokenize without its space clean-up).
 // Invariants: control and unknown tokens yield bytes only when `special` is set;
-// byte-level BPE pieces are mapped back through the GPT-2 table; StreamDecoder never
+// byte-level BPE pieces are mapped back through the GPT-2 table; WordPiece pieces
+// carry the space before their word; StreamDecoder never
 // returns a UTF-8 sequence cut in two, and flush() returns whatever is held.
 #include <cstdlib>
 
@@ -61,9 +62,13 @@ std::string VocabTokenizer::token_to_bytes(TokenId id, bool special) const {
   const uint32_t attr = attrs_[static_cast<size_t>(id)];
   const std::string& text = tokens_[static_cast<size_t>(id)];
   if (!special && (attr & (kAttrUnknown | kAttrControl))) return {};
-  if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) return text;
+  if (attr & (kAttrUnknown | kAttrControl | kAttrUserDefined)) {
+    // tokenizers' WordPiece decoder makes every piece not marked "##" a word.
+    return type_ == VocabType::kWpm ? " " + text : text;
+  }
   if (attr & kAttrNormal) {
-    return type_ == VocabType::kSpm ? unescape_spaces(text) : byte_level_decode(text);
+    // WordPiece pieces are in llama.cpp's phantom-space form, "▁" before a word.
+    return type_ == VocabType::kBpe ? byte_level_decode(text) : unescape_spaces(text);
   }
   if (attr & kAttrByte) return std::string(1, byte_token_value(text));
   return {};  // unused / undefined tokens print nothing, as in llama.cpp
@@ -76,6 +81,9 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool special) con
     std::string piece = token_to_bytes(id, special);
     if (strip_space && !piece.empty() && piece.front() == ' ') piece.erase(0, 1);
     strip_space = false;
+    if (drop_first_space_ && out.empty() && !piece.empty() && piece.front() == ' ') {
+      piece.erase(0, 1);
+    }
     out += piece;
   }
   return out;

@@ -1,9 +1,10 @@
-// Stage 4 (text → ids): encode — special-token partition, then SPM or BPE on each
-// raw piece, with BOS/EOS as the vocabulary asks (llama.cpp's llama_vocab::tokenize).
+// Stage 4 (text → ids): encode — special-token partition, then SPM, BPE or WordPiece
+// on each raw piece, with BOS/EOS as the vocabulary asks (llama.cpp's
+// llama_vocab::tokenize).
 // Invariants: special-token text becomes those tokens only with parse_special
 // (user-defined tokens always); SentencePiece prefixes one space at the start and
 // after every special token when add_space_prefix is set; BOS/EOS only with
-// add_special.
+// add_special; a WordPiece vocabulary without an add_eos flag closes with [SEP].
 #include <algorithm>
 
 #include "tokenizer/vocab_tokenizer.h"
@@ -47,13 +48,19 @@ Result<std::vector<TokenId>> VocabTokenizer::encode(std::string_view text,
       piece.append(raw);
       escape_spaces(piece);
       spm_encode(piece, out);
+    } else if (type_ == VocabType::kWpm) {
+      wpm_encode(raw, out);
     } else {
       MINFER_TRY_STATUS(bpe_encode(raw, out));
     }
     prev_special = false;
   }
 
-  if (opts.add_special && special_.add_eos) out.push_back(special_.eos);
+  if (opts.add_special && special_.add_eos) {
+    out.push_back(special_.eos);
+  } else if (opts.add_special && wpm_close_with_sep_) {
+    out.push_back(special_.sep);
+  }
   return out;
 }
 

@@ -1,8 +1,11 @@
 // Stage 4 (text → ids): vocabulary from GGUF metadata and the tokenizers llama.cpp
-// runs: byte-level BPE (pre-tokenizer chosen by `tokenizer.ggml.pre`) and
-// SentencePiece-style (`tokenizer.ggml.model = llama`) with byte fallback.
-// Invariants: ids equal llama.cpp's for the same GGUF and text; special-token text
-// is parsed as special only when asked; decoding yields the original bytes.
+// runs: byte-level BPE (pre-tokenizer chosen by `tokenizer.ggml.pre`),
+// SentencePiece-style (`tokenizer.ggml.model = llama`) with byte fallback, and
+// WordPiece (`bert`, Hugging Face tokenizers' BertNormalizer + BertPreTokenizer).
+// Invariants: ids equal llama.cpp's for the same GGUF and text (WordPiece: equal to
+// Hugging Face tokenizers' where llama.cpp differs from it); special-token text
+// is parsed as special only when asked; decoding yields the original bytes (not for
+// WordPiece, whose normalizer lowercases, strips accents and drops whitespace).
 #pragma once
 
 #include <cstdint>
@@ -57,7 +60,7 @@ struct SpecialIds {
 // metadata; tools and tests may fill it directly. Unset optionals take llama.cpp's
 // defaults for the model type.
 struct VocabData {
-  std::string model;                 // tokenizer.ggml.model: "gpt2" or "llama"
+  std::string model;                 // tokenizer.ggml.model: "gpt2", "llama" or "bert"
   std::string pre;                   // tokenizer.ggml.pre; "" → "default"
   std::vector<std::string> tokens;   // tokenizer.ggml.tokens
   std::vector<float> scores;         // tokenizer.ggml.scores; empty → all 0
@@ -66,6 +69,10 @@ struct VocabData {
   std::optional<TokenId> bos, eos, eot, eom, unk, pad, sep, mask;
   std::optional<TokenId> fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
+  std::optional<bool> add_sep;  // tokenizer.ggml.add_sep_token (pairs; read, not used to encode)
+  // WordPiece normalizer (tokenizer.ggml.normalizer.*): lowercase defaults to true,
+  // strip_accents to lowercase (BertNormalizer's strip_accents: null).
+  std::optional<bool> lowercase, strip_accents;
   std::string chat_template;  // tokenizer.chat_template
   std::string general_name;   // general.name: llama.cpp keys some token attributes on it
   std::string general_arch;   // general.architecture
@@ -87,11 +94,15 @@ class Tokenizer {
   virtual Result<std::vector<TokenId>> encode(std::string_view text,
                                               const EncodeOptions& opts) const = 0;
   // The raw bytes a token stands for (byte tokens → their byte; BPE byte-level
-  // mapping undone; SentencePiece "▁" → space). Control tokens → their text only when
-  // `special` is true, otherwise empty.
+  // mapping undone; SentencePiece "▁" → space; WordPiece: a word's first piece with a
+  // space before it, a "##" piece bare). Control tokens → their text only when
+  // `special` is true, otherwise empty (WordPiece: with a space before it, a word
+  // like the others, as tokenizers' WordPiece decoder writes it).
   virtual std::string token_to_bytes(TokenId id, bool special = false) const = 0;
   // Concatenated token_to_bytes. With add_space_prefix the first token's leading space
-  // is dropped (the one encode added), as llama_detokenize does; no other clean-up.
+  // is dropped (the one encode added), as llama_detokenize does; WordPiece drops the
+  // leading space of the first non-empty piece (tokenizers' WordPiece decoder puts
+  // none before the first word); no other clean-up.
   std::string decode(const std::vector<TokenId>& ids, bool special = false) const;
 
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
@@ -104,7 +115,7 @@ class Tokenizer {
   virtual TokenId find_token(std::string_view text) const = 0;
   const SpecialIds& special() const { return special_; }
   bool is_eog(TokenId id) const;
-  const std::string& model_name() const { return model_; }  // "gpt2", "llama"
+  const std::string& model_name() const { return model_; }  // "gpt2", "llama", "bert"
   const std::string& pre_name() const { return pre_; }
   const std::string& chat_template() const { return chat_template_; }  // "" if none
 
@@ -117,6 +128,7 @@ class Tokenizer {
   std::string model_;
   std::string pre_;
   std::string chat_template_;
+  bool drop_first_space_ = false;  // WordPiece: see decode
 };
 
 // Streaming detokenizer: feed ids, get back only complete UTF-8 sequences; bytes of

@@ -3,7 +3,12 @@
 // well-formed sequence or invalid byte; byte_to_cp / cp_to_byte are inverse.
 #include "tokenizer/unicode.h"
 
+#include <utf8proc.h>
+
+#include <algorithm>
 #include <array>
+
+#include "core/check.h"
 
 namespace minfer::tokenizer::unicode {
 
@@ -76,6 +81,80 @@ bool is_whitespace(uint32_t cp) {
     default:
       return cp >= 0x2000 && cp <= 0x200A;
   }
+}
+
+namespace {
+utf8proc_category_t category(uint32_t cp) {
+  if (cp > utf8::kMaxCodePoint) return UTF8PROC_CATEGORY_CN;
+  return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+}
+}  // namespace
+
+bool is_punctuation(uint32_t cp) {
+  const utf8proc_category_t c = category(cp);
+  return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
+}
+
+bool is_control_format_surrogate_private(uint32_t cp) {
+  const utf8proc_category_t c = category(cp);
+  return c == UTF8PROC_CATEGORY_CC || c == UTF8PROC_CATEGORY_CF || c == UTF8PROC_CATEGORY_CS ||
+         c == UTF8PROC_CATEGORY_CO;
+}
+
+bool is_nonspacing_mark(uint32_t cp) {
+  return category(cp) == UTF8PROC_CATEGORY_MN;
+}
+
+std::vector<uint32_t> nfd(const std::vector<uint32_t>& cps) {
+  std::vector<uint32_t> out;
+  out.reserve(cps.size());
+  // A full canonical decomposition is at most 4 code points (UnicodeData.txt);
+  // utf8proc reports a larger need as a positive count above the buffer size.
+  std::array<utf8proc_int32_t, 8> buf{};
+  for (const uint32_t cp : cps) {
+    if (cp > utf8::kMaxCodePoint) {
+      out.push_back(cp);
+      continue;
+    }
+    int boundclass = 0;
+    const utf8proc_ssize_t n = utf8proc_decompose_char(
+        static_cast<utf8proc_int32_t>(cp), buf.data(), buf.size(), UTF8PROC_DECOMPOSE, &boundclass);
+    MINFER_CHECK(n > 0 && static_cast<size_t>(n) <= buf.size(),
+                 "utf8proc_decompose_char(U+%04X) returned %ld", cp, static_cast<long>(n));
+    for (utf8proc_ssize_t i = 0; i < n; ++i) out.push_back(static_cast<uint32_t>(buf[i]));
+  }
+  // Canonical ordering: within each run of code points with a non-zero combining class,
+  // a stable sort by that class (Unicode 3.11, D109).
+  auto ccc = [](uint32_t cp) -> int {
+    if (cp > utf8::kMaxCodePoint) return 0;
+    return utf8proc_get_property(static_cast<utf8proc_int32_t>(cp))->combining_class;
+  };
+  for (size_t i = 0; i < out.size();) {
+    if (ccc(out[i]) == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < out.size() && ccc(out[j]) != 0) ++j;
+    std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(i),
+                     out.begin() + static_cast<std::ptrdiff_t>(j),
+                     [&](uint32_t a, uint32_t b) { return ccc(a) < ccc(b); });
+    i = j;
+  }
+  return out;
+}
+
+void append_lowercase(uint32_t cp, std::vector<uint32_t>& out) {
+  if (cp == 0x130) {  // LATIN CAPITAL LETTER I WITH DOT ABOVE
+    out.push_back(0x69);
+    out.push_back(0x307);
+    return;
+  }
+  if (cp > utf8::kMaxCodePoint) {
+    out.push_back(cp);
+    return;
+  }
+  out.push_back(static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
 }
 
 namespace {

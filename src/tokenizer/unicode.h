@@ -29,6 +29,22 @@ std::vector<uint32_t> decode_utf8(std::string_view text);
 // whitespace; a test checks it against PCRE2's \p{White_Space} on every code point.
 bool is_whitespace(uint32_t cp);
 
+// General categories, decomposition and case (libutf8proc's tables). Code points
+// outside 0..0x10FFFF count as unassigned (Cn).
+// General category P* (Pc, Pd, Ps, Pe, Pi, Pf, Po).
+bool is_punctuation(uint32_t cp);
+// General category Cc, Cf, Cs or Co: the "other" characters that are not unassigned.
+bool is_control_format_surrogate_private(uint32_t cp);
+// General category Mn (the marks NFD splits off accented letters).
+bool is_nonspacing_mark(uint32_t cp);
+// Canonical decomposition (NFD) of `cps`: every code point fully decomposed, then each
+// run of non-starters put in canonical order (stable sort by combining class).
+std::vector<uint32_t> nfd(const std::vector<uint32_t>& cps);
+// Appends the full lowercase mapping of `cp` without context (Rust's char::to_lowercase):
+// the simple mapping, except U+0130 → U+0069 U+0307, the one unconditional
+// multi-character lowercase of SpecialCasing.txt.
+void append_lowercase(uint32_t cp, std::vector<uint32_t>& out);
+
 // GPT-2 byte-level mapping (openai/gpt-2 encoder.py bytes_to_unicode): printable
 // Latin-1 bytes map to themselves, the other 68 bytes to U+0100.. in byte order.
 uint32_t byte_to_cp(uint8_t byte);

@@ -2,7 +2,8 @@
 // VocabTokenizer, with llama.cpp's defaults, attribute rules and end-of-generation set
 // (src/llama-vocab.cpp, llama_vocab::impl::load).
 // Invariants: token texts are unique; every special id is in range or kNoToken;
-// add_bos/add_eos imply a BOS/EOS id; the eog set contains eos, eot and eom when set.
+// add_bos/add_eos imply a BOS/EOS id; the eog set contains eos, eot and eom when set;
+// a WordPiece vocabulary has an unknown token.
 #include <algorithm>
 #include <array>
 
@@ -161,6 +162,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::Model& model
   MINFER_TRY(d.add_bos, read_bool(model, "tokenizer.ggml.add_bos_token"));
   MINFER_TRY(d.add_eos, read_bool(model, "tokenizer.ggml.add_eos_token"));
   MINFER_TRY(d.add_space_prefix, read_bool(model, "tokenizer.ggml.add_space_prefix"));
+  MINFER_TRY(d.add_sep, read_bool(model, "tokenizer.ggml.add_sep_token"));
+  MINFER_TRY(d.lowercase, read_bool(model, "tokenizer.ggml.normalizer.lowercase"));
+  MINFER_TRY(d.strip_accents, read_bool(model, "tokenizer.ggml.normalizer.strip_accents"));
   MINFER_TRY(d.chat_template, read_string_or_empty(model, "tokenizer.chat_template"));
   MINFER_TRY(d.general_name, read_string_or_empty(model, "general.name"));
   MINFER_TRY(d.general_arch, read_string_or_empty(model, "general.architecture"));
@@ -186,6 +190,7 @@ Status VocabTokenizer::load(VocabData& d) {
 
   // Model type and llama.cpp's defaults for it.
   TokenId def_bos = kNoToken, def_eos = kNoToken, def_unk = kNoToken;
+  TokenId def_sep = kNoToken, def_pad = kNoToken, def_mask = kNoToken;
   bool add_bos = false;
   bool add_space_prefix = false;
   if (d.model == "llama") {
@@ -209,9 +214,20 @@ Status VocabTokenizer::load(VocabData& d) {
     ignore_merges_ = spec.ignore_merges;
     add_bos = spec.default_add_bos;
     if (spec.no_bos) def_bos = kNoToken;
+  } else if (d.model == "bert") {
+    // BERT's vocab.txt layout: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
+    type_ = VocabType::kWpm;
+    def_bos = 101, def_unk = 100, def_sep = 102, def_pad = 0, def_mask = 103;
+    add_bos = true;
+    wpm_lowercase_ = d.lowercase.value_or(true);
+    wpm_strip_accents_ = d.strip_accents.value_or(wpm_lowercase_);
+    // Older converters wrote no add_eos flag; llama.cpp then closes every sequence
+    // with [SEP] (tokenizers' "[CLS] $A [SEP]" template). With the flag, it decides.
+    wpm_close_with_sep_ = !d.add_eos.has_value();
+    drop_first_space_ = true;
   } else {
     return make_error("unknown tokenizer model '" + d.model +
-                      "' (tokenizer.ggml.model); minfer supports 'gpt2' and 'llama'");
+                      "' (tokenizer.ggml.model); minfer supports 'gpt2', 'llama' and 'bert'");
   }
   if (d.add_space_prefix) add_space_prefix = *d.add_space_prefix;
 
@@ -256,9 +272,9 @@ Status VocabTokenizer::load(VocabData& d) {
   s.unk = resolve(def_unk, d.unk);
   s.eot = resolve(kNoToken, d.eot);
   s.eom = resolve(kNoToken, d.eom);
-  s.sep = resolve(kNoToken, d.sep);
-  s.pad = resolve(kNoToken, d.pad);
-  s.mask = resolve(kNoToken, d.mask);
+  s.sep = resolve(def_sep, d.sep);
+  s.pad = resolve(def_pad, d.pad);
+  s.mask = resolve(def_mask, d.mask);
   s.fim_pre = resolve(kNoToken, d.fim_pre);
   s.fim_suf = resolve(kNoToken, d.fim_suf);
   s.fim_mid = resolve(kNoToken, d.fim_mid);
@@ -275,6 +291,19 @@ Status VocabTokenizer::load(VocabData& d) {
   if (s.add_eos && s.eos == kNoToken) {
     return make_error(
         "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
+  }
+  if (type_ == VocabType::kWpm) {
+    if (s.unk == kNoToken) {
+      return make_error(
+          "WordPiece vocabulary without an unknown token (tokenizer.ggml.unknown_token_id)");
+    }
+    if (wpm_close_with_sep_ && s.sep == kNoToken) {
+      return make_error(
+          "WordPiece vocabulary without tokenizer.ggml.add_eos_token needs a separator "
+          "token (tokenizer.ggml.seperator_token_id)");
+    }
+    for (const std::string& t : tokens_)
+      wpm_max_token_len_ = std::max(wpm_max_token_len_, t.size());
   }
 
   // Unset ids found by their text; such tokens become control. llama.cpp walks a hash

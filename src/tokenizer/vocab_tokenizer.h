@@ -1,5 +1,5 @@
-// Stage 4 (text → ids): the one concrete Tokenizer — llama.cpp's SPM and BPE vocab
-// types over a shared vocabulary (internal header; users see tokenizer.h).
+// Stage 4 (text → ids): the one concrete Tokenizer — llama.cpp's SPM, BPE and WPM
+// vocab types over a shared vocabulary (internal header; users see tokenizer.h).
 // Invariants: token_to_id_ and tokens_ are inverse (token texts are unique); attrs_,
 // scores_ and types_ have one entry per token; special_cache_ holds every control,
 // user-defined and unknown token, longest text first.
@@ -16,7 +16,7 @@
 
 namespace minfer::tokenizer {
 
-enum class VocabType { kSpm, kBpe };
+enum class VocabType { kSpm, kBpe, kWpm };
 
 // Lets the maps be searched with a string_view, without building a std::string.
 struct StringHash {
@@ -59,6 +59,10 @@ class VocabTokenizer final : public Tokenizer {
   // spm.cpp: one raw-text fragment, spaces already escaped as U+2581.
   void spm_encode(const std::string& text, std::vector<TokenId>& out) const;
   TokenId spm_byte_token(uint8_t byte) const;
+  // wpm.cpp: one raw-text fragment — BertNormalizer, BertPreTokenizer, WordPiece.
+  void wpm_encode(std::string_view text, std::vector<TokenId>& out) const;
+  void wpm_encode_word(const std::string& word, size_t n_chars, std::vector<TokenId>& out) const;
+  TokenId wpm_piece(std::string_view piece, bool word_start, std::string& key) const;
 
   VocabType type_ = VocabType::kSpm;
   StringMap<TokenId> token_to_id_;
@@ -68,6 +72,12 @@ class VocabTokenizer final : public Tokenizer {
   std::optional<PreTokenizer> pre_tokenizer_;
   bool ignore_merges_ = false;
   std::vector<TokenId> special_cache_;
+  // WordPiece: normalizer options, [SEP] closing without an add_eos flag, and the
+  // longest token text in bytes (bounds the longest-match search).
+  bool wpm_lowercase_ = true;
+  bool wpm_strip_accents_ = true;
+  bool wpm_close_with_sep_ = false;
+  size_t wpm_max_token_len_ = 0;
 };
 
 }  // namespace minfer::tokenizer

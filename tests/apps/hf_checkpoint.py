@@ -40,7 +40,7 @@ CONFIGS = {
 BERT_CONFIGS = {
     # "bert."-prefixed names with the pooler and position_ids (dropped by the converter),
     # CLS pooling, F32.
-    "bert": dict(tokenizer="bert-uncased", dtype="float32", hidden=32, ffn=64, layers=2, heads=4,
+    "bert": dict(tokenizer="minilm", dtype="float32", hidden=32, ffn=64, layers=2, heads=4,
                  vocab=30522, n_ctx=64, type_vocab=2, eps=1e-12, prefix="bert.",
                  pooling="pooling_mode_cls_token"),
 }

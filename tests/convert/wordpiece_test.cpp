@@ -16,7 +16,7 @@ namespace {
 using nlohmann::json;
 
 json bert_uncased() {
-  std::ifstream f(std::string(MINFER_TESTDATA_DIR) + "/tokenizers/bert-uncased/tokenizer.json");
+  std::ifstream f(std::string(MINFER_TESTDATA_DIR) + "/tokenizers/minilm/tokenizer.json");
   return json::parse(f);
 }
 

@@ -4,8 +4,9 @@
 // the bytes (invalid UTF-8 included); every id it returns is in the vocabulary; ids
 // decode back to bytes; on the byte-level BPE vocabularies, valid UTF-8 text without
 // special tokens decodes back to itself (every byte has a token).
-// Input: byte 0 picks the vocabulary (low 3 bits) and the options (bit 3: parse_special,
-// bit 4: add_special); the rest is the text.
+// Input: byte 0 picks the vocabulary (low 3 bits, modulo their number; bert-bge is
+// WordPiece) and the options (bit 3: parse_special, bit 4: add_special); the rest is
+// the text.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -36,7 +37,8 @@ std::vector<Vocab>& vocabs() {
                                     {"phi-3", false},
                                     {"deepseek-coder", true},
                                     {"qwen2", true},
-                                    {"llama-bpe", true}}) {
+                                    {"llama-bpe", true},
+                                    {"bert-bge", false}}) {
       const std::string path =
           std::string(MINFER_TESTDATA_DIR) + "/vocab/ggml-vocab-" + name + ".gguf";
       auto model = minfer::gguf::Model::open(path);

@@ -1,7 +1,9 @@
 // Stage 4 tests: UTF-8 decoding (llama.cpp's lenient rules), the GPT-2 byte table,
-// incomplete-tail detection and the whitespace set.
+// incomplete-tail detection, the whitespace set and the WordPiece normalizer's
+// categories, NFD and lowercase.
 // Invariants checked: decode_utf8 matches llama.cpp on invalid input; the byte table
-// is a bijection; is_whitespace equals PCRE2's \p{White_Space} on every code point.
+// is a bijection; is_whitespace equals PCRE2's \p{White_Space} on every code point;
+// nfd decomposes fully and puts combining marks in canonical order.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tokenizer/unicode.h"
 
@@ -67,6 +69,59 @@ TEST(Whitespace, equals_pcre2_white_space_property_everywhere) {
   }
   pcre2_match_data_free(md);
   pcre2_code_free(re);
+}
+
+TEST(Categories, punctuation_control_and_marks_by_general_category) {
+  for (uint32_t cp :
+       std::initializer_list<uint32_t>{'!', '_', '-', '(', 0xBF, 0x3001, 0x300C, 0x2014, 0xFF01}) {
+    EXPECT_TRUE(is_punctuation(cp)) << cp;
+  }
+  for (uint32_t cp : std::initializer_list<uint32_t>{'$', '+', '^', 'a', '1', 0x4E2D, 0xA9})
+    EXPECT_FALSE(is_punctuation(cp)) << cp;
+  // Cc, Cf, Cs, Co — not Cn (U+0378 is unassigned), letters or spaces.
+  for (uint32_t cp : {0x07, 0x7F, 0x200B, 0xFEFF, 0xD800, 0xE000}) {
+    EXPECT_TRUE(is_control_format_surrogate_private(cp)) << cp;
+  }
+  for (uint32_t cp : std::initializer_list<uint32_t>{0x378, 'a', ' ', 0x3000}) {
+    EXPECT_FALSE(is_control_format_surrogate_private(cp)) << cp;
+  }
+  EXPECT_TRUE(is_nonspacing_mark(0x301));
+  EXPECT_TRUE(is_nonspacing_mark(0x307));
+  EXPECT_FALSE(is_nonspacing_mark(0x903));  // Mc
+  EXPECT_FALSE(is_nonspacing_mark('a'));
+  // Beyond U+10FFFF (lenient decoding can produce it): unassigned, nothing else.
+  EXPECT_FALSE(is_punctuation(0x110000));
+  EXPECT_FALSE(is_control_format_surrogate_private(0x110000));
+  EXPECT_FALSE(is_nonspacing_mark(0x1FFFFF));
+}
+
+TEST(Nfd, full_decomposition_in_canonical_order) {
+  EXPECT_EQ(nfd({0xE9}), (std::vector<uint32_t>{'e', 0x301}));
+  // U+1E69 s with dot below and dot above: decomposed twice over.
+  EXPECT_EQ(nfd({0x1E69}), (std::vector<uint32_t>{'s', 0x323, 0x307}));
+  // Marks after a base are sorted by combining class (U+0323: 220 before U+0307: 230),
+  // stable among equals; a starter ends the run.
+  EXPECT_EQ(nfd({'a', 0x307, 0x323, 'b', 0x301, 0x300}),
+            (std::vector<uint32_t>{'a', 0x323, 0x307, 'b', 0x301, 0x300}));
+  EXPECT_EQ(nfd({0xD55C}), (std::vector<uint32_t>{0x1112, 0x1161, 0x11AB}));  // Hangul
+  EXPECT_EQ(nfd({0xF900}), (std::vector<uint32_t>{0x8C48}));  // compatibility ideograph
+  EXPECT_EQ(nfd({0x130}), (std::vector<uint32_t>{'I', 0x307}));
+  EXPECT_EQ(nfd({0xFB01}), (std::vector<uint32_t>{0xFB01}));  // a compatibility mapping only
+  EXPECT_EQ(nfd({0x110000}), (std::vector<uint32_t>{0x110000}));
+}
+
+TEST(Lowercase, full_mapping_without_context) {
+  auto lower = [](uint32_t cp) {
+    std::vector<uint32_t> out;
+    append_lowercase(cp, out);
+    return out;
+  };
+  EXPECT_EQ(lower('A'), (std::vector<uint32_t>{'a'}));
+  EXPECT_EQ(lower('1'), (std::vector<uint32_t>{'1'}));
+  EXPECT_EQ(lower(0x130), (std::vector<uint32_t>{'i', 0x307}));
+  EXPECT_EQ(lower(0x3A3), (std::vector<uint32_t>{0x3C3}));  // Σ → σ, never final ς
+  EXPECT_EQ(lower(0x1C5), (std::vector<uint32_t>{0x1C6}));  // titlecase ǅ → ǆ
+  EXPECT_EQ(lower(0x410), (std::vector<uint32_t>{0x430}));  // Cyrillic А
 }
 
 }  // namespace
