@@ -108,19 +108,6 @@ if [ ! -s "$MINILM/model.safetensors" ] && [ "${MINFER_SKIP_MINILM:-0}" != 1 ]; 
   mv "$MINILM.part" "$MINILM"
   rm -rf "$tmp"
 fi
-# Its f32 GGUF (what tests/engine/embed_test.cpp runs), made by `minfer convert` from the
-# folder once a built minfer is at hand: run setup.sh again after the first build
-# (MINFER_BIN names another binary).
-MINILM_GGUF="$MODELS/all-MiniLM-L6-v2-f32.gguf"
-MINFER_BIN="${MINFER_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/ci/apps/minfer/minfer}"
-if [ ! -s "$MINILM_GGUF" ] && [ -s "$MINILM/model.safetensors" ]; then
-  if [ -x "$MINFER_BIN" ]; then
-    echo "setup: converting all-MiniLM-L6-v2 to $MINILM_GGUF" >&2
-    "$MINFER_BIN" convert "$MINILM" "$MINILM_GGUF" --outtype f32 2>/dev/null
-  else
-    echo "setup: no minfer at $MINFER_BIN yet: run setup.sh again after building to make $MINILM_GGUF" >&2
-  fi
-fi
 # The perplexity text: the King James Bible (public domain) as the Debian package
 # bible-kjv prints it (its `bible` program reads the text shipped in bible-kjv-text).
 TEXT="$CACHE/text/kjv.txt"

@@ -64,4 +64,25 @@ while IFS=$'\t' read -r name arch preset type vocab seed sha; do
     status=1
   fi
 done < "$MANIFEST"
+
+# all-MiniLM-L6-v2's f32 GGUF (tests/engine/embed_test.cpp, tests/server/test_embeddings.py),
+# converted by this build's `minfer convert` from the folder scripts/setup.sh fetched; its
+# tensors must be the ones llama.cpp's converter writes (tests/data/convert/minilm-f32.json).
+MINILM="$MODELS/all-MiniLM-L6-v2"
+MINILM_GGUF="$MODELS/all-MiniLM-L6-v2-f32.gguf"
+if [ -s "$MINILM/model.safetensors" ] && echo "all-MiniLM-L6-v2" | grep -Eq -- "$FILTER"; then
+  MINFER="$BUILD/apps/minfer/minfer"
+  [ -x "$MINFER" ] || cmake --build "$BUILD" --target minfer
+  if [ ! -s "$MINILM_GGUF" ]; then
+    echo "make_test_models: converting $MINILM to $MINILM_GGUF" >&2
+    "$MINFER" convert "$MINILM" "$MINILM_GGUF.part" --outtype f32 >/dev/null 2>&1
+    mv "$MINILM_GGUF.part" "$MINILM_GGUF"
+  fi
+  want=$(grep -o '"file_sha256": *"[0-9a-f]*"' "$TESTDATA/convert/minilm-f32.json" | grep -o '[0-9a-f]\{64\}')
+  got=$(sha256sum "$MINILM_GGUF" | cut -d' ' -f1)
+  if [ "$got" != "$want" ]; then
+    echo "make_test_models: $MINILM_GGUF sha256 $got, llama.cpp's converter wrote $want" >&2
+    status=1
+  fi
+fi
 exit $status
