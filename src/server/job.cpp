@@ -86,6 +86,22 @@ std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionReques
   return {};
 }
 
+std::optional<ApiError> submit_refusal(ServerContext& ctx, SubmitResult result) {
+  switch (result) {
+    case SubmitResult::kQueued:
+      return std::nullopt;
+    case SubmitResult::kQueueFull:
+      ctx.metrics.requests_queue_full.fetch_add(1, std::memory_order_relaxed);
+      return ApiError{.status = 429,
+                      .type = "rate_limit_error",
+                      .message = "every slot is busy and the queue is full; retry later"};
+    case SubmitResult::kDraining:
+      break;
+  }
+  return ApiError{
+      .status = 503, .type = "unavailable_error", .message = "the server is shutting down"};
+}
+
 std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest& r,
                                           SubmittedJob& out) {
   auto reject = [&](ApiError e) -> std::optional<ApiError> {
@@ -142,18 +158,10 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
   if (!state.ok()) return reject(bad_request(state.error().message));
 
   out.stream = std::make_shared<JobStream>();
-  switch (ctx.scheduler.submit(
-      Job{.prompt = std::move(prompt), .state = std::move(*state), .stream = out.stream})) {
-    case SubmitResult::kQueued:
-      break;
-    case SubmitResult::kQueueFull:
-      ctx.metrics.requests_queue_full.fetch_add(1, std::memory_order_relaxed);
-      return ApiError{.status = 429,
-                      .type = "rate_limit_error",
-                      .message = "every slot is busy and the queue is full; retry later"};
-    case SubmitResult::kDraining:
-      return ApiError{
-          .status = 503, .type = "unavailable_error", .message = "the server is shutting down"};
+  if (auto e = submit_refusal(ctx, ctx.scheduler.submit(Job{.prompt = std::move(prompt),
+                                                            .state = std::move(*state),
+                                                            .stream = out.stream}))) {
+    return e;
   }
   ctx.metrics.requests_total.fetch_add(1, std::memory_order_relaxed);
   return {};

@@ -113,6 +113,9 @@ struct SubmittedJob {
   ToolFormat format = ToolFormat::kGeneric;  // the template's tool-call format
   int32_t n_prompt = 0;
 };
+// A queue's answer as the client sees it: nothing when queued, 429 when full (counted),
+// 503 while the server drains.
+std::optional<ApiError> submit_refusal(ServerContext& ctx, SubmitResult result);
 // Tool grammar, prompt, grammar constraint and sequence state, then the scheduler.
 // An error (counted as rejected; a full queue is 429, a drain 503) means nothing runs.
 std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest& r,
