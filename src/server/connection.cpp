@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -108,6 +109,16 @@ void close_if_marked(const httplib::Request& req, int linger_ms) {
   t_taken.fd = fd;
   t_taken.inode = st.st_ino;
   linger_close(client, linger_ms);
+}
+
+bool ClientWatch::gone() {
+  if (fd_ == -2) fd_ = req_ != nullptr ? find_socket(*req_) : -1;
+  if (fd_ < 0) return false;
+  char byte = 0;
+  const ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;  // bytes wait (a pipelined request): the client is there
+  if (n == 0) return true;
+  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 bool on_taken_connection() {

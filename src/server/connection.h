@@ -24,4 +24,21 @@ void close_if_marked(const httplib::Request& req, int linger_ms = 2000);
 // parses a few leftover bytes it had already buffered as one last bad request).
 bool on_taken_connection();
 
+// Watches the client of one request (on its worker thread) while the handler waits
+// for the scheduler: cpp-httplib 0.11.4 has no Request::is_connection_closed, so the
+// socket is found once by its address pair (as close_if_marked does) and peeked.
+class ClientWatch {
+ public:
+  explicit ClientWatch(const httplib::Request* req) : req_(req) {}
+  // The client closed its end (a zero-byte peek) or the socket failed. A client that
+  // half-closes after sending its request (shutdown(SHUT_WR)) reads as gone too, as in
+  // httplib's own is_socket_alive; HTTP clients do not do that. False when the socket
+  // cannot be found (no request, or not a TCP socket).
+  bool gone();
+
+ private:
+  const httplib::Request* req_;
+  int fd_ = -2;  // -2: not looked up yet; -1: not found
+};
+
 }  // namespace minfer::server

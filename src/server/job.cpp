@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <random>
 
+#include "server/connection.h"
 #include "server/constraint.h"
 #include "server/routes.h"
 
@@ -18,8 +19,9 @@ using Clock = std::chrono::steady_clock;
 // The client left mid-stream: the scheduler frees the slot at its next step and sends a
 // final event with the counts so far, which the request's log line reports under
 // status 499 (nginx's "client closed request"). A job cancelled while still queued
-// gets no event; its line then says what was known (the prompt, no completion).
-void client_gone(JobStream& stream) {
+// gets no event; its line then says what was known (the prompt, no completion), and
+// the event returned is a made-up final one.
+JobEvent client_gone(JobStream& stream) {
   stream.cancel();
   request_log().status = 499;
   const auto deadline = Clock::now() + std::chrono::seconds(2);
@@ -27,9 +29,10 @@ void client_gone(JobStream& stream) {
   while (Clock::now() < deadline) {
     if (stream.pop(ev, std::chrono::milliseconds(50)) && ev.final) {
       note_counts(ev);
-      return;
+      return ev;
     }
   }
+  return JobEvent{.final = true, .error = "cancelled", .error_status = 499};
 }
 
 // Everything a streaming response needs across content-provider calls.
@@ -160,11 +163,20 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
 }
 
 JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event) {
+  // Looked for on a clock, not only when no event comes: a fast generation never
+  // leaves the pop waiting.
+  constexpr auto kClientPoll = std::chrono::milliseconds(50);
+  ClientWatch client(request_log().req);
+  auto next_look = Clock::now() + kClientPoll;
   JobEvent ev;
   for (;;) {
-    if (!stream.pop(ev, std::chrono::milliseconds(1000))) continue;
-    on_event(ev);
-    if (ev.final) break;
+    const bool got = stream.pop(ev, kClientPoll);
+    if (got) on_event(ev);
+    if (got && ev.final) break;
+    if (Clock::now() >= next_look) {
+      if (client.gone()) return client_gone(stream);
+      next_look = Clock::now() + kClientPoll;
+    }
   }
   note_counts(ev);
   return ev;

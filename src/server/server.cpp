@@ -394,7 +394,7 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
     res.set_header("Access-Control-Max-Age", "600");
   });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
-    request_log() = RequestLog{.t0 = Clock::now()};
+    request_log() = RequestLog{.t0 = Clock::now(), .req = &req};
     set_cors_origin(options.cors_origin, req, res);
     if (!options.api_key.empty() && !public_route(req)) {
       const std::string want = "Bearer " + options.api_key;

@@ -1,0 +1,52 @@
+"""Stage 17: the server against clients that leave, stop reading or crowd it (real server
+on loopback, the real SmolLM2 model)."""
+import json
+import socket
+import time
+
+from conftest import needs_model
+
+COMP = "/v1/completions"
+LONG = {"prompt": "Once upon a time", "max_tokens": 1800, "ignore_eos": True, "temperature": 0}
+
+
+def open_request(s, body, path=COMP):
+    """Sends one POST on a raw socket and returns the socket, unread."""
+    host, port = s.url.split("//")[1].split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    data = json.dumps(body).encode()
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+def log_line(s, needle, timeout_s=10):
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        line = next((ln for ln in s.stderr().splitlines() if needle in ln), None)
+        if line is not None:
+            return line
+        time.sleep(0.05)
+    raise AssertionError(f"no log line with {needle!r}: {s.stderr()}")
+
+
+@needs_model
+def test_non_streaming_client_gone_frees_its_slot_within_2s(make_server):
+    s = make_server("--slots", 1, "--n-ctx", 2048, "-t", 2)
+    sock = open_request(s, LONG)
+    s.wait_metric("minfer_requests_running", lambda v: v == 1)
+    time.sleep(0.5)
+    sock.close()
+    t0 = time.time()
+    s.wait_metric("minfer_requests_running", lambda v: v == 0, timeout_s=2)
+    assert time.time() - t0 < 2
+    assert s.metrics()["minfer_requests_cancelled_total"] == 1
+    line = log_line(s, "POST /v1/completions")
+    assert " 499 prompt=" in line, line
+    completion = int(line.split("completion=")[1].split()[0])
+    assert 1 <= completion < 1800, line
+    # With one slot, a new request is served at once.
+    t0 = time.time()
+    st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 2}, timeout=10)
+    assert st == 200 and body["usage"]["completion_tokens"] == 2
+    assert time.time() - t0 < 5
