@@ -63,6 +63,10 @@ int run_serve(const std::vector<std::string>& args) {
          [&] { embeddings = true; });
   p.string_opt("--pooling", "P",
                "pooling of the embedding routes: none | mean | cls | last (the model's)", pooling);
+  int32_t stream_timeout = o.stream_timeout_s;
+  p.int_opt("--stream-timeout", "SECONDS",
+            "a stream whose client takes no bytes for this long is cancelled and closed (600)",
+            stream_timeout, 1, 1 << 24);
   p.int_opt("--drain-ms", "N", "after SIGINT/SIGTERM, how long requests may finish (30000)",
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
@@ -101,6 +105,7 @@ int run_serve(const std::vector<std::string>& args) {
   }
   o.port = port;
   o.drain_ms = drain_ms;
+  o.stream_timeout_s = stream_timeout;
   o.max_body_bytes = static_cast<size_t>(max_body);
   o.max_connections = static_cast<size_t>(max_connections);
   o.responses_max = static_cast<size_t>(responses_max);

@@ -2,14 +2,18 @@
 #include "server/connection.h"
 
 #include <dirent.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -111,9 +115,34 @@ void close_if_marked(const httplib::Request& req, int linger_ms) {
   linger_close(client, linger_ms);
 }
 
-bool ClientWatch::gone() {
+int ClientWatch::fd() {
   if (fd_ == -2) fd_ = req_ != nullptr ? find_socket(*req_) : -1;
-  if (fd_ < 0) return false;
+  return fd_;
+}
+
+bool ClientWatch::drained_within(size_t max_queued, std::chrono::milliseconds stall) {
+  using Clock = std::chrono::steady_clock;
+  if (fd() < 0) return true;
+  auto queued = [this] {
+    int n = 0;
+    return ::ioctl(fd_, SIOCOUTQ, &n) == 0 ? static_cast<size_t>(n) : SIZE_MAX;
+  };
+  size_t last = queued();
+  auto deadline = Clock::now() + stall;
+  while (last > max_queued) {
+    if (last == SIZE_MAX || Clock::now() >= deadline) return false;
+    // Woken early only by the client leaving (a closed or failed socket).
+    pollfd p{.fd = fd_, .events = POLLRDHUP, .revents = 0};
+    if (::poll(&p, 1, 10) > 0) return false;
+    const size_t now_queued = queued();
+    if (now_queued < last) deadline = Clock::now() + stall;  // the client took bytes
+    last = now_queued;
+  }
+  return true;
+}
+
+bool ClientWatch::gone() {
+  if (fd() < 0) return false;
   char byte = 0;
   const ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0) return false;  // bytes wait (a pipelined request): the client is there

@@ -7,6 +7,9 @@
 
 #include <httplib.h>
 
+#include <chrono>
+#include <cstddef>
+
 namespace minfer::server {
 
 // The response now being built is the connection's last: it says "Connection: close",
@@ -35,8 +38,15 @@ class ClientWatch {
   // httplib's own is_socket_alive; HTTP clients do not do that. False when the socket
   // cannot be found (no request, or not a TCP socket).
   bool gone();
+  // Waits while more than `max_queued` bytes sit unsent in the socket's send queue
+  // (SIOCOUTQ), for as long as the client keeps taking bytes: false when it took none
+  // for `stall`, or the socket failed. The send buffer itself is no bound: Linux grows
+  // it to megabytes for a loopback client that reads nothing. True when the socket
+  // cannot be found (the write then waits under httplib's own write timeout).
+  bool drained_within(size_t max_queued, std::chrono::milliseconds stall);
 
  private:
+  int fd();
   const httplib::Request* req_;
   int fd_ = -2;  // -2: not looked up yet; -1: not found
 };

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 
 #include "server/connection.h"
@@ -42,6 +43,8 @@ struct StreamState {
   bool sent_head = false;
   bool finished = false;
   std::atomic<int32_t>* open_streams = nullptr;  // ServerContext::open_streams
+  ClientWatch client{nullptr};
+  std::chrono::milliseconds stall_timeout{0};  // --stream-timeout
 };
 
 }  // namespace
@@ -188,6 +191,9 @@ void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<Jo
   st->stream = std::move(stream);
   st->writer = std::move(writer);
   st->open_streams = ctx.open_streams;
+  // The request outlives its response's writes (httplib writes within process_request).
+  st->client = ClientWatch(request_log().req);
+  st->stall_timeout = std::chrono::seconds(ctx.options.stream_timeout_s);
   res.set_header("Cache-Control", "no-cache");
   // Counted until the response is gone (the releaser runs when httplib drops it, after
   // the last chunk or a failed write).
@@ -212,6 +218,18 @@ void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<Jo
         }
         const std::string frames = st->writer->frames(ev);
         if (ev.final) note_counts(ev);
+        // A client that stops reading: its frames wait here once kMaxUnsent bytes are
+        // unsent (the scheduler pauses the sequence once the stream is full too), until
+        // it has taken no bytes for --stream-timeout; then the job is cancelled and the
+        // connection closed.
+        constexpr size_t kMaxUnsent = size_t{64} << 10;
+        if (!frames.empty() && !ev.final &&
+            !st->client.drained_within(kMaxUnsent, st->stall_timeout)) {
+          std::fprintf(stderr, "[server] a stream took no bytes for %lld s: cancelled\n",
+                       static_cast<long long>(st->stall_timeout.count() / 1000));
+          client_gone(*st->stream);
+          return false;
+        }
         if (!frames.empty() && !sink.write(frames.data(), frames.size())) {
           if (ev.final) {
             request_log().status = 499;  // the counts are noted: the request had ended

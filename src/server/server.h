@@ -27,6 +27,9 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies → 413
   int drain_ms = 30000;                     // in-flight requests get this long after a signal
   size_t max_connections = 1024;            // served at once, one thread each (http_pool.h)
+  // A stream whose client takes no bytes for this long is cancelled and its connection
+  // closed (its pending output is bounded meanwhile: JobStream).
+  int stream_timeout_s = 600;
   std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
   std::string viz_prompt;     // the view's prompt box text, run once when opened (`minfer viz -p`)
   bool viz_home = false;

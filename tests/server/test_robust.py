@@ -50,3 +50,50 @@ def test_non_streaming_client_gone_frees_its_slot_within_2s(make_server):
     st, body = s.post(COMP, {"prompt": "hi", "max_tokens": 2}, timeout=10)
     assert st == 200 and body["usage"]["completion_tokens"] == 2
     assert time.time() - t0 < 5
+
+
+def rss_kib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def timed_completion(s, n=16):
+    t0 = time.time()
+    st, body = s.post(COMP, {"prompt": "The sky is", "max_tokens": n, "ignore_eos": True,
+                             "temperature": 0}, timeout=60)
+    assert st == 200 and body["usage"]["completion_tokens"] == n, body
+    return time.time() - t0
+
+
+@needs_model
+def test_stream_that_is_never_read_is_cancelled_after_stream_timeout_others_keep_speed(make_server):
+    s = make_server("--slots", 2, "--n-ctx", 2048, "-t", 2, "--stream-timeout", 2)
+    timed_completion(s)  # warm
+    baseline = min(timed_completion(s) for _ in range(3))
+    rss0 = rss_kib(s.proc.pid)
+    host, port = s.url.split("//")[1].split(":")
+    # A small receive buffer and large frames (20 top logprobs a token) fill the socket
+    # within a few hundred tokens.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    data = json.dumps({**LONG, "stream": True, "logprobs": 20}).encode()
+    sock.sendall(f"POST {COMP} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    s.wait_metric("minfer_requests_running", lambda v: v == 1)
+    # The other slot serves at its usual speed while the stream stalls and is cancelled.
+    t0 = time.time()
+    slowest = 0.0
+    while s.metrics()["minfer_requests_cancelled_total"] == 0:
+        assert time.time() - t0 < 60, s.stderr()
+        slowest = max(slowest, timed_completion(s))
+    assert slowest < 3 * baseline + 0.5, (slowest, baseline)
+    assert "a stream took no bytes for 2 s: cancelled" in s.stderr()
+    line = log_line(s, "POST /v1/completions 499")
+    completion = int(line.split("completion=")[1].split()[0])
+    assert 1 <= completion < 1800, line
+    s.wait_metric("minfer_requests_running", lambda v: v == 0, timeout_s=2)
+    assert rss_kib(s.proc.pid) - rss0 < 32 << 10
+    sock.close()
