@@ -396,6 +396,23 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
     request_log() = RequestLog{.t0 = Clock::now(), .req = &req};
     set_cors_origin(options.cors_origin, req, res);
+    if (on_overflow_thread()) {
+      // Past --max-connections (http_pool.h): answered at once and closed, /health as
+      // usual, anything else 503.
+      mark_close_after_response(res);
+      if (req.path != "/health") {
+        metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+        res.set_header("Retry-After", "1");
+        reply_error(res,
+                    ApiError{.status = 503,
+                             .type = "unavailable_error",
+                             .message = fmt::format("the server has {} connections open "
+                                                    "(--max-connections); retry later",
+                                                    options.max_connections)},
+                    dialect_for_path(req.path));
+        return HandlerResponse::Handled;
+      }
+    }
     if (!options.api_key.empty() && !public_route(req)) {
       const std::string want = "Bearer " + options.api_key;
       // EventSource cannot send headers: the view's data routes take ?api_key= too.

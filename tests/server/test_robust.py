@@ -97,3 +97,47 @@ def test_stream_that_is_never_read_is_cancelled_after_stream_timeout_others_keep
     s.wait_metric("minfer_requests_running", lambda v: v == 0, timeout_s=2)
     assert rss_kib(s.proc.pid) - rss0 < 32 << 10
     sock.close()
+
+
+def read_response(sock, timeout_s=2):
+    """Reads until the server closes the connection; returns (status, headers, body)."""
+    sock.settimeout(timeout_s)
+    data = b""
+    while True:
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        data += piece
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+@needs_model
+def test_connections_past_max_connections_get_503_retry_after_promptly_health_200(make_server):
+    s = make_server("--slots", 1, "--max-connections", 4, "-t", 1)
+    host, port = s.url.split("//")[1].split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=5) for _ in range(6)]
+    try:
+        time.sleep(0.3)  # four hold the connection threads; two are past the cap
+        for path in ("/v1/models", "/v1/chat/completions"):
+            c = socket.create_connection((host, int(port)), timeout=5)
+            t0 = time.time()
+            c.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            status, headers, body = read_response(c)  # closed by the server
+            assert time.time() - t0 < 1.0
+            assert status == 503 and headers["retry-after"] == "1", (status, headers)
+            err = json.loads(body)["error"]
+            assert err["type"] == "unavailable_error" and "--max-connections" in err["message"]
+            c.close()
+        # /health is answered past the cap too.
+        c = socket.create_connection((host, int(port)), timeout=5)
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body = read_response(c)
+        assert status == 200 and json.loads(body) == {"status": "ok"}
+        c.close()
+    finally:
+        for c in idle:
+            c.close()
+    assert s.healthy()
