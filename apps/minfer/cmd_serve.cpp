@@ -63,6 +63,14 @@ int run_serve(const std::vector<std::string>& args) {
          [&] { embeddings = true; });
   p.string_opt("--pooling", "P",
                "pooling of the embedding routes: none | mean | cls | last (the model's)", pooling);
+  int32_t timeout = o.timeout_s, keep_alive_timeout = o.keep_alive_timeout_s;
+  p.int_opt("-to,--timeout", "SECONDS",
+            "a read or write of a connection that makes no progress this long fails and "
+            "closes it: request line, headers and body alike (5; llama-server's: 600)",
+            timeout, 1, 1 << 24);
+  p.int_opt("--keep-alive-timeout", "SECONDS",
+            "an idle keep-alive connection is closed after this long (5)", keep_alive_timeout, 1,
+            1 << 24);
   int32_t stream_timeout = o.stream_timeout_s;
   p.int_opt("--stream-timeout", "SECONDS",
             "a stream whose client takes no bytes for this long is cancelled and closed (600)",
@@ -106,6 +114,8 @@ int run_serve(const std::vector<std::string>& args) {
   o.port = port;
   o.drain_ms = drain_ms;
   o.stream_timeout_s = stream_timeout;
+  o.timeout_s = timeout;
+  o.keep_alive_timeout_s = keep_alive_timeout;
   o.max_body_bytes = static_cast<size_t>(max_body);
   o.max_connections = static_cast<size_t>(max_connections);
   o.responses_max = static_cast<size_t>(responses_max);

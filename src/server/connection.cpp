@@ -127,18 +127,24 @@ bool ClientWatch::drained_within(size_t max_queued, std::chrono::milliseconds st
     int n = 0;
     return ::ioctl(fd_, SIOCOUTQ, &n) == 0 ? static_cast<size_t>(n) : SIZE_MAX;
   };
-  size_t last = queued();
+  size_t last = SIZE_MAX;
   auto deadline = Clock::now() + stall;
-  while (last > max_queued) {
-    if (last == SIZE_MAX || Clock::now() >= deadline) return false;
-    // Woken early only by the client leaving (a closed or failed socket).
-    pollfd p{.fd = fd_, .events = POLLRDHUP, .revents = 0};
-    if (::poll(&p, 1, 10) > 0) return false;
+  for (;;) {
     const size_t now_queued = queued();
+    if (now_queued == SIZE_MAX) return false;
     if (now_queued < last) deadline = Clock::now() + stall;  // the client took bytes
     last = now_queued;
+    // Also wait for room in the send buffer: a write that blocks would fail at
+    // httplib's write timeout (--timeout), which may be shorter than `stall`.
+    pollfd p{.fd = fd_, .events = POLLOUT | POLLRDHUP, .revents = 0};
+    const int n = ::poll(&p, 1, 0);
+    if (n > 0 && (p.revents & (POLLRDHUP | POLLERR | POLLHUP)) != 0) return false;
+    if (now_queued <= max_queued && n > 0 && (p.revents & POLLOUT) != 0) return true;
+    if (Clock::now() >= deadline) return false;
+    // Woken early only by the client leaving (a closed or failed socket).
+    p = pollfd{.fd = fd_, .events = POLLRDHUP, .revents = 0};
+    if (::poll(&p, 1, 10) > 0) return false;
   }
-  return true;
 }
 
 bool ClientWatch::gone() {

@@ -39,10 +39,10 @@ class ClientWatch {
   // cannot be found (no request, or not a TCP socket).
   bool gone();
   // Waits while more than `max_queued` bytes sit unsent in the socket's send queue
-  // (SIOCOUTQ), for as long as the client keeps taking bytes: false when it took none
-  // for `stall`, or the socket failed. The send buffer itself is no bound: Linux grows
-  // it to megabytes for a loopback client that reads nothing. True when the socket
-  // cannot be found (the write then waits under httplib's own write timeout).
+  // (SIOCOUTQ), or the send buffer has no room, for as long as the client keeps taking
+  // bytes: false when it took none for `stall`, or the socket failed. The send buffer itself is no
+  // bound: Linux grows it to megabytes for a loopback client that reads nothing. True when the
+  // socket cannot be found (the write then waits under httplib's own write timeout).
   bool drained_within(size_t max_queued, std::chrono::milliseconds stall);
 
  private:

@@ -370,7 +370,9 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
   });
   svr.new_task_queue = [n = options.max_connections] { return new GrowingPool(n); };
   svr.set_payload_max_length(options.max_body_bytes);
-  svr.set_keep_alive_timeout(5);
+  svr.set_keep_alive_timeout(options.keep_alive_timeout_s);
+  svr.set_read_timeout(options.timeout_s);
+  svr.set_write_timeout(options.timeout_s);
 
   // Every route's methods, for 405's Allow and the CORS preflight; filled as the
   // routes are registered below, read-only once the server listens.

@@ -30,6 +30,12 @@ struct ServerOptions {
   // A stream whose client takes no bytes for this long is cancelled and its connection
   // closed (its pending output is bounded meanwhile: JobStream).
   int stream_timeout_s = 600;
+  // cpp-httplib's timeouts: one read (or write) that makes no progress for timeout_s
+  // fails and ends the connection — request line, headers and body alike (0.11.4 has
+  // one read timeout); an idle keep-alive connection is closed after
+  // keep_alive_timeout_s.
+  int timeout_s = 5;
+  int keep_alive_timeout_s = 5;
   std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
   std::string viz_prompt;     // the view's prompt box text, run once when opened (`minfer viz -p`)
   bool viz_home = false;

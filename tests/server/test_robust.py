@@ -69,7 +69,9 @@ def timed_completion(s, n=16):
 
 @needs_model
 def test_stream_that_is_never_read_is_cancelled_after_stream_timeout_others_keep_speed(make_server):
-    s = make_server("--slots", 2, "--n-ctx", 2048, "-t", 2, "--stream-timeout", 2)
+    # --timeout (httplib's write timeout) is shorter: the stream still gets its 2 s.
+    s = make_server("--slots", 2, "--n-ctx", 2048, "-t", 2, "--stream-timeout", 2,
+                    "--timeout", 1)
     timed_completion(s)  # warm
     baseline = min(timed_completion(s) for _ in range(3))
     rss0 = rss_kib(s.proc.pid)
@@ -141,3 +143,62 @@ def test_connections_past_max_connections_get_503_retry_after_promptly_health_20
         for c in idle:
             c.close()
     assert s.healthy()
+
+
+def closed_within(sock, seconds):
+    """Whether the server closes `sock` (reads b"" or a reset) within `seconds`; what
+    it sends first (a 400 for a request cut short) is read and dropped."""
+    sock.settimeout(0.1)
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        try:
+            if sock.recv(65536) == b"":
+                return True
+        except socket.timeout:
+            pass
+        except ConnectionResetError:
+            return True
+    return False
+
+
+@needs_model
+def test_keep_alive_timeout_flag_closes_idle_connections_after_1s_default_keeps_5s(make_server):
+    for args, closes in ((("--keep-alive-timeout", 1), True), ((), False)):
+        s = make_server("--slots", 1, "-t", 1, *args)
+        host, port = s.url.split("//")[1].split(":")
+        c = socket.create_connection((host, int(port)), timeout=5)
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert c.recv(65536).startswith(b"HTTP/1.1 200")
+        assert closed_within(c, 2.5) == closes, args
+        c.close()
+        s.kill()
+
+
+def ended_within(sock, seconds):
+    """Whether the server answers (httplib's 400 for a request cut short) or closes
+    `sock` within `seconds`."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(65536)[:12] in (b"", b"HTTP/1.1 400")
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+@needs_model
+def test_timeout_flag_ends_a_stalled_request_after_1s_default_keeps_5s(make_server):
+    for args, ends in ((("--timeout", 1), True), ((), False)):
+        s = make_server("--slots", 1, "-t", 1, *args)
+        host, port = s.url.split("//")[1].split(":")
+        # Headers begun, then nothing: the read times out.
+        c = socket.create_connection((host, int(port)), timeout=5)
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        assert ended_within(c, 2.5) == ends, args
+        c.close()
+        # A body begun, then nothing: the same timeout.
+        c = socket.create_connection((host, int(port)), timeout=5)
+        c.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert ended_within(c, 2.5) == ends, args
+        c.close()
+        s.kill()
