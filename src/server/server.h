@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/result.h"
@@ -53,9 +54,17 @@ struct ServerOptions {
 // it too. Left blocked: the process ends after serve().
 void block_shutdown_signals();
 
-// Binds, prints "minfer server listening on http://HOST:PORT", serves until SIGINT or
-// SIGTERM, drains, returns. Errors: the chat template cannot render, the arena cannot
-// be sized, the address cannot be bound.
+// Loads the model to serve, filling in the options that depend on it (n_ctx, model
+// id); the engine must outlive serve(). Runs on serve()'s thread.
+using LoadEngine = std::function<Result<engine::Context*>(ServerOptions&)>;
+
+// Binds and listens, prints "minfer server loading the model on http://HOST:PORT",
+// answers every request 503 (/health: {"status":"loading model"}) while `load` runs,
+// then prints "minfer server listening on http://HOST:PORT", serves until SIGINT or
+// SIGTERM, drains, returns. Errors: the address cannot be bound, `load` fails, the chat
+// template cannot render, the arena cannot be sized.
+Status serve(const ServerOptions& options, const LoadEngine& load);
+// serve() of an engine already loaded.
 Status serve(engine::Context& engine, const ServerOptions& options);
 
 }  // namespace minfer::server

@@ -202,3 +202,42 @@ def test_timeout_flag_ends_a_stalled_request_after_1s_default_keeps_5s(make_serv
         assert ended_within(c, 2.5) == ends, args
         c.close()
         s.kill()
+
+
+@needs_model
+def test_health_is_503_loading_model_until_the_model_is_loaded_then_200(tmp_path):
+    import os
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    from conftest import BIN, MODEL
+
+    def get(url):
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                return r.status, r.headers, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, json.loads(e.read())
+
+    env = dict(os.environ, MINFER_TEST_LOAD_DELAY_MS="2000")
+    with open(tmp_path / "err.log", "w") as err:
+        proc = subprocess.Popen([BIN, "serve", str(MODEL), "--port", "0", "-t", "1"], env=env,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert "loading the model on http://" in first, first
+        url = first.split(" on ")[1].split()[0]
+        status, headers, body = get(url + "/health")
+        assert status == 503 and body == {"status": "loading model"}
+        status, headers, body = get(url + "/v1/models")
+        assert status == 503 and headers["Retry-After"] == "1"
+        assert body["error"]["type"] == "unavailable_error"
+        assert "listening on " + url in proc.stdout.readline()
+        status, _, body = get(url + "/health")
+        assert status == 200 and body == {"status": "ok"}
+        status, _, body = get(url + "/v1/models")
+        assert status == 200 and body["data"][0]["id"] == MODEL.name
+    finally:
+        proc.kill()
+        proc.wait(30)
