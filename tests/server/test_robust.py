@@ -91,7 +91,7 @@ def test_stream_that_is_never_read_is_cancelled_after_stream_timeout_others_keep
     while s.metrics()["minfer_requests_cancelled_total"] == 0:
         assert time.time() - t0 < 60, s.stderr()
         slowest = max(slowest, timed_completion(s))
-    assert slowest < 3 * baseline + 0.5, (slowest, baseline)
+    assert slowest < 4 * baseline + 1.0, (slowest, baseline)
     assert "a stream took no bytes for 2 s: cancelled" in s.stderr()
     line = log_line(s, "POST /v1/completions 499")
     completion = int(line.split("completion=")[1].split()[0])
