@@ -84,6 +84,7 @@ struct RequestLog {
   int32_t n_generated = -1;
   int32_t n_reused = -1;
   int status = -1;  // the status logged when not the response's: 499, the client left
+  const httplib::Request* req = nullptr;  // the request being served (its client is watched)
 };
 RequestLog& request_log();
 
@@ -124,7 +125,9 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
 // The final event's token counts, for the request's log line.
 void note_counts(const JobEvent& ev);
 // Non-streaming: waits for the job's events, calling `on_event` for each, and returns
-// the final one (its counts noted for the request log).
+// the final one (its counts noted for the request log). A client that leaves meanwhile
+// (looked for every 50 ms) cancels the job: the final event is then the cancellation's,
+// logged as 499 with the tokens generated so far.
 JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event);
 
 // A streaming response's frames in one dialect.
