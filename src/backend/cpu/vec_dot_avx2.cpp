@@ -20,6 +20,7 @@
 #include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
+#include "core/check.h"
 #include "core/fp16.h"
 
 namespace minfer::backend::cpu {
@@ -630,6 +631,33 @@ void avx2_gemm_f16(const GemmArgs& a) {
   }
 }
 
+// F32 GEMM: f16_tile on the rows as they are (already f32), so every output is
+// dot_f32_avx2's — the F32 vec_dot's own lanes, tree and tail, bit for bit — while each
+// weight row is loaded once per tile of activation rows instead of once per row.
+void avx2_gemm_f32(const GemmArgs& a) {
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  if (a.n_x == 1) {
+    for (int64_t r = 0; r < a.n_w; ++r) {
+      a.y[r] = avx2_dot_f32_f32(a.k, w + r * static_cast<int64_t>(a.w_stride), a.x);
+    }
+    return;
+  }
+  const auto ws = static_cast<int64_t>(a.w_stride / sizeof(float));
+  const auto xs = static_cast<int64_t>(a.x_stride / sizeof(float));
+  MINFER_CHECK(ws == a.k && xs == a.k, "gemm_f32: rows must be contiguous");
+  const auto* wf = reinterpret_cast<const float*>(w);
+  const auto* xf = reinterpret_cast<const float*>(x);
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += kF16X) {
+    const int64_t nx = std::min<int64_t>(kF16X, a.n_x - j0);
+    for (int64_t i0 = 0; i0 < a.n_w; i0 += kF16W) {
+      const int64_t nw = std::min<int64_t>(kF16W, a.n_w - i0);
+      kF16Tiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
+          a.k, wf + i0 * a.k, xf + j0 * a.k, a.y + j0 * a.y_stride + i0, a.y_stride);
+    }
+  }
+}
+
 }  // namespace
 
 void gemm_f16_avx2(const GemmArgs& a) {
@@ -654,7 +682,7 @@ DotKernel llamacpp_f32_dot_kernel() {
 DotKernel avx2_dot_kernel(DType t) {
   switch (t) {
     case DType::kF32:
-      return {DType::kF32, from_f32_f32, avx2_dot_f32_f32};
+      return {DType::kF32, from_f32_f32, avx2_dot_f32_f32, avx2_gemm_f32};
     case DType::kF16:
       return {DType::kF16, from_f32_f16, avx2_dot_f16_f16, avx2_gemm_f16};
     case DType::kBF16:
