@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,18 @@ int run_serve(const std::vector<std::string>& args) {
          [&] { reranking = true; });
   p.string_opt("--pooling", "P",
                "pooling of the embedding routes: none | mean | cls | last (the model's)", pooling);
+  int32_t timeout = o.timeout_s, keep_alive_timeout = o.keep_alive_timeout_s;
+  p.int_opt("-to,--timeout", "SECONDS",
+            "a read or write of a connection that makes no progress this long fails and "
+            "closes it: request line, headers and body alike (5; llama-server's: 600)",
+            timeout, 1, 1 << 24);
+  p.int_opt("--keep-alive-timeout", "SECONDS",
+            "an idle keep-alive connection is closed after this long (5)", keep_alive_timeout, 1,
+            1 << 24);
+  int32_t stream_timeout = o.stream_timeout_s;
+  p.int_opt("--stream-timeout", "SECONDS",
+            "a stream whose client takes no bytes for this long is cancelled and closed (600)",
+            stream_timeout, 1, 1 << 24);
   p.int_opt("--drain-ms", "N", "after SIGINT/SIGTERM, how long requests may finish (30000)",
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
@@ -106,6 +119,9 @@ int run_serve(const std::vector<std::string>& args) {
   }
   o.port = port;
   o.drain_ms = drain_ms;
+  o.stream_timeout_s = stream_timeout;
+  o.timeout_s = timeout;
+  o.keep_alive_timeout_s = keep_alive_timeout;
   o.max_body_bytes = static_cast<size_t>(max_body);
   o.max_connections = static_cast<size_t>(max_connections);
   o.responses_max = static_cast<size_t>(responses_max);
@@ -125,28 +141,36 @@ int run_serve(const std::vector<std::string>& args) {
   if (!options) return fail(options.error().message);
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
-  auto eng = engine::Engine::open(*path, *options);
-  if (!eng) return fail(eng.error().message);
-  if (mlock) lock_memory();
-  const uint32_t n_ctx_train = (*eng)->hparams().n_ctx_train;
-  const bool encoder = (*eng)->hparams().embeddings_out;
-  if (embeddings && !encoder) {
-    return fail("serve: --embeddings needs an embedding model (an encoder such as bert); '" +
-                model_arg + "' is a generative model (" + (*eng)->hparams().arch + ")");
-  }
-  if (reranking && (*eng)->hparams().n_cls_out == 0) {
-    return fail("serve: --reranking needs a cross-encoder (a model with a classification head); '" +
-                model_arg + "' has none");
-  }
-  o.scheduler.n_ctx =
-      n_ctx > 0 ? static_cast<uint32_t>(n_ctx) : (encoder && n_ctx_train > 0 ? n_ctx_train : 2048U);
-  if (n_ctx_train > 0 && o.scheduler.n_ctx > n_ctx_train) {
-    return fail("serve: --n-ctx " + std::to_string(o.scheduler.n_ctx) +
-                " is past the model's context length " + std::to_string(n_ctx_train));
-  }
-  if (o.model_id.empty()) o.model_id = std::filesystem::path(*path).filename().string();
+  // Loaded once the server listens (it answers 503 "loading model" meanwhile).
+  std::unique_ptr<engine::Engine> eng;
+  auto load = [&](server::ServerOptions& so) -> Result<engine::Context*> {
+    auto opened = engine::Engine::open(*path, *options);
+    if (!opened) return opened.error();
+    eng = std::move(*opened);
+    if (mlock) lock_memory();
+    const uint32_t n_ctx_train = eng->hparams().n_ctx_train;
+    const bool encoder = eng->hparams().embeddings_out;
+    if (embeddings && !encoder) {
+      return make_error(
+          "serve: --embeddings needs an embedding model (an encoder such as bert); '" + model_arg +
+          "' is a generative model (" + eng->hparams().arch + ")");
+    }
+    if (reranking && eng->hparams().n_cls_out == 0) {
+      return make_error(
+          "serve: --reranking needs a cross-encoder (a model with a classification head); '" +
+          model_arg + "' has none");
+    }
+    so.scheduler.n_ctx = n_ctx > 0 ? static_cast<uint32_t>(n_ctx)
+                                   : (encoder && n_ctx_train > 0 ? n_ctx_train : 2048U);
+    if (n_ctx_train > 0 && so.scheduler.n_ctx > n_ctx_train) {
+      return make_error("serve: --n-ctx " + std::to_string(so.scheduler.n_ctx) +
+                        " is past the model's context length " + std::to_string(n_ctx_train));
+    }
+    if (so.model_id.empty()) so.model_id = std::filesystem::path(*path).filename().string();
+    return static_cast<engine::Context*>(eng.get());
+  };
   o.version = MINFER_VERSION;
-  if (auto st = server::serve(**eng, o); !st.ok()) return fail(st.error().message);
+  if (auto st = server::serve(o, load); !st.ok()) return fail(st.error().message);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // Stage 1 (core): Config from the environment, read once.
 #include "core/config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,6 +27,9 @@ Config Config::from_env() {
   if (const char* m = std::getenv("MINFER_NUMERICS"); m != nullptr) c.numerics = m;
   if (const char* a = std::getenv("MINFER_LLAMACPP_TILED_ATTN"); a != nullptr) {
     c.llamacpp_tiled_attn = std::strcmp(a, "0") != 0;
+  }
+  if (const char* ms = std::getenv("MINFER_TEST_LOAD_DELAY_MS"); ms != nullptr) {
+    c.test_load_delay_ms = std::max(0, std::atoi(ms));
   }
   return c;
 }

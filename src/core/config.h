@@ -19,6 +19,9 @@ struct Config {
   // MINFER_LLAMACPP_TILED_ATTN: on unless "0" — under --numerics llamacpp, batches of
   // >= 64 query rows take llama.cpp's tiled flash attention (docs/USAGE.md).
   bool llamacpp_tiled_attn = true;
+  // MINFER_TEST_LOAD_DELAY_MS: `minfer serve` waits this long (listening, answering 503)
+  // before it loads the model, so a test can see the loading state; 0 (unset) in use.
+  int test_load_delay_ms = 0;
 
   // Reads the variables now (a flag is on when set to anything but "", "0").
   static Config from_env();

@@ -107,11 +107,12 @@ NodeId GraphBuilder::rms_norm(NodeId x, float eps) {
   return push(std::move(n));
 }
 
-NodeId GraphBuilder::layer_norm(NodeId x, float eps) {
+NodeId GraphBuilder::layer_norm(NodeId x, float eps, bool llamacpp) {
   check_f32(x, "layer_norm");
   MINFER_CHECK(eps > 0.0f, "layer_norm: eps %g must be > 0", static_cast<double>(eps));
   Node n = make(Op::kNorm, {x}, src(x).shape, DType::kF32);
   n.params.eps = eps;
+  n.params.ggml_f16 = llamacpp ? 1 : 0;
   return push(std::move(n));
 }
 

@@ -60,7 +60,8 @@ class GraphBuilder {
   // F32 x → same shape; normalises over ne0
   NodeId rms_norm(NodeId x, float eps);
   // LayerNorm without its affine: (x − mean) / sqrt(var + eps) per row. F32 → same shape
-  NodeId layer_norm(NodeId x, float eps);
+  // llamacpp: llama.cpp's AVX-512 reduction order (--numerics llamacpp), else sums in double.
+  NodeId layer_norm(NodeId x, float eps, bool llamacpp = false);
   // F32 a, b broadcastable to a → shape of a
   NodeId mul(NodeId a, NodeId b);
   NodeId add(NodeId a, NodeId b);

@@ -18,7 +18,8 @@ namespace minfer::model {
 namespace {
 
 const Arch kArchs[] = {
-    llama::kArch, qwen2::kArch, qwen3::kArch, qwen3moe::kArch, gemma3::kArch, phi3::kArch, bert::kArch,
+    llama::kArch,  qwen2::kArch, qwen3::kArch, qwen3moe::kArch,
+    gemma3::kArch, phi3::kArch,  bert::kArch,
 };
 
 }  // namespace

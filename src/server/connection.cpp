@@ -2,13 +2,18 @@
 #include "server/connection.h"
 
 #include <dirent.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -108,6 +113,47 @@ void close_if_marked(const httplib::Request& req, int linger_ms) {
   t_taken.fd = fd;
   t_taken.inode = st.st_ino;
   linger_close(client, linger_ms);
+}
+
+int ClientWatch::fd() {
+  if (fd_ == -2) fd_ = req_ != nullptr ? find_socket(*req_) : -1;
+  return fd_;
+}
+
+bool ClientWatch::drained_within(size_t max_queued, std::chrono::milliseconds stall) {
+  using Clock = std::chrono::steady_clock;
+  if (fd() < 0) return true;
+  auto queued = [this] {
+    int n = 0;
+    return ::ioctl(fd_, SIOCOUTQ, &n) == 0 ? static_cast<size_t>(n) : SIZE_MAX;
+  };
+  size_t last = SIZE_MAX;
+  auto deadline = Clock::now() + stall;
+  for (;;) {
+    const size_t now_queued = queued();
+    if (now_queued == SIZE_MAX) return false;
+    if (now_queued < last) deadline = Clock::now() + stall;  // the client took bytes
+    last = now_queued;
+    // Also wait for room in the send buffer: a write that blocks would fail at
+    // httplib's write timeout (--timeout), which may be shorter than `stall`.
+    pollfd p{.fd = fd_, .events = POLLOUT | POLLRDHUP, .revents = 0};
+    const int n = ::poll(&p, 1, 0);
+    if (n > 0 && (p.revents & (POLLRDHUP | POLLERR | POLLHUP)) != 0) return false;
+    if (now_queued <= max_queued && n > 0 && (p.revents & POLLOUT) != 0) return true;
+    if (Clock::now() >= deadline) return false;
+    // Woken early only by the client leaving (a closed or failed socket).
+    p = pollfd{.fd = fd_, .events = POLLRDHUP, .revents = 0};
+    if (::poll(&p, 1, 10) > 0) return false;
+  }
+}
+
+bool ClientWatch::gone() {
+  if (fd() < 0) return false;
+  char byte = 0;
+  const ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;  // bytes wait (a pipelined request): the client is there
+  if (n == 0) return true;
+  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 bool on_taken_connection() {

@@ -134,18 +134,7 @@ std::optional<ApiError> run_embeddings(ServerContext& ctx,
   job->options = options;
   job->token_types = std::move(token_types);
   std::future<Result<engine::Embeddings>> done = job->done.get_future();
-  switch (ctx.scheduler.submit_embed(job)) {
-    case SubmitResult::kQueued:
-      break;
-    case SubmitResult::kQueueFull:
-      ctx.metrics.requests_queue_full.fetch_add(1, std::memory_order_relaxed);
-      return ApiError{.status = 429,
-                      .type = "rate_limit_error",
-                      .message = "the server is busy: too many queued requests"};
-    case SubmitResult::kDraining:
-      return ApiError{
-          .status = 503, .type = "unavailable_error", .message = "the server is shutting down"};
-  }
+  if (auto e = submit_refusal(ctx, ctx.scheduler.submit_embed(job))) return e;
   Result<engine::Embeddings> r = done.get();
   if (!r.ok()) {
     return ApiError{.status = 500, .type = "server_error", .message = r.error().message};

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 
+#include "server/connection.h"
 #include "server/constraint.h"
 #include "server/routes.h"
 
@@ -18,8 +20,9 @@ using Clock = std::chrono::steady_clock;
 // The client left mid-stream: the scheduler frees the slot at its next step and sends a
 // final event with the counts so far, which the request's log line reports under
 // status 499 (nginx's "client closed request"). A job cancelled while still queued
-// gets no event; its line then says what was known (the prompt, no completion).
-void client_gone(JobStream& stream) {
+// gets no event; its line then says what was known (the prompt, no completion), and
+// the event returned is a made-up final one.
+JobEvent client_gone(JobStream& stream) {
   stream.cancel();
   request_log().status = 499;
   const auto deadline = Clock::now() + std::chrono::seconds(2);
@@ -27,9 +30,10 @@ void client_gone(JobStream& stream) {
   while (Clock::now() < deadline) {
     if (stream.pop(ev, std::chrono::milliseconds(50)) && ev.final) {
       note_counts(ev);
-      return;
+      return ev;
     }
   }
+  return JobEvent{.final = true, .error = "cancelled", .error_status = 499};
 }
 
 // Everything a streaming response needs across content-provider calls.
@@ -39,6 +43,8 @@ struct StreamState {
   bool sent_head = false;
   bool finished = false;
   std::atomic<int32_t>* open_streams = nullptr;  // ServerContext::open_streams
+  ClientWatch client{nullptr};
+  std::chrono::milliseconds stall_timeout{0};  // --stream-timeout
 };
 
 }  // namespace
@@ -84,6 +90,22 @@ std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionReques
   if (!toks.ok()) return bad_request("cannot tokenize the prompt: " + toks.error().message);
   out = std::move(*toks);
   return {};
+}
+
+std::optional<ApiError> submit_refusal(ServerContext& ctx, SubmitResult result) {
+  switch (result) {
+    case SubmitResult::kQueued:
+      return std::nullopt;
+    case SubmitResult::kQueueFull:
+      ctx.metrics.requests_queue_full.fetch_add(1, std::memory_order_relaxed);
+      return ApiError{.status = 429,
+                      .type = "rate_limit_error",
+                      .message = "every slot is busy and the queue is full; retry later"};
+    case SubmitResult::kDraining:
+      break;
+  }
+  return ApiError{
+      .status = 503, .type = "unavailable_error", .message = "the server is shutting down"};
 }
 
 std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest& r,
@@ -142,29 +164,30 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
   if (!state.ok()) return reject(bad_request(state.error().message));
 
   out.stream = std::make_shared<JobStream>();
-  switch (ctx.scheduler.submit(
-      Job{.prompt = std::move(prompt), .state = std::move(*state), .stream = out.stream})) {
-    case SubmitResult::kQueued:
-      break;
-    case SubmitResult::kQueueFull:
-      ctx.metrics.requests_queue_full.fetch_add(1, std::memory_order_relaxed);
-      return ApiError{.status = 429,
-                      .type = "rate_limit_error",
-                      .message = "every slot is busy and the queue is full; retry later"};
-    case SubmitResult::kDraining:
-      return ApiError{
-          .status = 503, .type = "unavailable_error", .message = "the server is shutting down"};
+  if (auto e = submit_refusal(ctx, ctx.scheduler.submit(Job{.prompt = std::move(prompt),
+                                                            .state = std::move(*state),
+                                                            .stream = out.stream}))) {
+    return e;
   }
   ctx.metrics.requests_total.fetch_add(1, std::memory_order_relaxed);
   return {};
 }
 
 JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event) {
+  // Looked for on a clock, not only when no event comes: a fast generation never
+  // leaves the pop waiting.
+  constexpr auto kClientPoll = std::chrono::milliseconds(50);
+  ClientWatch client(request_log().req);
+  auto next_look = Clock::now() + kClientPoll;
   JobEvent ev;
   for (;;) {
-    if (!stream.pop(ev, std::chrono::milliseconds(1000))) continue;
-    on_event(ev);
-    if (ev.final) break;
+    const bool got = stream.pop(ev, kClientPoll);
+    if (got) on_event(ev);
+    if (got && ev.final) break;
+    if (Clock::now() >= next_look) {
+      if (client.gone()) return client_gone(stream);
+      next_look = Clock::now() + kClientPoll;
+    }
   }
   note_counts(ev);
   return ev;
@@ -176,6 +199,9 @@ void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<Jo
   st->stream = std::move(stream);
   st->writer = std::move(writer);
   st->open_streams = ctx.open_streams;
+  // The request outlives its response's writes (httplib writes within process_request).
+  st->client = ClientWatch(request_log().req);
+  st->stall_timeout = std::chrono::seconds(ctx.options.stream_timeout_s);
   res.set_header("Cache-Control", "no-cache");
   // Counted until the response is gone (the releaser runs when httplib drops it, after
   // the last chunk or a failed write).
@@ -200,6 +226,18 @@ void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<Jo
         }
         const std::string frames = st->writer->frames(ev);
         if (ev.final) note_counts(ev);
+        // A client that stops reading: its frames wait here once kMaxUnsent bytes are
+        // unsent (the scheduler pauses the sequence once the stream is full too), until
+        // it has taken no bytes for --stream-timeout; then the job is cancelled and the
+        // connection closed.
+        constexpr size_t kMaxUnsent = size_t{64} << 10;
+        if (!frames.empty() && !ev.final &&
+            !st->client.drained_within(kMaxUnsent, st->stall_timeout)) {
+          std::fprintf(stderr, "[server] a stream took no bytes for %lld s: cancelled\n",
+                       static_cast<long long>(st->stall_timeout.count() / 1000));
+          client_gone(*st->stream);
+          return false;
+        }
         if (!frames.empty() && !sink.write(frames.data(), frames.size())) {
           if (ev.final) {
             request_log().status = 499;  // the counts are noted: the request had ended

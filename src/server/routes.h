@@ -84,6 +84,7 @@ struct RequestLog {
   int32_t n_generated = -1;
   int32_t n_reused = -1;
   int status = -1;  // the status logged when not the response's: 499, the client left
+  const httplib::Request* req = nullptr;  // the request being served (its client is watched)
 };
 RequestLog& request_log();
 
@@ -113,6 +114,9 @@ struct SubmittedJob {
   ToolFormat format = ToolFormat::kGeneric;  // the template's tool-call format
   int32_t n_prompt = 0;
 };
+// A queue's answer as the client sees it: nothing when queued, 429 when full (counted),
+// 503 while the server drains.
+std::optional<ApiError> submit_refusal(ServerContext& ctx, SubmitResult result);
 // Tool grammar, prompt, grammar constraint and sequence state, then the scheduler.
 // An error (counted as rejected; a full queue is 429, a drain 503) means nothing runs.
 std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest& r,
@@ -121,7 +125,9 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
 // The final event's token counts, for the request's log line.
 void note_counts(const JobEvent& ev);
 // Non-streaming: waits for the job's events, calling `on_event` for each, and returns
-// the final one (its counts noted for the request log).
+// the final one (its counts noted for the request log). A client that leaves meanwhile
+// (looked for every 50 ms) cancels the job: the final event is then the cancellation's,
+// logged as 499 with the tokens generated so far.
 JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event);
 
 // A streaming response's frames in one dialect.

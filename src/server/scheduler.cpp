@@ -26,9 +26,19 @@ uint64_t ns_since(Clock::time_point t0) {
 
 }  // namespace
 
+size_t JobStream::bytes_of(const JobEvent& ev) {
+  size_t n = ev.text.size();
+  for (const LogprobEntry& lp : ev.logprobs) {
+    n += lp.token.size() + sizeof(float);
+    for (const auto& [token, logprob] : lp.top) n += token.size() + sizeof(logprob);
+  }
+  return n;
+}
+
 void JobStream::push(JobEvent ev) {
   {
     std::lock_guard<std::mutex> lk(mu_);
+    pending_.fetch_add(bytes_of(ev), std::memory_order_relaxed);
     events_.push_back(std::move(ev));
   }
   cv_.notify_one();
@@ -39,6 +49,7 @@ bool JobStream::pop(JobEvent& out, std::chrono::milliseconds timeout) {
   if (!cv_.wait_for(lk, timeout, [this] { return !events_.empty(); })) return false;
   out = std::move(events_.front());
   events_.pop_front();
+  pending_.fetch_sub(bytes_of(out), std::memory_order_relaxed);
   return true;
 }
 
@@ -342,9 +353,11 @@ Status Scheduler::step() {
   batch_.clear();
   row_slot_.clear();
   // Decode rows of every running sequence first: streams keep flowing during prefills.
+  // A sequence whose reader has not taken its pending output sits this step out.
   uint32_t n_decode = 0;
   for (Slot& s : slots_) {
-    if (s.state != SlotState::kDecode) continue;
+    s.decoding = s.state == SlotState::kDecode && !s.job.stream->full();
+    if (!s.decoding) continue;
     batch_.add(s.next_token, s.seq, static_cast<int32_t>(s.n_past), true);
     row_slot_.push_back(&s);
     n_decode++;
@@ -370,10 +383,18 @@ Status Scheduler::step() {
     budget -= s->step_rows;
     n_prefill += s->step_rows;
   }
+  const size_t n_rows_step = n_decode + n_prefill;
+  if (n_rows_step == 0) {
+    // Every running sequence is paused on its reader: wait a little for one to read
+    // (readers do not signal the scheduler), or for new work.
+    std::unique_lock<std::mutex> lk(mu_);
+    cv_.wait_for(lk, std::chrono::milliseconds(5),
+                 [this] { return !queue_.empty() || !embed_queue_.empty() || draining_; });
+    return Ok{};
+  }
   // decode() needs one logits row; a step of mid-prompt chunks only asks for the last
   // row's and drops it.
   const bool dummy_logits = n_decode == 0 && !completes;
-  const size_t n_rows_step = n_decode + n_prefill;
   for (Slot* s : order) {
     for (uint32_t k = 0; k < s->step_rows; ++k) {
       const size_t pos = s->n_past + k;
@@ -409,7 +430,7 @@ Status Scheduler::step() {
 
   // The rows are in the KV now.
   for (Slot& s : slots_) {
-    if (s.state == SlotState::kDecode) {
+    if (s.decoding) {
       s.n_past++;
     } else if (s.state == SlotState::kPrefill) {
       s.n_past += s.step_rows;

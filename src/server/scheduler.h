@@ -5,7 +5,8 @@
 // first, then prefill chunks of admitting sequences under the step token budget; a
 // request never fails for lack of cells (n_seq_max = slots and every sequence stays
 // below n_ctx positions, so used cells <= slots × n_ctx, the arena); a cancelled
-// request's cells are freed at the start of the next step.
+// request's cells are freed at the start of the next step; a sequence whose stream is
+// full (JobStream) sits out steps, never blocking the others.
 #pragma once
 
 #include <atomic>
@@ -50,18 +51,31 @@ struct JobEvent {
 };
 
 // The channel between one request's HTTP thread and the inference thread.
+// Bounded: once the events not yet popped hold `max_pending_bytes` of text and logprob
+// tokens, full() is true and the scheduler runs no step of this sequence until the
+// reader pops (a client that stops reading costs no memory past the bound; the HTTP
+// writer cancels it after --stream-timeout). push() itself never blocks or refuses: the
+// inference thread never waits on one reader, and a final event always gets through.
 class JobStream {
  public:
+  static constexpr size_t kMaxPendingBytes = size_t{1} << 20;
+  explicit JobStream(size_t max_pending_bytes = kMaxPendingBytes)
+      : max_pending_(max_pending_bytes) {}
   void push(JobEvent ev);
   // Waits up to `timeout` for an event; false when none came.
   bool pop(JobEvent& out, std::chrono::milliseconds timeout);
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  bool full() const { return pending_bytes() >= max_pending_; }
+  size_t pending_bytes() const { return pending_.load(std::memory_order_relaxed); }
 
  private:
+  static size_t bytes_of(const JobEvent& ev);
+  const size_t max_pending_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<JobEvent> events_;
+  std::atomic<size_t> pending_{0};
   std::atomic<bool> cancelled_{false};
 };
 
@@ -131,6 +145,7 @@ class Scheduler {
     int32_t n_reused = 0;
     uint64_t admitted_at = 0;  // admission order: prefill chunks go first come first served
     uint32_t step_rows = 0;    // kPrefill: prompt rows in the batch being run
+    bool decoding = false;     // kDecode: its row is in the batch being run (not paused)
     // The last generated token's time (the latency histograms); epoch: none yet.
     std::chrono::steady_clock::time_point last_token_at;
   };

@@ -15,12 +15,15 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
 #include "server/connection.h"
 #include "server/http_pool.h"
+#include "server/loading.h"
 #include "server/routes.h"
 #include "server/web_assets.h"
 
@@ -325,6 +328,47 @@ void reply_error(Response& res, const ApiError& e, Dialect dialect) {
 }
 
 Status serve(engine::Context& engine, const ServerOptions& options) {
+  return serve(options, [&engine](ServerOptions&) -> Result<engine::Context*> { return &engine; });
+}
+
+Status serve(const ServerOptions& options_in, const LoadEngine& load) {
+  ServerOptions options = options_in;  // `load` fills in what depends on the model
+  block_shutdown_signals();
+  std::signal(SIGPIPE, SIG_IGN);  // a closed client socket is a write error, not a kill
+
+  httplib::Server svr;
+  // httplib's default sets SO_REUSEPORT as well, which lets a second server bind a busy
+  // port and take half its connections: SO_REUSEADDR only, so a busy port is an error.
+  // The listening socket is kept for the answers while the model loads.
+  int listen_fd = -1;
+  svr.set_socket_options([&listen_fd](socket_t sock) {
+    listen_fd = sock;
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  int port = options.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(options.host);
+    if (port < 0) return make_error(fmt::format("serve: cannot bind {}", options.host));
+  } else if (!svr.bind_to_port(options.host, port)) {
+    const int err = errno;
+    if (err == EADDRINUSE) return make_error(fmt::format("{}:{} is in use", options.host, port));
+    return make_error(
+        fmt::format("serve: cannot bind {}:{}: {}", options.host, port, std::strerror(err)));
+  }
+  // Listening from here: /health says 503 "loading model" until the routes below serve.
+  std::optional<LoadingResponder> loading;
+  loading.emplace(listen_fd);
+  std::printf("minfer server loading the model on http://%s:%d (503 until ready)\n",
+              options.host.c_str(), port);
+  std::fflush(stdout);
+  if (Config::get().test_load_delay_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(Config::get().test_load_delay_ms));
+  }
+  auto loaded = load(options);
+  loading.reset();
+  if (!loaded.ok()) return loaded.error();
+  engine::Context& engine = **loaded;
   if (!engine.has_tokenizer()) return make_error("serve: the model has no tokenizer");
   const tokenizer::Tokenizer& tok = engine.tokenizer();
   chat::RendererChoice renderer = chat::renderer_for(tok, options.chat_template);
@@ -336,8 +380,6 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
                  static_cast<int>(renderer.fallback_name.size()), renderer.fallback_name.data());
   }
 
-  block_shutdown_signals();
-  std::signal(SIGPIPE, SIG_IGN);  // a closed client socket is a write error, not a kill
   const sigset_t sigs = shutdown_signals();
 
   Metrics metrics;
@@ -361,16 +403,11 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
                     .responses = &responses,
                     .model_card = build_model_card(engine)};
 
-  httplib::Server svr;
-  // httplib's default sets SO_REUSEPORT as well, which lets a second server bind a busy
-  // port and take half its connections: SO_REUSEADDR only, so a busy port is an error.
-  svr.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   svr.new_task_queue = [n = options.max_connections] { return new GrowingPool(n); };
   svr.set_payload_max_length(options.max_body_bytes);
-  svr.set_keep_alive_timeout(5);
+  svr.set_keep_alive_timeout(options.keep_alive_timeout_s);
+  svr.set_read_timeout(options.timeout_s);
+  svr.set_write_timeout(options.timeout_s);
 
   // Every route's methods, for 405's Allow and the CORS preflight; filled as the
   // routes are registered below, read-only once the server listens.
@@ -394,8 +431,25 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
     res.set_header("Access-Control-Max-Age", "600");
   });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
-    request_log() = RequestLog{.t0 = Clock::now()};
+    request_log() = RequestLog{.t0 = Clock::now(), .req = &req};
     set_cors_origin(options.cors_origin, req, res);
+    if (on_overflow_thread()) {
+      // Past --max-connections (http_pool.h): answered at once and closed, /health as
+      // usual, anything else 503.
+      mark_close_after_response(res);
+      if (req.path != "/health") {
+        metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
+        res.set_header("Retry-After", "1");
+        reply_error(res,
+                    ApiError{.status = 503,
+                             .type = "unavailable_error",
+                             .message = fmt::format("the server has {} connections open "
+                                                    "(--max-connections); retry later",
+                                                    options.max_connections)},
+                    dialect_for_path(req.path));
+        return HandlerResponse::Handled;
+      }
+    }
     if (!options.api_key.empty() && !public_route(req)) {
       const std::string want = "Bearer " + options.api_key;
       // EventSource cannot send headers: the view's data routes take ?api_key= too.
@@ -624,17 +678,6 @@ Status serve(engine::Context& engine, const ServerOptions& options) {
        [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
   post("/detokenize",
        [&](const std::string& body, Response& res) { handle_detokenize(ctx, body, res); });
-
-  int port = options.port;
-  if (port == 0) {
-    port = svr.bind_to_any_port(options.host);
-    if (port < 0) return make_error(fmt::format("serve: cannot bind {}", options.host));
-  } else if (!svr.bind_to_port(options.host, port)) {
-    const int err = errno;
-    if (err == EADDRINUSE) return make_error(fmt::format("{}:{} is in use", options.host, port));
-    return make_error(
-        fmt::format("serve: cannot bind {}:{}: {}", options.host, port, std::strerror(err)));
-  }
 
   // The signal thread: the first SIGINT/SIGTERM starts the drain — the scheduler takes
   // no new request (503) and finishes what runs and what is queued, ending the rest at

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "core/result.h"
@@ -27,6 +28,15 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies → 413
   int drain_ms = 30000;                     // in-flight requests get this long after a signal
   size_t max_connections = 1024;            // served at once, one thread each (http_pool.h)
+  // A stream whose client takes no bytes for this long is cancelled and its connection
+  // closed (its pending output is bounded meanwhile: JobStream).
+  int stream_timeout_s = 600;
+  // cpp-httplib's timeouts: one read (or write) that makes no progress for timeout_s
+  // fails and ends the connection — request line, headers and body alike (0.11.4 has
+  // one read timeout); an idle keep-alive connection is closed after
+  // keep_alive_timeout_s.
+  int timeout_s = 5;
+  int keep_alive_timeout_s = 5;
   std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
   std::string viz_prompt;     // the view's prompt box text, run once when opened (`minfer viz -p`)
   bool viz_home = false;
@@ -44,9 +54,17 @@ struct ServerOptions {
 // it too. Left blocked: the process ends after serve().
 void block_shutdown_signals();
 
-// Binds, prints "minfer server listening on http://HOST:PORT", serves until SIGINT or
-// SIGTERM, drains, returns. Errors: the chat template cannot render, the arena cannot
-// be sized, the address cannot be bound.
+// Loads the model to serve, filling in the options that depend on it (n_ctx, model
+// id); the engine must outlive serve(). Runs on serve()'s thread.
+using LoadEngine = std::function<Result<engine::Context*>(ServerOptions&)>;
+
+// Binds and listens, prints "minfer server loading the model on http://HOST:PORT",
+// answers every request 503 (/health: {"status":"loading model"}) while `load` runs,
+// then prints "minfer server listening on http://HOST:PORT", serves until SIGINT or
+// SIGTERM, drains, returns. Errors: the address cannot be bound, `load` fails, the chat
+// template cannot render, the arena cannot be sized.
+Status serve(const ServerOptions& options, const LoadEngine& load);
+// serve() of an engine already loaded.
 Status serve(engine::Context& engine, const ServerOptions& options);
 
 }  // namespace minfer::server

@@ -129,7 +129,7 @@ def test_every_help_flag_is_in_usage_md_and_every_usage_flag_in_help():
     helps = ""
     for cmd in ([], ["info"], ["tokenize"], ["template"], ["bench"], ["serve"], ["viz"],
                 ["perplexity"], ["quantize"],
-                ["split"], ["merge"], ["convert"], ["list"], ["rm"], ["pull"]):
+                ["split"], ["merge"], ["convert"], ["list"], ["rm"], ["pull"], ["embed"]):
         r = minfer(*cmd, "--help")
         assert r.returncode == 0, (cmd, r.stderr.decode())
         helps += r.stdout.decode()

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_backend.h"
+
 namespace minfer::engine {
 namespace {
 
@@ -81,6 +83,47 @@ TEST_F(MiniLm, MeanPooledVectorsHaveCosineAtLeast0_99999ToSentenceTransformers) 
     EXPECT_GE(c, 0.99999) << "input " << i << ": " << cases[i].text;
   }
   std::printf("worst cosine over %zu inputs: %.9f\n", cases.size(), worst);
+}
+
+// llama.cpp's llama-embedding on the same GGUF (tools/reference/embed_llamacpp.py: one run
+// per input at its defaults, 7 printed decimals): with --numerics llamacpp (f16 K/V and
+// llama.cpp's flash attention, its f32 GEMM and LayerNorm orders, its gelu table) every
+// component agrees within 1e-6 — in practice within the last printed digit. The inputs are
+// the ids llama.cpp's tokenizer gave, so this compares the forward passes alone.
+TEST_F(MiniLm, LlamaCppNumericsVectorsEqualLlamaEmbeddingWithin1e6PerComponent) {
+  if (backend::cpu::detect_isa() == backend::cpu::CpuIsa::kScalar) {
+    GTEST_SKIP() << "--numerics llamacpp needs AVX2";
+  }
+  std::ifstream f(std::string(MINFER_TESTDATA_DIR) + "/embed/minilm-llamacpp.json");
+  ASSERT_TRUE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);
+  const std::vector<Case> cases = reference();
+  auto e = Engine::open(
+      model_path(),
+      {.n_threads = 2, .kv_format = graph::KvFormat::kF16, .numerics = Numerics::kLlamaCpp});
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  ASSERT_TRUE((*e)->set_context({.n_cells = 512, .n_seq_max = 8, .n_ctx_seq = 512}).ok());
+  std::vector<std::vector<TokenId>> inputs;
+  std::vector<std::vector<float>> want;
+  for (const auto& c : j.at("cases")) {
+    inputs.push_back(c.at("ids").get<std::vector<TokenId>>());
+    want.push_back(c.at("embedding").get<std::vector<float>>());
+  }
+  ASSERT_GE(inputs.size(), 150U);
+  double worst = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    // One input per call, as llama-embedding ran them: under --numerics llamacpp a batch of
+    // >= 64 rows takes llama.cpp's tiled attention, whose results depend on the batch.
+    auto r = embed(**e, std::span(&inputs[i], 1));
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_EQ(r->vectors[0].size(), want[i].size());
+    for (size_t d = 0; d < want[i].size(); ++d) {
+      const double diff = std::fabs(double{r->vectors[0][d]} - want[i][d]);
+      worst = std::max(worst, diff);
+      ASSERT_LE(diff, 1e-6) << "input " << i << " component " << d;
+    }
+  }
+  std::printf("largest difference over %zu inputs: %.3g\n", inputs.size(), worst);
 }
 
 TEST_F(MiniLm, AnInputsVectorIsBitIdenticalAloneOrBatchedWithOthersAtAnyThreadCount) {

@@ -55,7 +55,8 @@ class SchedulerTest : public ::testing::Test {
     return p;
   }
   std::shared_ptr<JobStream> submit(std::vector<engine::TokenId> p, uint64_t seed,
-                                    int32_t n_predict, SubmitResult* result = nullptr) {
+                                    int32_t n_predict, SubmitResult* result = nullptr,
+                                    size_t max_pending = JobStream::kMaxPendingBytes) {
     engine::SequenceOptions o{.n_predict = n_predict, .n_ctx = sched_->options().n_ctx};
     o.sampler.seed = seed;
     o.sampler.temp = 1.0f;
@@ -64,7 +65,7 @@ class SchedulerTest : public ::testing::Test {
     o.sampler.logit_bias = {{.id = kEos, .bias = -100.0f}};
     auto st = engine::SequenceState::create(tiny_->tokenizer(), sched_->token_bytes(), o);
     EXPECT_TRUE(st.ok());
-    auto stream = std::make_shared<JobStream>();
+    auto stream = std::make_shared<JobStream>(max_pending);
     const SubmitResult r =
         sched_->submit(Job{.prompt = std::move(p), .state = std::move(*st), .stream = stream});
     if (result) *result = r;
@@ -150,6 +151,32 @@ TEST_F(SchedulerTest, cancel_frees_the_slot_and_its_cells) {
   EXPECT_EQ(metrics_.requests_cancelled.load(), 1u);
   // The slot serves the next request.
   EXPECT_EQ(collect(*submit(prompt(1, 4), 1, 3)).n_generated, 3);
+}
+
+TEST_F(SchedulerTest, full_stream_pauses_only_its_sequence_and_resumes_bitwise) {
+  start(2);
+  const Result1 ref = collect(*submit(prompt(5, 6), 9, 40));
+  ASSERT_EQ(ref.n_generated, 40);
+  // A reader that never pops, on a stream bounded at 8 bytes of text.
+  constexpr size_t kBound = 8;
+  auto stuck = submit(prompt(5, 6), 9, 40, nullptr, kBound);
+  // The other slot keeps running to its end meanwhile.
+  const Result1 other = collect(*submit(prompt(7, 6), 3, 30));
+  EXPECT_TRUE(other.error.empty()) << other.error;
+  EXPECT_EQ(other.n_generated, 30);
+  ASSERT_TRUE(eventually([&] { return stuck->full(); }));
+  const size_t pending = stuck->pending_bytes();
+  // Paused: past the bound by at most the event that reached it, and no more steps.
+  EXPECT_LT(pending, kBound + 64);
+  const uint64_t steps = metrics_.steps.load();
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(stuck->pending_bytes(), pending);
+  EXPECT_EQ(metrics_.steps.load(), steps);
+  EXPECT_EQ(metrics_.running.load(), 1);
+  // Read at last, it resumes and ends with the output it has alone.
+  const Result1 got = collect(*stuck);
+  EXPECT_EQ(got.n_generated, 40);
+  EXPECT_EQ(got.text, ref.text);
 }
 
 TEST_F(SchedulerTest, full_queue_refuses_and_drain_finishes_queued_requests) {

@@ -432,7 +432,9 @@ def test_max_connections_caps_the_connection_threads(make_server):
         for c in socks:
             c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
         time.sleep(1.0)
-        assert threads() - base <= 8
+        # 8 connection threads and the 4 that answer connections past the cap
+        # (GrowingPool::kOverflowThreads); the other 28 wait.
+        assert threads() - base <= 8 + 4
     finally:
         for c in socks:
             c.close()

@@ -13,6 +13,21 @@
 
 namespace minfer::tokenizer::testing {
 
+// Ids as "[1 2 3]", and the first index where two id lists differ, for failure messages.
+inline std::string show(const std::vector<TokenId>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(ids[i]);
+  }
+  return s + "]";
+}
+inline size_t first_mismatch(const std::vector<TokenId>& a, const std::vector<TokenId>& b) {
+  size_t at = 0;
+  while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+  return at;
+}
+
 inline std::string vocab_path(const std::string& name) {
   return std::string(MINFER_TESTDATA_DIR) + "/vocab/ggml-vocab-" + name + ".gguf";
 }

@@ -45,15 +45,6 @@ std::vector<std::vector<TokenId>> read_outputs(const std::string& path) {
   return out;
 }
 
-std::string show(const std::vector<TokenId>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s += ' ';
-    s += std::to_string(ids[i]);
-  }
-  return s + "]";
-}
-
 class VocabGolden : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(VocabGolden, ids_identical_to_llama_cpp) {
@@ -74,8 +65,7 @@ TEST_P(VocabGolden, ids_identical_to_llama_cpp) {
       ++passed;
       continue;
     }
-    size_t at = 0;
-    while (at < want.size() && at < ids->size() && want[at] == (*ids)[at]) ++at;
+    const size_t at = first_mismatch(want, *ids);
     ADD_FAILURE() << name << " input #" << i << " '" << inputs[i] << "'\n  expected " << show(want)
                   << "\n  actual   " << show(*ids) << "\n  first mismatch at " << at;
   }

@@ -12,26 +12,15 @@
 
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "vocab_fixture.h"
 
 namespace minfer::tokenizer {
 namespace {
 
+using testing::first_mismatch;
+using testing::show;
+
 const std::string kMiniLmDir = std::string(MINFER_TESTDATA_DIR) + "/tokenizers/minilm";
-
-std::string show(const std::vector<TokenId>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s += ' ';
-    s += std::to_string(ids[i]);
-  }
-  return s + "]";
-}
-
-size_t first_mismatch(const std::vector<TokenId>& a, const std::vector<TokenId>& b) {
-  size_t at = 0;
-  while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
-  return at;
-}
 
 std::unique_ptr<Tokenizer> load_minilm() {
   auto model = gguf::Model::open(kMiniLmDir + "/ggml-vocab-minilm.gguf");

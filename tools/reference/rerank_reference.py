@@ -1,6 +1,6 @@
 """Records what transformers computes for the tiny cross-encoder "bertcls" of
 tests/apps/hf_checkpoint.py (BertForSequenceClassification, one label), for
-tests/apps/test_rerank.py: per (query, document) pair the token ids and token type ids
+tests/apps/test_embed_rank.py and tests/server/test_rerank.py: per (query, document) pair the token ids and token type ids
 the `tokenizers` library gives for the pair (no padding: "[CLS] q [SEP] d [SEP]", types
 0 then 1) and AutoModelForSequenceClassification's logits (the pooler's dense + tanh on
 [CLS], then the classifier), in float64 text. The checkpoint is written with the same

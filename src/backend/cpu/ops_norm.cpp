@@ -13,6 +13,42 @@ using graph::Node;
 using graph::NodeId;
 using graph::Op;
 
+// _mm512_reduce_add_ps of 16 lanes as GCC defines it: 8 pairs (i, i + 8), 4 pairs, then
+// (0 + 2) + (1 + 3). Float addition is commutative, so the operand order is free.
+float reduce_add16(const float* v) {
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i) t3[i] = v[i + 8] + v[i];
+  for (int i = 0; i < 4; ++i) t6[i] = t3[i + 4] + t3[i];
+  return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+}
+
+// ggml_norm as llama.cpp's AVX-512 build computes it (ops.cpp norm_f32 + vec.cpp
+// ggml_vec_cvar_f32): the sum in double rounded to f32, the mean divided in f32; the squares
+// of x − mean reduced 16 at a time in f32 (_mm512_reduce_add_ps) into a double, the tail one
+// by one; the variance (double sum / n) rounded to f32.
+void norm_ggml(int64_t n, const float* x, float* o, float eps) {
+  double dsum = 0.0;
+  for (int64_t i = 0; i < n; ++i) dsum += static_cast<double>(x[i]);
+  const float mean = static_cast<float>(dsum) / static_cast<float>(n);
+  double sum2 = 0.0;
+  int64_t i = 0;
+  float sq[16];
+  for (; i + 15 < n; i += 16) {
+    for (int l = 0; l < 16; ++l) {
+      o[i + l] = x[i + l] - mean;
+      sq[l] = o[i + l] * o[i + l];
+    }
+    sum2 += static_cast<double>(reduce_add16(sq));
+  }
+  for (; i < n; ++i) {
+    o[i] = x[i] - mean;
+    sum2 += static_cast<double>(o[i] * o[i]);
+  }
+  const auto variance = static_cast<float>(sum2 / static_cast<double>(n));
+  const float s = 1.0f / std::sqrt(variance + eps);
+  for (int64_t k = 0; k < n; ++k) o[k] *= s;
+}
+
 }  // namespace
 
 Status op_norm(const OpCtx& c, NodeId id) {
@@ -41,6 +77,10 @@ Status op_norm(const OpCtx& c, NodeId id) {
         }
         const float inv = static_cast<float>(1.0 / sum);
         for (int64_t i = 0; i < ne0; ++i) o[i] *= inv;
+        continue;
+      }
+      if (op == Op::kNorm && n.params.ggml_f16 != 0) {
+        norm_ggml(ne0, xr, o, eps);
         continue;
       }
       if (op == Op::kNorm) {

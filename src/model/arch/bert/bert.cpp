@@ -21,10 +21,10 @@ namespace {
 
 // LayerNorm with its affine: norm(x) · w + b, named `<name>-<il>`. F32 [n_embd, rows]
 NodeId layer_norm(graph::GraphBuilder& b, NodeId x, const WeightRef& w, const WeightRef& bias,
-                  float eps, const char* name, int il) {
-  NodeId cur = b.layer_norm(x, eps);       // F32 [n_embd, rows]
-  cur = b.mul(cur, weight_node(b, w));     // F32 [n_embd, rows]
-  cur = b.add(cur, weight_node(b, bias));  // F32 [n_embd, rows]
+                  float eps, bool llamacpp, const char* name, int il) {
+  NodeId cur = b.layer_norm(x, eps, llamacpp);  // F32 [n_embd, rows]
+  cur = b.mul(cur, weight_node(b, w));          // F32 [n_embd, rows]
+  cur = b.add(cur, weight_node(b, bias));       // F32 [n_embd, rows]
   b.name(cur, name, il);
   return cur;
 }
@@ -147,7 +147,7 @@ graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph:
   }
   NodeId pos = b.get_rows(weight_node(b, w.pos_embd), in.positions);  // F32 [n_embd, n_tokens]
   inp = b.add(pos, inp);                                              // F32 [n_embd, n_tokens]
-  inp = layer_norm(b, inp, w.tok_norm, w.tok_norm_b, eps, "inp_norm", -1);
+  inp = layer_norm(b, inp, w.tok_norm, w.tok_norm_b, eps, llamacpp, "inp_norm", -1);
 
   for (int il = 0; il < static_cast<int>(hp.n_layer); ++il) {
     b.set_layer(il);
@@ -178,8 +178,8 @@ graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph:
       resid = b.get_rows(resid, in.tail_ids);  // F32 [n_embd, n_out]
     }
     cur = b.add(cur, resid);  // F32 [n_embd, rows]
-    NodeId ffn_inp =
-        layer_norm(b, cur, lw.attn_out_norm, lw.attn_out_norm_b, eps, "attn_out_norm", il);
+    NodeId ffn_inp = layer_norm(b, cur, lw.attn_out_norm, lw.attn_out_norm_b, eps, llamacpp,
+                                "attn_out_norm", il);
     cur = linear(b, lw.ffn_up, lw.ffn_up_b, ffn_inp);  // F32 [n_ff, rows]
     b.name(cur, "ffn_up", il);
     cur = b.gelu(cur, llamacpp);  // F32 [n_ff, rows]
@@ -187,7 +187,7 @@ graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph:
     cur = linear(b, lw.ffn_down, lw.ffn_down_b, cur);  // F32 [n_embd, rows]
     b.name(cur, "ffn_out", il);
     cur = b.add(cur, ffn_inp);  // F32 [n_embd, rows]
-    inp = layer_norm(b, cur, lw.layer_out_norm, lw.layer_out_norm_b, eps, "l_out", il);
+    inp = layer_norm(b, cur, lw.layer_out_norm, lw.layer_out_norm_b, eps, llamacpp, "l_out", il);
   }
   b.set_layer(-1);
   b.name(inp, "result_embd");
