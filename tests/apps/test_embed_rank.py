@@ -5,7 +5,8 @@ by tools/reference/rerank_reference.py in tests/data/rerank/bertcls-reference.js
 within 1e-4; the document's token type (1) is read (all-zero types give other scores,
 also recorded); a pair's score is bit-identical alone or batched with others, whatever
 the batch size; `minfer embed --pooling rank` prints llama-embedding's "rerank score N"
-lines; bad input is a clear error."""
+lines (one per label, with it, for a head of several outputs); bad input is a clear
+error."""
 import json
 import os
 import subprocess
@@ -114,3 +115,34 @@ def test_bad_rank_inputs_are_clear_errors(models):
         r = run("embed", *args)
         assert r.returncode == 1, (args, r.stdout)
         assert "minfer: error:" in r.stderr and needle in r.stderr, (args, r.stderr)
+
+
+def test_a_head_of_three_labels_prints_a_labelled_line_per_score(models, tmp_path):
+    """id2label of three and a 3-row classifier: three scores per pair, each line with
+    its label, as llama-embedding prints them; the same floats as the array output."""
+    import shutil
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    import hf_checkpoint
+    hf = hf_checkpoint.write("bertcls", tmp_path / "three", TESTDATA / "tokenizers")
+    cfg = json.loads((hf / "config.json").read_text())
+    cfg["id2label"] = {"0": "neg", "1": "neu", "2": "pos"}
+    cfg["label2id"] = {"neg": 0, "neu": 1, "pos": 2}
+    (hf / "config.json").write_text(json.dumps(cfg))
+    w = load_file(str(hf / "model.safetensors"))
+    rng = np.random.default_rng(7)
+    w["classifier.weight"] = (rng.standard_normal((3, 32)) * 0.3).astype(np.float32)
+    w["classifier.bias"] = np.array([0.5, -0.25, 0.125], np.float32)
+    save_file(w, str(hf / "model.safetensors"), metadata={"format": "pt"})
+    gg = tmp_path / "three.gguf"
+    r = run("convert", hf, gg, "--outtype", "f32", "--keep-pooler")
+    assert r.returncode == 0, r.stderr
+    text = "\n".join(f"{p['query']}\t{p['document']}" for p in PAIRS[:2])
+    arr = scores(gg, PAIRS[:2])
+    assert [len(s) for s in arr] == [3, 3] and arr[0] != arr[1]
+    r = run("embed", gg, "-p", text, "-t", "2")
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if l]
+    want = [f"rerank score {j}: {arr[j][i]:8.3f} [{label}]"
+            for j in range(2) for i, label in enumerate(["neg", "neu", "pos"])]
+    assert lines == want
