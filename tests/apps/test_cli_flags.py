@@ -105,6 +105,8 @@ def test_usage_errors_have_the_prefix_and_exit_1(args, needle):
 
 
 @pytest.mark.parametrize("cmd", [["info", "--bogus"], ["tokenize", "m", "--bogus"],
+                                 ["embed", "m", "x", "--bogus"], ["embed", "m", "x", "--pooling", "max"],
+                                 ["embed", "m", "x", "--embd-output-format", "xml"],
                                  ["template", "--bogus"], ["bench", "m", "--bogus"],
                                  ["bench", "m", "-o", "xml"], ["bench", "m", "-p", "1,x"]])
 def test_every_subcommand_reports_usage_errors_the_same_way(cmd):
@@ -127,9 +129,9 @@ def _flags_in(text):
 
 def test_every_help_flag_is_in_usage_md_and_every_usage_flag_in_help():
     helps = ""
-    for cmd in ([], ["info"], ["tokenize"], ["template"], ["bench"], ["serve"], ["viz"],
+    for cmd in ([], ["info"], ["tokenize"], ["embed"], ["template"], ["bench"], ["serve"], ["viz"],
                 ["perplexity"], ["quantize"],
-                ["split"], ["merge"], ["convert"], ["list"], ["rm"], ["pull"], ["embed"]):
+                ["split"], ["merge"], ["convert"], ["list"], ["rm"], ["pull"]):
         r = minfer(*cmd, "--help")
         assert r.returncode == 0, (cmd, r.stderr.decode())
         helps += r.stdout.decode()
@@ -512,6 +514,7 @@ def test_random_argument_vectors_end_with_status_0_or_1():
     # Every command names a model that does not exist (bench and info would otherwise
     # measure / read the default model).
     cmds = [["model.gguf"], ["info", "model.gguf"], ["tokenize", "model.gguf"], ["template"],
+            ["embed", "model.gguf"],
             ["bench", "model.gguf"], ["model.gguf", "-cnv"], ["-m", "model.gguf"]]
     for _ in range(250):
         args = list(rng.choice(cmds))
