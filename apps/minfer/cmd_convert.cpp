@@ -20,13 +20,18 @@ int run_convert(const std::vector<std::string>& args) {
       "minfer convert HF_DIR OUT.gguf [--outtype f32|f16|bf16|q8_0|auto]\n"
       "a Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json) as GGUF,\n"
       "the bytes llama.cpp's convert_hf_to_gguf.py writes; LlamaForCausalLM,\n"
-      "Qwen2ForCausalLM, Qwen3ForCausalLM");
+      "Qwen2ForCausalLM, Qwen3ForCausalLM, BertModel, BertForSequenceClassification");
   std::string outtype = "auto";
   p.string_opt("--outtype", "TYPE",
                "f32, f16, bf16, q8_0, or auto (the default: bf16 or f16 as the checkpoint's\n"
                "first matrix is stored, f16 for f32 checkpoints); norms and biases stay f32",
                outtype);
   bool force = false;
+  bool keep_pooler = false;
+  p.flag("--keep-pooler",
+         "BERT: write the pooler (dense + tanh before a classifier) as cls.weight/cls.bias,\n"
+         "which llama.cpp's converter drops; a cross-encoder then scores as transformers does",
+         [&] { keep_pooler = true; });
   p.flag("--force", "replace an existing OUT.gguf (never a file of HF_DIR)", [&] { force = true; });
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(p, args, parsed)) return *done;
@@ -46,7 +51,8 @@ int run_convert(const std::vector<std::string>& args) {
   if (auto st = check_new_output(out, inputs, force, "OUT.gguf"); !st.ok()) {
     return fail("convert: " + st.error().message);
   }
-  convert::ConvertOptions opts{.hf_dir = parsed.positionals[0], .out_path = out, .outtype = *ot};
+  convert::ConvertOptions opts{
+      .hf_dir = parsed.positionals[0], .out_path = out, .outtype = *ot, .keep_pooler = keep_pooler};
   opts.on_tensor = [](size_t i, size_t n, const convert::PlannedTensor& t) {
     std::string shape;
     for (uint64_t d : t.dims) shape += (shape.empty() ? "" : ", ") + std::to_string(d);

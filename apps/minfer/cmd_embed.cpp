@@ -69,8 +69,10 @@ int run_embed(const std::vector<std::string>& args) {
   ArgParser p(
       "minfer embed MODEL [TEXT...] [flags]\n"
       "sentence embeddings from an encoder model (bert): each TEXT is one input; -p and -f\n"
-      "texts are split at --embd-separator. Output as llama-embedding's");
+      "texts are split at --embd-separator. Output as llama-embedding's. A cross-encoder\n"
+      "(pooling rank) scores each input QUERY<cls-separator>DOCUMENT");
   std::string model_opt, file, prompt, format, sep = "\\n", pooling_name = "model";
+  std::string cls_sep = "\\t";
   int32_t n_threads = 0, n_ctx = 0, n_batch = 2048, normalize = 2;
   KvFlags kv;
   p.string_opt("-m,--model", "PATH", "GGUF file (then every positional is a TEXT)", model_opt);
@@ -78,7 +80,11 @@ int run_embed(const std::vector<std::string>& args) {
   p.string_opt("-f,--file", "PATH", "read inputs from this file, split at --embd-separator", file);
   p.string_opt("--embd-separator", "SEP", "separator of the -p / -f inputs (\\n)", sep);
   p.string_opt("--pooling", "P",
-               "none | mean | cls | last (default: the model's, bert.pooling_type)", pooling_name);
+               "none | mean | cls | last | rank (default: the model's, bert.pooling_type; rank\n"
+               "for a cross-encoder without one)",
+               pooling_name);
+  p.string_opt("--cls-separator", "SEP",
+               "pooling rank: separator of an input's query and document (\\t)", cls_sep);
   p.int_opt("--embd-normalize", "N",
             "-1 none, 0 max-abs to int16 range, 1 taxicab, 2 euclidean (default), >2 p-norm",
             normalize, -1, 1 << 20);
@@ -142,15 +148,33 @@ int run_embed(const std::vector<std::string>& args) {
     return fail(fmt::format("embed: -c {} is beyond the model's context_length {}", ctx_seq,
                             e.hparams().n_ctx_train));
   }
+  const bool rank = engine::resolve_pooling(e, pooling) == engine::Pooling::kRank;
+  const std::string pair_sep = unescape(cls_sep);
+  if (rank && pair_sep.empty()) return fail("embed: --cls-separator is empty");
   std::vector<std::vector<engine::TokenId>> inputs;
+  std::vector<std::vector<int32_t>> types;
   for (size_t i = 0; i < texts.size(); ++i) {
-    auto ids = e.tokenizer().encode(texts[i], {.add_special = true, .parse_special = false});
-    if (!ids) return fail(ids.error().message);
-    if (ids->size() > ctx_seq) {
-      return fail(fmt::format("embed: input {} has {} tokens, more than the context of {} (-c)", i,
-                              ids->size(), ctx_seq));
+    const size_t at = rank ? texts[i].find(pair_sep) : std::string::npos;
+    if (at != std::string::npos) {
+      // llama-embedding's QUERY<sep>DOCUMENT; with token types (engine::rank_pair).
+      const std::string_view t(texts[i]);
+      if (t.find(pair_sep, at + pair_sep.size()) != std::string_view::npos) {
+        return fail(fmt::format("embed: input {} has more than one --cls-separator", i));
+      }
+      auto pr = engine::rank_pair(e.tokenizer(), t.substr(0, at), t.substr(at + pair_sep.size()));
+      if (!pr) return fail(pr.error().message);
+      inputs.push_back(std::move(pr->tokens));
+      types.push_back(std::move(pr->types));
+    } else {
+      auto ids = e.tokenizer().encode(texts[i], {.add_special = true, .parse_special = false});
+      if (!ids) return fail(ids.error().message);
+      types.emplace_back(ids->size(), 0);
+      inputs.push_back(std::move(*ids));
     }
-    inputs.push_back(std::move(*ids));
+    if (inputs.back().size() > ctx_seq) {
+      return fail(fmt::format("embed: input {} has {} tokens, more than the context of {} (-c)", i,
+                              inputs.back().size(), ctx_seq));
+    }
   }
   const uint32_t n_seq = std::min<uint32_t>(static_cast<uint32_t>(inputs.size()), kv::kMaxSeqs);
   const uint32_t cells = std::max<uint32_t>(static_cast<uint32_t>(n_batch), ctx_seq);
@@ -159,7 +183,7 @@ int run_embed(const std::vector<std::string>& args) {
     return fail(st.error().message);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  auto r = engine::embed(e, inputs, {.pooling = pooling, .normalize = normalize});
+  auto r = engine::embed(e, inputs, {.pooling = pooling, .normalize = normalize}, types);
   if (!r) return fail(r.error().message);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   size_t n_tokens = 0;
@@ -175,11 +199,25 @@ int run_embed(const std::vector<std::string>& args) {
   for (const auto& v : r->vectors) {
     for (size_t at = 0; at < v.size(); at += dim) rows.push_back(v.data() + at);
   }
-  const char* num = normalize == 0 ? "{:.0f}" : "{:.7f}";
+  // Scores print round-trip exact ({:.9g}): they are compared and sorted, not read.
+  const char* num = rank ? "{:.9g}" : normalize == 0 ? "{:.0f}" : "{:.7f}";
   std::string out;
   if (format.empty()) {
     out += "\n";
-    if (r->pooling == engine::Pooling::kNone) {
+    if (rank) {  // llama-embedding's lines: one per score, the label when several
+      const std::vector<std::string>& labels = e.hparams().cls_labels;
+      for (size_t j = 0; j < rows.size(); ++j) {
+        for (size_t i = 0; i < dim; ++i) {
+          if (dim == 1) {
+            out += fmt::format("rerank score {}: {:8.3f}\n", j, rows[j][i]);
+          } else {
+            out += fmt::format(
+                "rerank score {}: {:8.3f} [{}]\n", j, rows[j][i],
+                i < labels.size() && !labels[i].empty() ? labels[i] : std::to_string(i));
+          }
+        }
+      }
+    } else if (r->pooling == engine::Pooling::kNone) {
       for (size_t j = 0; j < rows.size(); ++j) {
         out += fmt::format("embedding {}: ", j);
         for (size_t i = 0; i < std::min<size_t>(3, dim); ++i) {

@@ -62,6 +62,11 @@ int run_serve(const std::vector<std::string>& args) {
   p.flag("--embeddings,--embedding",
          "serve embeddings (llama-server's flag; an embedding model serves them anyway)",
          [&] { embeddings = true; });
+  bool reranking = false;
+  p.flag("--reranking,--rerank",
+         "serve /v1/rerank (llama-server's flag; a cross-encoder serves it anyway, and only a\n"
+         "cross-encoder can)",
+         [&] { reranking = true; });
   p.string_opt("--pooling", "P",
                "pooling of the embedding routes: none | mean | cls | last (the model's)", pooling);
   int32_t timeout = o.timeout_s, keep_alive_timeout = o.keep_alive_timeout_s;
@@ -149,6 +154,11 @@ int run_serve(const std::vector<std::string>& args) {
       return make_error(
           "serve: --embeddings needs an embedding model (an encoder such as bert); '" + model_arg +
           "' is a generative model (" + eng->hparams().arch + ")");
+    }
+    if (reranking && eng->hparams().n_cls_out == 0) {
+      return make_error(
+          "serve: --reranking needs a cross-encoder (a model with a classification head); '" +
+          model_arg + "' has none");
     }
     so.scheduler.n_ctx = n_ctx > 0 ? static_cast<uint32_t>(n_ctx)
                                    : (encoder && n_ctx_train > 0 ? n_ctx_train : 2048U);

@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 namespace minfer::convert {
@@ -196,13 +198,31 @@ Status read_bert_hparams(const json& c, HParams& h) {
     MINFER_TRY(h.n_token_types, get_u32(c, "type_vocab_size"));
   }
   MINFER_TRY(h.norm_eps, get_f64(c, "layer_norm_eps", 1e-12));
-  if (c.contains("id2label") && c["id2label"].is_object()) {
-    const json& l = c["id2label"];
-    const bool dummy = l.size() == 2 && l.contains("0") && l["0"] == "LABEL_0";
-    if (!dummy) {
-      return make_error(
-          "config.json: \"id2label\" (classifier labels) is not supported by minfer convert");
+  // The converter reads config.json through AutoConfig, which fills id2label from
+  // num_labels (default 2: LABEL_0, LABEL_1) when absent; two labels whose first is
+  // LABEL_0 are that placeholder and are not written.
+  std::map<int64_t, std::string> labels;
+  if (c.contains("id2label") && !c["id2label"].is_null()) {
+    if (!c["id2label"].is_object()) return make_error("config.json: \"id2label\" is not an object");
+    for (const auto& [k, v] : c["id2label"].items()) {
+      int64_t id = 0;
+      auto [q, ec] = std::from_chars(k.data(), k.data() + k.size(), id);
+      if (ec != std::errc() || q != k.data() + k.size() || !v.is_string()) {
+        return make_error(fmt::format(
+            "config.json: \"id2label\" entry '{}' is not an integer id with a string label", k));
+      }
+      labels[id] = v.get<std::string>();
     }
+  } else {
+    uint32_t n = 2;
+    if (c.contains("num_labels")) {
+      MINFER_TRY(n, get_u32(c, "num_labels"));
+    }
+    for (uint32_t i = 0; i < n; ++i) labels[i] = fmt::format("LABEL_{}", i);
+  }
+  const bool placeholder = labels.size() == 2 && labels.contains(0) && labels[0] == "LABEL_0";
+  if (!placeholder) {
+    for (const auto& [id, label] : labels) h.cls_labels.push_back(label);
   }
   if (c.contains("classifier_pooling") && !c["classifier_pooling"].is_null()) {
     return make_error("config.json: \"classifier_pooling\" is not supported by minfer convert");
@@ -246,13 +266,13 @@ Result<HParams> read_hparams(const json& c) {
   } else if (h.hf_arch == "Qwen3ForCausalLM") {
     h.arch = Arch::kQwen3;
     h.gguf_arch = "qwen3";
-  } else if (h.hf_arch == "BertModel") {
+  } else if (h.hf_arch == "BertModel" || h.hf_arch == "BertForSequenceClassification") {
     h.arch = Arch::kBert;
     h.gguf_arch = "bert";
   } else {
     return make_error(fmt::format(
         "architecture \"{}\" is not supported (supported: LlamaForCausalLM, Qwen2ForCausalLM, "
-        "Qwen3ForCausalLM, BertModel)",
+        "Qwen3ForCausalLM, BertModel, BertForSequenceClassification)",
         h.hf_arch));
   }
   if (h.arch == Arch::kBert) {
@@ -317,7 +337,7 @@ Result<HParams> read_hparams(const json& c) {
   return h;
 }
 
-Result<Checkpoint> Checkpoint::open(const std::string& dir) {
+Result<Checkpoint> Checkpoint::open(const std::string& dir, bool keep_pooler) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return make_error(
@@ -333,6 +353,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
   }
   MINFER_TRY(ck.config_, read_json_file(config_path.string()));
   MINFER_TRY(ck.hparams_, read_hparams(ck.config_));
+  ck.hparams_.keep_pooler = keep_pooler && ck.hparams_.arch == Arch::kBert;
 
   MINFER_TRY_STATUS(check_plain_language_model(dir, ck.config_, ck.hparams_));
   if (ck.hparams_.arch == Arch::kBert) {

@@ -45,6 +45,14 @@ struct HParams {
   double norm_eps = 0;
   uint32_t n_token_types = 0;
   std::optional<PoolingType> pooling;
+  // BERT classifier labels (config.json id2label in id order), written as
+  // {arch}.classifier.output_labels; empty for transformers' placeholder pair
+  // LABEL_0/LABEL_1, which the converter treats as "no labels". With labels a
+  // BertForSequenceClassification "classifier" becomes cls.output (the score projection).
+  std::vector<std::string> cls_labels;
+  // Keep bert.pooler.dense as cls.weight/cls.bias (llama.cpp's converter drops it, so its
+  // files score without the pooler's dense + tanh and differ from transformers').
+  bool keep_pooler = false;
 };
 
 // config.json → HParams. Errors name the missing or bad key, or the unknown architecture.
@@ -53,7 +61,7 @@ Result<HParams> read_hparams(const nlohmann::json& config);
 
 class Checkpoint {
  public:
-  static Result<Checkpoint> open(const std::string& dir);
+  static Result<Checkpoint> open(const std::string& dir, bool keep_pooler = false);
 
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config() const { return config_; }

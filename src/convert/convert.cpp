@@ -38,7 +38,7 @@ std::string_view outtype_name(OutType t) {
 namespace {
 
 Result<ConvertSummary> convert_unchecked(const ConvertOptions& opts) {
-  MINFER_TRY(const Checkpoint ck, Checkpoint::open(opts.hf_dir));
+  MINFER_TRY(const Checkpoint ck, Checkpoint::open(opts.hf_dir, opts.keep_pooler));
   ConvertSummary sum;
   sum.outtype = resolve_outtype(opts.outtype, ck);
   MINFER_TRY(const std::vector<PlannedTensor> plan, plan_tensors(ck, sum.outtype));

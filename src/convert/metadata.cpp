@@ -171,6 +171,8 @@ Result<std::vector<gguf::KeyValue>> build_metadata(const Checkpoint& ck, OutType
     set("general.file_type", Value::u32(file_type(outtype)));
     set(a + ".attention.causal", Value::boolean(false));
     if (h.pooling) set(a + ".pooling_type", Value::u32(static_cast<uint32_t>(*h.pooling)));
+    if (!h.cls_labels.empty())
+      set(a + ".classifier.output_labels", Value::string_array(h.cls_labels));
     set("general.quantization_version", Value::u32(2));  // GGML_QNT_VERSION
     MINFER_TRY_STATUS(add_vocab_metadata(ck, kv));
     return kv;

@@ -68,9 +68,24 @@ Result<std::optional<std::string>> bert_gguf_name(std::string hf, const HParams&
   if (hf.starts_with("bert.")) hf.erase(0, 5);
   if (hf.ends_with(".gamma")) hf.replace(hf.size() - 6, 6, ".weight");
   if (hf.ends_with(".beta")) hf.replace(hf.size() - 5, 5, ".bias");
+  if (h.keep_pooler && (hf == "pooler.dense.weight" || hf == "pooler.dense.bias")) {
+    return std::optional<std::string>("cls" + hf.substr(12));  // the rank head's dense + tanh
+  }
   if (hf == "embeddings.position_ids" || hf == "pooler.dense.weight" || hf == "pooler.dense.bias" ||
       hf.starts_with("cls.predictions") || hf.starts_with("cls.seq_relationship")) {
     return std::optional<std::string>();
+  }
+  // BertModel.modify_tensors: with labels, BertForSequenceClassification's single
+  // projection is the classifier output (CLS_OUT); gguf-py maps a bare "classifier"
+  // (jina's dense layer) to CLS, which a BERT classifier without labels is not.
+  if (hf == "classifier.weight" || hf == "classifier.bias") {
+    if (h.cls_labels.empty()) {
+      return make_error(
+          fmt::format("tensor '{}': a classifier needs labels in config.json \"id2label\" (the "
+                      "placeholder pair LABEL_0, LABEL_1 counts as none)",
+                      original));
+    }
+    return std::optional<std::string>("cls.output" + hf.substr(10));
   }
   const size_t dot = hf.rfind('.');
   const std::string_view suffix =
@@ -170,6 +185,10 @@ std::optional<std::vector<uint64_t>> expected_shape(std::string_view base, const
       {"ffn_down.bias", {h.n_embd}},
       {"layer_output_norm.weight", {h.n_embd}},
       {"layer_output_norm.bias", {h.n_embd}},
+      {"cls.weight", {h.n_embd, h.n_embd}},
+      {"cls.bias", {h.n_embd}},
+      {"cls.output.weight", {h.cls_labels.size(), h.n_embd}},
+      {"cls.output.bias", {h.cls_labels.size()}},
   };
   const auto it = shapes.find(base);
   if (it == shapes.end()) return std::nullopt;

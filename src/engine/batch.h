@@ -23,6 +23,7 @@ struct BatchRow {
   SeqId seq = 0;
   int32_t pos = 0;
   bool logits = false;
+  int32_t type = 0;  // token type (segment); read only by models with a type input
 };
 
 // Rows in caller order. Reserve once and clear() per step: a steady decode step then
@@ -36,8 +37,8 @@ class Batch {
     rows_.clear();
     n_logits_ = 0;
   }
-  void add(TokenId token, SeqId seq, int32_t pos, bool logits) {
-    rows_.push_back({.token = token, .seq = seq, .pos = pos, .logits = logits});
+  void add(TokenId token, SeqId seq, int32_t pos, bool logits, int32_t type = 0) {
+    rows_.push_back({.token = token, .seq = seq, .pos = pos, .logits = logits, .type = type});
     n_logits_ += logits ? 1U : 0U;
   }
   // `tokens` of sequence `seq` at positions pos0, pos0 + 1, ...; the last row asks for

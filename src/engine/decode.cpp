@@ -64,6 +64,7 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
   batch_.resize(n);
   cells_.resize(nt);
   tokens_.resize(nt);
+  types_.resize(nt);
   positions_.resize(nt);
   slot_of_row_.resize(n);
   tail_.resize(n_out);
@@ -71,12 +72,14 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
   for (size_t i = 0; i < n; ++i) {
     batch_[i] = kv::KvToken{.seq = rows[i].seq, .pos = rows[i].pos};
     tokens_[i] = rows[i].token;
+    types_[i] = rows[i].type;
     positions_[i] = rows[i].pos;
     slot_of_row_[i] = rows[i].logits ? static_cast<int32_t>(slot) : -1;
     if (rows[i].logits) tail_[slot++] = static_cast<int32_t>(i);
   }
   for (size_t i = n; i < nt; ++i) {  // padding rows: token 0 at position 0, no cell
     tokens_[i] = 0;
+    types_[i] = 0;
     positions_[i] = 0;
     cells_[i] = -1;
   }
@@ -127,6 +130,8 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
     MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindow, window_));
     if (n_swa > 0)
       MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputKvWindowSwa, window_swa_));
+    if (model_->hparams().token_type_input)
+      MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTokenTypes, types_));
     if (n_out < nt) MINFER_TRY_STATUS(memory.fill_input_i32(g, graph::kInputTailIds, tail_));
     return Ok{};
   }();
@@ -141,9 +146,12 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
       if (slot_of_row_[i] >= 0) slot_of_row_[i] = static_cast<int32_t>(i);
     }
   }
-  // An encoder's output rows are hidden states (HParams::embeddings_out), n_embd wide.
-  const int32_t width =
-      model_->hparams().embeddings_out ? static_cast<int32_t>(model_->hparams().n_embd) : n_vocab;
+  // An encoder's output rows are hidden states (HParams::embeddings_out), n_embd wide;
+  // a cross-encoder's are its n_cls_out scores.
+  const model::HParams& hp = model_->hparams();
+  const int32_t width = hp.n_cls_out > 0    ? static_cast<int32_t>(hp.n_cls_out)
+                        : hp.embeddings_out ? static_cast<int32_t>(hp.n_embd)
+                                            : n_vocab;
   return BatchLogits(logits, width, slot_of_row_);
 }
 

@@ -1,4 +1,4 @@
-// Stage 15 (the loop): sentence embeddings (embed.h).
+// Stage 15 (the loop): sentence embeddings and cross-encoder scores (embed.h).
 #include "engine/embed.h"
 
 #include <fmt/format.h>
@@ -42,6 +42,9 @@ std::string_view pooling_name(Pooling p) {
 Pooling resolve_pooling(const Context& ctx, Pooling requested) {
   if (requested != Pooling::kModel) return requested;
   const int32_t t = ctx.hparams().pooling_type;
+  // A cross-encoder's file need not say rank (llama.cpp's converter writes no
+  // pooling_type for one); its head only scores pairs.
+  if (t < 0 && ctx.hparams().n_cls_out > 0) return Pooling::kRank;
   return t >= 0 ? static_cast<Pooling>(t) : Pooling::kMean;
 }
 
@@ -63,8 +66,23 @@ void normalize_embedding(std::span<float> v, int32_t mode) {
   for (float& x : v) x *= scale;
 }
 
+Result<RankInput> rank_pair(const tokenizer::Tokenizer& tok, std::string_view query,
+                            std::string_view document) {
+  RankInput r;
+  MINFER_TRY(r.tokens, tok.encode(query, {.add_special = true, .parse_special = false}));
+  r.types.assign(r.tokens.size(), 0);
+  MINFER_TRY(std::vector<TokenId> doc,
+             tok.encode(document, {.add_special = true, .parse_special = false}));
+  const tokenizer::SpecialIds& sp = tok.special();
+  const size_t skip = sp.add_bos && !doc.empty() && doc.front() == sp.bos ? 1 : 0;
+  r.tokens.insert(r.tokens.end(), doc.begin() + static_cast<ptrdiff_t>(skip), doc.end());
+  r.types.resize(r.tokens.size(), 1);
+  return r;
+}
+
 Result<Embeddings> embed(Context& ctx, std::span<const std::vector<TokenId>> inputs,
-                         const EmbedOptions& options) {
+                         const EmbedOptions& options,
+                         std::span<const std::vector<int32_t>> token_types) {
   const model::HParams& hp = ctx.hparams();
   if (!hp.embeddings_out) {
     return make_error(fmt::format(
@@ -74,10 +92,31 @@ Result<Embeddings> embed(Context& ctx, std::span<const std::vector<TokenId>> inp
   if (ctx.kv_cells() == nullptr) return make_error("embed: no context set (set_context first)");
   Embeddings out;
   out.pooling = resolve_pooling(ctx, options.pooling);
-  if (out.pooling == Pooling::kRank) {
-    return make_error("pooling 'rank' needs a classification head, which this model lacks");
+  const bool rank = out.pooling == Pooling::kRank;
+  if (rank && hp.n_cls_out == 0) {
+    return make_error(
+        "pooling 'rank' needs a cross-encoder (a classification head, cls.output), which this "
+        "model lacks");
   }
-  out.dim = static_cast<int32_t>(hp.n_embd);
+  if (!rank && hp.n_cls_out > 0) {
+    return make_error(fmt::format(
+        "this model is a cross-encoder (a classification head of {} output(s)): it scores "
+        "pairs with pooling 'rank', it has no '{}' embeddings",
+        hp.n_cls_out, pooling_name(out.pooling)));
+  }
+  if (!token_types.empty()) {
+    if (token_types.size() != inputs.size()) {
+      return make_error(
+          fmt::format("{} token type lists for {} inputs", token_types.size(), inputs.size()));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (token_types[i].size() != inputs[i].size()) {
+        return make_error(fmt::format("input {} has {} tokens but {} token types", i,
+                                      inputs[i].size(), token_types[i].size()));
+      }
+    }
+  }
+  out.dim = static_cast<int32_t>(rank ? hp.n_cls_out : hp.n_embd);
   const uint32_t n_ctx_seq = ctx.n_ctx_seq();
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].empty()) return make_error(fmt::format("input {} has no tokens", i));
@@ -104,9 +143,10 @@ Result<Embeddings> embed(Context& ctx, std::span<const std::vector<TokenId>> inp
       const auto seq = static_cast<SeqId>(next - first);
       for (size_t p = 0; p < in.size(); ++p) {
         const bool want = out.pooling == Pooling::kMean || out.pooling == Pooling::kNone ||
-                          (out.pooling == Pooling::kCls && p == 0) ||
+                          ((out.pooling == Pooling::kCls || rank) && p == 0) ||
                           (out.pooling == Pooling::kLast && p + 1 == in.size());
-        batch.add(in[p], seq, static_cast<int32_t>(p), want);
+        batch.add(in[p], seq, static_cast<int32_t>(p), want,
+                  token_types.empty() ? 0 : token_types[next][p]);
       }
       tokens += in.size();
       ++next;
@@ -135,6 +175,9 @@ Result<Embeddings> embed(Context& ctx, std::span<const std::vector<TokenId>> inp
         v.resize(dim);
         for (size_t d = 0; d < dim; ++d) v[d] = static_cast<float>(sum[d] / static_cast<double>(n));
         normalize_embedding(v, options.normalize);
+      } else if (rank) {  // the head's scores of the [CLS] row, as they are
+        const std::span<const float> h = rows.row(row);
+        v.assign(h.begin(), h.end());
       } else {
         const std::span<const float> h = rows.row(row + (out.pooling == Pooling::kCls ? 0 : n - 1));
         v.assign(h.begin(), h.end());

@@ -251,6 +251,7 @@ class Context {
   std::vector<int32_t> window_swa_;  // sliding-window layers' runs (hparams().n_swa > 0)
   std::vector<int32_t> tail_;
   std::vector<TokenId> tokens_;       // decode(): padded token ids
+  std::vector<int32_t> types_;        // decode(): padded token types (cross-encoders)
   std::vector<int32_t> positions_;    // decode(): padded positions
   std::vector<int32_t> slot_of_row_;  // decode(): per batch row, its logits slot or -1
 };

@@ -21,6 +21,9 @@ inline constexpr std::string_view kInputKvWindow = "kv_window";
 // I32 [2 * n_runs, n_tokens]: the same runs cut to a sliding window (positions
 // > pos - n_swa), read by the sliding-window layers of models that have them (gemma3).
 inline constexpr std::string_view kInputKvWindowSwa = "kv_window_swa";
+// I32 [n_tokens]: token type (segment) of each row, read by cross-encoders (bert with a
+// classification head): 0 for the first text of a pair, 1 for the second.
+inline constexpr std::string_view kInputTokenTypes = "token_types";
 // I32 [n_out]: rows kept for the output tail when n_out < n_tokens (prefill).
 inline constexpr std::string_view kInputTailIds = "tail_ids";
 

@@ -48,6 +48,12 @@ struct HParams {
   bool causal = true;           // <arch>.attention.causal
   bool embeddings_out = false;  // the graph returns hidden states [n_embd, n_out], not logits
   int32_t pooling_type = -1;    // <arch>.pooling_type (llama.cpp's enum); -1: unspecified
+  // A cross-encoder (cls.output.weight present): the graph returns n_cls_out scores per
+  // output row instead of hidden states, and reads a per-row token type input (segment
+  // A = 0 for the query part, B = 1 for the document part, as transformers does).
+  uint32_t n_cls_out = 0;
+  std::vector<std::string> cls_labels;  // <arch>.classifier.output_labels (may be empty)
+  bool token_type_input = false;
 
   uint32_t n_expert = 0;       // <arch>.expert_count (0: dense)
   uint32_t n_expert_used = 0;  // <arch>.expert_used_count

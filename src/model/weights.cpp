@@ -29,7 +29,8 @@ std::string dims_str(const std::vector<uint64_t>& dims) {
 
 void ModelWeights::for_each(const std::function<void(const WeightRef&)>& fn) const {
   fn(tok_embd);
-  for (const WeightRef* w : {&output_norm, &pos_embd, &type_embd, &tok_norm, &tok_norm_b}) {
+  for (const WeightRef* w : {&output_norm, &pos_embd, &type_embd, &tok_norm, &tok_norm_b, &cls,
+                             &cls_b, &cls_out, &cls_out_b}) {
     if (w->present()) fn(*w);
   }
   if (!output_tied && output.present()) fn(output);

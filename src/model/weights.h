@@ -64,6 +64,10 @@ struct ModelWeights {
   WeightRef pos_embd;              // [n_embd, n_ctx_train]
   WeightRef type_embd;             // [n_embd, n_token_types]
   WeightRef tok_norm, tok_norm_b;  // F32 [n_embd]
+  // A cross-encoder's classification head (llama.cpp's cls / cls.output): the pooler's
+  // dense layer (optional; tanh follows) and the score projection.
+  WeightRef cls, cls_b;          // [n_embd, n_embd], F32 [n_embd]
+  WeightRef cls_out, cls_out_b;  // [n_embd, n_cls_out], F32 [n_cls_out]
   std::vector<LayerWeights> layers;
 
   // Every distinct tensor once (a tied output is not repeated), for binding.

@@ -46,6 +46,13 @@ std::optional<ApiError> not_an_embedding_model(const ServerContext& ctx) {
       ctx.engine.hparams().arch));
 }
 
+std::optional<ApiError> a_cross_encoder(const ServerContext& ctx) {
+  if (ctx.engine.hparams().n_cls_out == 0) return std::nullopt;
+  return bad_request(
+      "the served model is a cross-encoder (a classification head): it scores query/document "
+      "pairs at /v1/rerank and has no embeddings");
+}
+
 std::optional<ApiError> embed_inputs(ServerContext& ctx, const json* input, const char* name,
                                      bool truncate,
                                      std::vector<std::vector<engine::TokenId>>& out) {
@@ -120,11 +127,12 @@ std::optional<ApiError> embed_inputs(ServerContext& ctx, const json* input, cons
 
 std::optional<ApiError> run_embeddings(ServerContext& ctx,
                                        std::vector<std::vector<engine::TokenId>> inputs,
-                                       const engine::EmbedOptions& options,
-                                       engine::Embeddings& out) {
+                                       const engine::EmbedOptions& options, engine::Embeddings& out,
+                                       std::vector<std::vector<int32_t>> token_types) {
   auto job = std::make_shared<EmbedJob>();
   job->inputs = std::move(inputs);
   job->options = options;
+  job->token_types = std::move(token_types);
   std::future<Result<engine::Embeddings>> done = job->done.get_future();
   if (auto e = submit_refusal(ctx, ctx.scheduler.submit_embed(job))) return e;
   Result<engine::Embeddings> r = done.get();
@@ -146,6 +154,7 @@ void handle_embeddings(ServerContext& ctx, const std::string& body, httplib::Res
     reply_error(res, e);
   };
   if (auto e = not_an_embedding_model(ctx)) return reject(*e);
+  if (auto e = a_cross_encoder(ctx)) return reject(*e);
   json j;
   if (auto e = parse_object(body, j)) return reject(*e);
   std::string model = ctx.options.model_id;

@@ -666,6 +666,7 @@ void handle_ollama_embed(ServerContext& ctx, const std::string& body, httplib::R
   json j;
   std::string name;
   Opt e = not_an_embedding_model(ctx);
+  if (!e) e = a_cross_encoder(ctx);
   if (!e) e = parse_object(body, j);
   if (!e) e = check_model(ctx, j, "model", name);
   bool truncate = true;  // Ollama's default: an input past the context is cut to it

@@ -173,11 +173,17 @@ std::optional<ApiError> not_an_embedding_model(const ServerContext& ctx);
 // input by index (`name`[i]).
 std::optional<ApiError> embed_inputs(ServerContext& ctx, const json* input, const char* name,
                                      bool truncate, std::vector<std::vector<engine::TokenId>>& out);
-// Runs them on the inference thread: 429 queue full, 503 draining.
+// Runs them on the inference thread: 429 queue full, 503 draining. `token_types`: per
+// input (a cross-encoder's pairs), or empty.
 std::optional<ApiError> run_embeddings(ServerContext& ctx,
                                        std::vector<std::vector<engine::TokenId>> inputs,
-                                       const engine::EmbedOptions& options,
-                                       engine::Embeddings& out);
+                                       const engine::EmbedOptions& options, engine::Embeddings& out,
+                                       std::vector<std::vector<int32_t>> token_types = {});
+// 400 when the served model is a cross-encoder (it scores pairs at /v1/rerank).
+std::optional<ApiError> a_cross_encoder(const ServerContext& ctx);
+// POST /v1/rerank, /rerank, /v1/reranking, /reranking (server/rerank.cpp): llama-server's
+// (Jina's, Cohere's) shape; 400 on a model without a classification head.
+void handle_rerank(ServerContext& ctx, const std::string& body, httplib::Response& res);
 // POST /v1/embeddings (`openai`: OpenAI's shape) and llama-server's POST /embeddings.
 void handle_embeddings(ServerContext& ctx, const std::string& body, httplib::Response& res,
                        bool openai);

@@ -126,10 +126,16 @@ void Scheduler::run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs) {
       ++last;
     }
     std::vector<std::vector<engine::TokenId>> inputs;
+    std::vector<std::vector<int32_t>> types;
     for (size_t j = first; j < last; ++j) {
-      for (auto& in : jobs[j]->inputs) inputs.push_back(std::move(in));
+      for (size_t k = 0; k < jobs[j]->inputs.size(); ++k) {
+        types.push_back(jobs[j]->token_types.empty()
+                            ? std::vector<int32_t>(jobs[j]->inputs[k].size(), 0)
+                            : std::move(jobs[j]->token_types[k]));
+        inputs.push_back(std::move(jobs[j]->inputs[k]));
+      }
     }
-    auto r = engine::embed(engine_, inputs, jobs[first]->options);
+    auto r = engine::embed(engine_, inputs, jobs[first]->options, types);
     size_t at = 0;
     for (size_t j = first; j < last; ++j) {
       const size_t n = jobs[j]->inputs.size();
@@ -146,7 +152,9 @@ void Scheduler::run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs) {
         std::vector<std::vector<engine::TokenId>> own(
             inputs.begin() + static_cast<ptrdiff_t>(at),
             inputs.begin() + static_cast<ptrdiff_t>(at + n));
-        jobs[j]->done.set_value(engine::embed(engine_, own, jobs[j]->options));
+        std::vector<std::vector<int32_t>> own_types(types.begin() + static_cast<ptrdiff_t>(at),
+                                                    types.begin() + static_cast<ptrdiff_t>(at + n));
+        jobs[j]->done.set_value(engine::embed(engine_, own, jobs[j]->options, own_types));
       }
       at += n;
     }

@@ -92,6 +92,7 @@ struct Job {
 struct EmbedJob {
   std::vector<std::vector<engine::TokenId>> inputs;
   engine::EmbedOptions options;
+  std::vector<std::vector<int32_t>> token_types;  // per input, or empty: every token type 0
   std::promise<Result<engine::Embeddings>> done;
 };
 

@@ -664,6 +664,10 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
       handle_embeddings(ctx, body, res, /*openai=*/false);
     });
   }
+  // Reranking (a cross-encoder): llama-server's four paths.
+  for (const char* path : {"/v1/rerank", "/rerank", "/v1/reranking", "/reranking"}) {
+    post(path, [&](const std::string& body, Response& res) { handle_rerank(ctx, body, res); });
+  }
   post("/api/embed", [&](const std::string& body, Response& res) {
     handle_ollama_embed(ctx, body, res, /*legacy=*/false);
   });

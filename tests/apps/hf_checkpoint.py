@@ -43,12 +43,20 @@ BERT_CONFIGS = {
     "bert": dict(tokenizer="minilm", dtype="float32", hidden=32, ffn=64, layers=2, heads=4,
                  vocab=30522, n_ctx=64, type_vocab=2, eps=1e-12, prefix="bert.",
                  pooling="pooling_mode_cls_token"),
+    # A cross-encoder (the ms-marco MiniLM rerankers' layout): BertForSequenceClassification
+    # with one label, "bert."-prefixed names, the pooler and a 1-row "classifier"; no
+    # modules.json, so no pooling_type key.
+    "bertcls": dict(tokenizer="minilm", dtype="float32", hidden=32, ffn=64, layers=2, heads=4,
+                    vocab=30522, n_ctx=64, type_vocab=2, eps=1e-12, prefix="bert.",
+                    pooling=None, labels={"0": "LABEL_0"}),
 }
 
 
 def bert_config_json(c):
+    extra = {"id2label": c["labels"], "label2id": {v: int(k) for k, v in c["labels"].items()}} \
+        if c.get("labels") else {}
     return {
-        "architectures": ["BertModel"],
+        "architectures": ["BertForSequenceClassification" if c.get("labels") else "BertModel"],
         "model_type": "bert",
         "hidden_size": c["hidden"],
         "intermediate_size": c["ffn"],
@@ -61,6 +69,7 @@ def bert_config_json(c):
         "hidden_act": "gelu",
         "pad_token_id": 0,
         "torch_dtype": c["dtype"],
+        **extra,
     }
 
 
@@ -101,17 +110,24 @@ def bert_tensors(c, seed):
         out[b + "output.LayerNorm.bias"] = w(h, scale=0.02)
     out[p + "pooler.dense.weight"] = w(h, h)
     out[p + "pooler.dense.bias"] = w(h, scale=0.02)
+    if c.get("labels"):
+        out["classifier.weight"] = w(len(c["labels"]), h, scale=0.3)
+        out["classifier.bias"] = w(len(c["labels"]), scale=0.1)
     return out
 
 
 def write_bert(name, out_dir, tokenizers_dir, seed=1234):
     c = BERT_CONFIGS[name]
     out = Path(out_dir)
-    (out / "1_Pooling").mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(bert_config_json(c), indent=2) + "\n")
     tok = Path(tokenizers_dir) / c["tokenizer"]
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(tok / f, out / f)
+    save_file(bert_tensors(c, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
+    if c["pooling"] is None:
+        return out
+    (out / "1_Pooling").mkdir(parents=True, exist_ok=True)
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
@@ -122,7 +138,6 @@ def write_bert(name, out_dir, tokenizers_dir, seed=1234):
              "pooling_mode_mean_sqrt_len_tokens")
     pooling = {"word_embedding_dimension": c["hidden"], **{m: m == c["pooling"] for m in modes}}
     (out / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
-    save_file(bert_tensors(c, seed), str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
 
 

@@ -2,7 +2,8 @@
 the tiny checkpoints of hf_checkpoint.py (Llama: F32, GQA, untied; Qwen2: F16, biases,
 two shards with an index, tied; Qwen3: F32, q/k norms, explicit head_dim; BERT: a
 sentence-transformers folder with "bert."-prefixed names, pooler, CLS pooling, the
-uncased WordPiece vocabulary) at each --outtype, and for the real all-MiniLM-L6-v2
+uncased WordPiece vocabulary; a BertForSequenceClassification cross-encoder with one
+label) at each --outtype, and for the real all-MiniLM-L6-v2
 (from the model cache, when scripts/setup.sh has fetched it) at f32 and f16, the sha256 of our file equals the one recorded from llama.cpp's converter by
 tools/reference/convert_reference.py in tests/data/convert/<config>-<outtype>.json
 (CI has no torch). On a mismatch the test names the first metadata key or tensor that
@@ -24,7 +25,7 @@ MINFER = os.environ.get("MINFER_BIN", "minfer")
 TESTDATA = Path(os.environ.get("MINFER_TESTDATA_DIR", "tests/data"))
 ROOT = Path(__file__).resolve().parents[2]
 DIGESTS = TESTDATA / "convert"
-CONFIGS = ["llama", "qwen2", "qwen3", "bert"]
+CONFIGS = ["llama", "qwen2", "qwen3", "bert", "bertcls"]
 OUTTYPES = ["f32", "f16", "bf16", "q8_0"]
 CASES = [(c, t) for c in CONFIGS for t in OUTTYPES]
 MINILM_OUTTYPES = ["f32", "f16"]
@@ -212,6 +213,25 @@ def test_bert_without_modules_json_has_no_pooling_key(checkpoints, tmp_path):
     assert "bert.pooling_type" not in fields and fields["bert.attention.causal"].contents() is False
 
 
+def test_bert_classifier_keeps_the_pooler_only_when_asked(checkpoints, tmp_path):
+    """--keep-pooler adds bert.pooler.dense as cls.weight/cls.bias (F32 at --outtype f32,
+    the checkpoint's values) to the recorded file's tensors; the labels stay."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    from safetensors.numpy import load_file
+    out = tmp_path / "out.gguf"
+    assert convert(checkpoints["bertcls"], out, "--outtype", "f32", "--keep-pooler").returncode == 0
+    r = gguf.GGUFReader(str(out))
+    assert r.fields["bert.classifier.output_labels"].contents() == ["LABEL_0"]
+    got = {t.name: t for t in r.tensors}
+    src = load_file(str(checkpoints["bertcls"] / "model.safetensors"))
+    np.testing.assert_array_equal(got["cls.weight"].data.reshape(32, 32), src["bert.pooler.dense.weight"])
+    np.testing.assert_array_equal(got["cls.bias"].data, src["bert.pooler.dense.bias"])
+    np.testing.assert_array_equal(got["cls.output.weight"].data.reshape(1, 32), src["classifier.weight"])
+    ref = json.loads((DIGESTS / "bertcls-f32.json").read_text())
+    assert sorted(got) == sorted([t["name"] for t in ref["tensors"]] + ["cls.weight", "cls.bias"])
+
+
 def test_bert_bad_inputs_are_clear_errors_and_leave_no_file(checkpoints, tmp_path):
     out = tmp_path / "out.gguf"
     bert = checkpoints["bert"]
@@ -223,8 +243,14 @@ def test_bert_bad_inputs_are_clear_errors_and_leave_no_file(checkpoints, tmp_pat
     import shutil
     shutil.rmtree(d / "1_Pooling")
     cases.append((d, "names pooling folder '1_Pooling', which has no config.json"))
-    d = broken_copy(bert, tmp_path / "labels", id2label={"0": "neg", "1": "neu", "2": "pos"})
-    cases.append((d, '"id2label" (classifier labels) is not supported'))
+    d = broken_copy(checkpoints["bertcls"], tmp_path / "placeholder",
+                    id2label={"0": "LABEL_0", "1": "LABEL_1"})
+    cases.append((d, "tensor 'classifier.bias': a classifier needs labels"))
+    d = broken_copy(checkpoints["bertcls"], tmp_path / "threelabels",
+                    id2label={"0": "neg", "1": "neu", "2": "pos"})
+    cases.append((d, "tensor 'classifier.bias' has shape [1], config.json implies [3]"))
+    d = broken_copy(checkpoints["bertcls"], tmp_path / "badlabel", id2label={"first": "x"})
+    cases.append((d, "\"id2label\" entry 'first' is not an integer id"))
     d = rewrite_weights(bert, tmp_path / "missing" / "bert",
                         lambda k: None if k == "bert.encoder.layer.1.output.dense.bias" else k)
     cases.append((d, "no tensor for 'blk.1.ffn_down.bias'"))

@@ -76,7 +76,7 @@ TEST_F(MiniLm, PoolingNoneClsLastAndNormalisationModes) {
   EXPECT_NEAR(l1, 1.0, 1e-5);
 }
 
-TEST_F(MiniLm, RefusesEmptyOverlongInputsAndRankPoolingWithTheInputNamed) {
+TEST_F(MiniLm, RefusesEmptyOverlongInputsRankPoolingAndMismatchedTokenTypesWithTheInputNamed) {
   std::vector<std::vector<TokenId>> inputs = {{101, 7592, 102}, {}};
   auto r = embed(*engine_, inputs);
   ASSERT_FALSE(r.ok());
@@ -89,6 +89,18 @@ TEST_F(MiniLm, RefusesEmptyOverlongInputsAndRankPoolingWithTheInputNamed) {
   r = embed(*engine_, std::span(inputs.data(), 1), {.pooling = Pooling::kRank});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("classification head"), std::string::npos);
+  // Token types must match the inputs one for one, token for token.
+  const std::vector<std::vector<int32_t>> short_types = {{0, 0}};
+  r = embed(*engine_, std::span(inputs.data(), 1), {}, short_types);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("input 0 has 3 tokens but 2 token types"), std::string::npos)
+      << r.error().message;
+  r = embed(*engine_, std::span(inputs.data(), 1), {}, std::span(short_types.data(), 0));
+  EXPECT_TRUE(r.ok()) << r.error().message;  // none given: every token is type 0
+  const std::vector<std::vector<int32_t>> two = {{0, 0, 0}, {0, 0, 0}};
+  r = embed(*engine_, std::span(inputs.data(), 1), {}, two);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("2 token type lists for 1 inputs"), std::string::npos);
   inputs[1] = {101, 40000, 102};  // outside the 30522-token vocabulary
   r = embed(*engine_, inputs);
   ASSERT_FALSE(r.ok());

@@ -2,13 +2,15 @@
 // (src/models/bert.cpp): token + token-type (row 0, "sentence A") + absolute position
 // embeddings, LayerNorm; per block Q/K/V with biases, attention over the whole sequence,
 // output projection + bias, residual, LayerNorm; a GELU FFN (up + bias, gelu, down +
-// bias), residual, LayerNorm. The last block's hidden states are the graph output.
+// bias), residual, LayerNorm. The last block's hidden states are the graph output, or,
+// for a cross-encoder (cls.output present), the classification head's scores of them.
 #include "model/arch/bert/bert.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 
+#include "graph/input_names.h"
 #include "kv/graph_inputs.h"
 
 namespace minfer::model::bert {
@@ -55,6 +57,18 @@ Status adjust(const gguf::Model& file, HParams& hp) {
     if (pt > 4) return make_error(fmt::format("{}.pooling_type = {} is unknown", a, pt));
     hp.pooling_type = static_cast<int32_t>(pt);
   }
+  if (const gguf::TensorInfo* t = file.find_tensor("cls.output.weight"); t != nullptr) {
+    if (t->dims.size() != 2 || t->dims[0] != hp.n_embd || t->dims[1] == 0) {
+      return make_error(
+          fmt::format("tensor 'cls.output.weight' has {} dims [{}, ...], expected [{}, n_cls_out]",
+                      t->dims.size(), t->dims.empty() ? 0 : t->dims[0], hp.n_embd));
+    }
+    hp.n_cls_out = static_cast<uint32_t>(t->dims[1]);
+    hp.token_type_input = file.find_tensor("token_types.weight") != nullptr;
+    if (file.has(a + ".classifier.output_labels")) {
+      MINFER_TRY(hp.cls_labels, file.get_string_array(a + ".classifier.output_labels"));
+    }
+  }
   if (hp.n_head_kv != hp.n_head) {
     return make_error(
         fmt::format("{}: head_count_kv {} != head_count {}", a, hp.n_head_kv, hp.n_head));
@@ -75,6 +89,15 @@ Result<ModelWeights> bind(const WeightBinder& wb, const HParams& hp) {
       return make_error(fmt::format("tensor 'token_types.weight' has type {}, expected f32",
                                     dtype_name(w.type_embd.dtype)));
     }
+  }
+  if (hp.n_cls_out > 0) {
+    const int64_t n_out = hp.n_cls_out;
+    if (wb.has("cls.weight")) {  // llama.cpp's converter drops the pooler; ours keeps it on request
+      MINFER_TRY(w.cls, wb.require("cls.weight", {n_embd, n_embd}));
+      MINFER_TRY(w.cls_b, f32_vec(wb, "cls.bias", n_embd));
+    }
+    MINFER_TRY(w.cls_out, wb.require("cls.output.weight", {n_embd, n_out}));
+    MINFER_TRY(w.cls_out_b, f32_vec(wb, "cls.output.bias", n_out));
   }
   MINFER_TRY(w.tok_norm, f32_vec(wb, "token_embd_norm.weight", n_embd));
   MINFER_TRY(w.tok_norm_b, f32_vec(wb, "token_embd_norm.bias", n_embd));
@@ -111,7 +134,12 @@ graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph:
 
   NodeId inp = b.get_rows(weight_node(b, w.tok_embd), in.token_ids);  // F32 [n_embd, n_tokens]
   b.name(inp, "inp_embd");
-  if (w.type_embd.present()) {
+  if (w.type_embd.present() && hp.token_type_input) {
+    // A cross-encoder's rows carry their segment (0: query, 1: document) as data.
+    NodeId types = b.input(graph::kInputTokenTypes, DType::kI32, {nt});  // I32 [n_tokens]
+    NodeId te = b.get_rows(weight_node(b, w.type_embd), types);          // F32 [n_embd, n_tokens]
+    inp = b.add(inp, te);                                                // F32 [n_embd, n_tokens]
+  } else if (w.type_embd.present()) {
     // Every row is segment 0 ("sentence A"): the first token-type row, broadcast.
     NodeId type0 =
         b.view(weight_node(b, w.type_embd), {int64_t{hp.n_embd}, 1}, 0);  // F32 [n_embd, 1]
@@ -163,6 +191,18 @@ graph::ComputeGraph build(const HParams& hp, const ModelWeights& w, const graph:
   }
   b.set_layer(-1);
   b.name(inp, "result_embd");
+  if (hp.n_cls_out > 0) {
+    // The classification head on the output rows (the runtime asks for each sequence's
+    // [CLS] row), as transformers' BertForSequenceClassification: pooler dense + tanh,
+    // then the projection to n_cls_out scores (llama.cpp's build_pooling, rank).
+    NodeId cur = inp;  // F32 [n_embd, rows]
+    if (w.cls.present()) {
+      cur = b.tanh(linear(b, w.cls, w.cls_b, cur));  // F32 [n_embd, rows]
+      b.name(cur, "cls_pooled");
+    }
+    inp = linear(b, w.cls_out, w.cls_out_b, cur);  // F32 [n_cls_out, rows]
+    b.name(inp, "result_rank");
+  }
   b.mark_output(inp);
   return b.finish();
 }

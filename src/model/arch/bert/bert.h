@@ -2,7 +2,8 @@
 // Invariants: bidirectional attention over one sequence's cells (the window input lists
 // the whole sequence), no rope (learned absolute positions), post-sublayer LayerNorms;
 // the graph returns hidden states [n_embd, n_out] (HParams::embeddings_out), which the
-// runtime pools; the builder is a pure function of GraphParams.
+// runtime pools, or a cross-encoder's scores [n_cls_out, n_out] (HParams::n_cls_out);
+// the builder is a pure function of GraphParams.
 #pragma once
 
 #include "model/layers.h"
