@@ -38,6 +38,17 @@ std::string base64_floats(const std::vector<float>& v) {
 
 }  // namespace
 
+std::optional<ApiError> parse_with_model(const ServerContext& ctx, const std::string& body, json& j,
+                                         std::string& model) {
+  if (auto e = parse_object(body, j)) return e;
+  model = ctx.options.model_id;
+  if (const json* m = field(j, "model"); m != nullptr && !m->is_null()) {
+    if (!m->is_string()) return bad_request("'model' must be a string");
+    model = m->get<std::string>();
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> not_an_embedding_model(const ServerContext& ctx) {
   if (ctx.engine.hparams().embeddings_out) return std::nullopt;
   return bad_request(fmt::format(
@@ -156,12 +167,8 @@ void handle_embeddings(ServerContext& ctx, const std::string& body, httplib::Res
   if (auto e = not_an_embedding_model(ctx)) return reject(*e);
   if (auto e = a_cross_encoder(ctx)) return reject(*e);
   json j;
-  if (auto e = parse_object(body, j)) return reject(*e);
-  std::string model = ctx.options.model_id;
-  if (const json* m = field(j, "model"); m != nullptr && !m->is_null()) {
-    if (!m->is_string()) return reject(bad_request("'model' must be a string"));
-    model = m->get<std::string>();
-  }
+  std::string model;
+  if (auto e = parse_with_model(ctx, body, j, model)) return reject(*e);
   bool base64 = false;
   if (const json* f = field(j, "encoding_format"); f != nullptr && !f->is_null()) {
     if (!f->is_string() || (*f != "float" && *f != "base64")) {

@@ -28,12 +28,8 @@ void handle_rerank(ServerContext& ctx, const std::string& body, httplib::Respons
         ctx.engine.hparams().arch)));
   }
   json j;
-  if (auto e = parse_object(body, j)) return reject(*e);
-  std::string model = ctx.options.model_id;
-  if (const json* m = field(j, "model"); m != nullptr && !m->is_null()) {
-    if (!m->is_string()) return reject(bad_request("'model' must be a string"));
-    model = m->get<std::string>();
-  }
+  std::string model;
+  if (auto e = parse_with_model(ctx, body, j, model)) return reject(*e);
   const json* query = field(j, "query");
   if (query == nullptr || query->is_null()) return reject(bad_request("'query' is required"));
   if (!query->is_string()) return reject(bad_request("'query' must be a string"));

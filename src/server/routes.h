@@ -167,6 +167,10 @@ void handle_response_cancel(ServerContext& ctx, const std::string& id, httplib::
 // 400 when the served model is a generative one (its routes for embeddings, and the
 // generating routes on an encoder model, say why).
 std::optional<ApiError> not_an_embedding_model(const ServerContext& ctx);
+// The body as a JSON object and its optional `model` (a string; the served id when absent),
+// for the embedding and rerank routes.
+std::optional<ApiError> parse_with_model(const ServerContext& ctx, const std::string& body, json& j,
+                                         std::string& model);
 // An embedding request's `input` (a string, strings, token ids or arrays of them) as
 // token lists, [CLS]/[SEP] added to texts as the vocabulary says; each within the
 // server's n_ctx, or cut to it keeping its last token when `truncate`. 400s name the
