@@ -9,16 +9,6 @@
 namespace minfer::server {
 namespace {
 
-const char* finish_reason(engine::SeqStop stop) {
-  switch (stop) {
-    case engine::SeqStop::kEog:
-    case engine::SeqStop::kStopString:
-      return "stop";
-    default:
-      return "length";
-  }
-}
-
 json usage_json(const JobEvent& ev) {
   return json{{"prompt_tokens", ev.n_prompt},
               {"completion_tokens", ev.n_generated},

@@ -92,6 +92,16 @@ std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionReques
   return {};
 }
 
+const char* finish_reason(engine::SeqStop stop) {
+  switch (stop) {
+    case engine::SeqStop::kEog:
+    case engine::SeqStop::kStopString:
+      return "stop";
+    default:
+      return "length";
+  }
+}
+
 std::optional<ApiError> submit_refusal(ServerContext& ctx, SubmitResult result) {
   switch (result) {
     case SubmitResult::kQueued:

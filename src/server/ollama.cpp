@@ -337,16 +337,6 @@ Opt parse_generate(ServerContext& ctx, const std::string& body, OllamaRequest& o
   return parse_translated(ctx, j, oa, Endpoint::kChat, n_ctx, out.r);
 }
 
-const char* done_reason(engine::SeqStop stop) {
-  switch (stop) {
-    case engine::SeqStop::kEog:
-    case engine::SeqStop::kStopString:
-      return "stop";
-    default:
-      return "length";
-  }
-}
-
 json tool_calls_json(const std::vector<ToolCall>& calls) {
   json out = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -425,7 +415,7 @@ class OllamaLines final : public SseWriter {
     json j = base_object(model_, chat_, std::move(text));
     if (called) j["message"]["tool_calls"] = tool_calls_json(tools_->calls());
     j["done"] = true;
-    add_final(j, ev, timing_, done_reason(ev.stop));
+    add_final(j, ev, timing_, finish_reason(ev.stop));
     return dump(j) + "\n";
   }
 
@@ -479,7 +469,7 @@ void handle_generating(ServerContext& ctx, const std::string& body, bool chat,
   json j = base_object(q.model, q.chat, std::move(text));
   if (called) j["message"]["tool_calls"] = tool_calls_json(tools->calls());
   j["done"] = true;
-  add_final(j, ev, timing, done_reason(ev.stop));
+  add_final(j, ev, timing, finish_reason(ev.stop));
   reply_json(res, j);
 }
 

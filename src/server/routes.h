@@ -122,6 +122,9 @@ std::optional<ApiError> submit_refusal(ServerContext& ctx, SubmitResult result);
 std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest& r,
                                           SubmittedJob& out);
 
+// OpenAI's finish_reason (Ollama's done_reason) of a sequence's stop: "stop" at the end of
+// generation or a stop string, else "length".
+const char* finish_reason(engine::SeqStop stop);
 // The final event's token counts, for the request's log line.
 void note_counts(const JobEvent& ev);
 // Non-streaming: waits for the job's events, calling `on_event` for each, and returns
