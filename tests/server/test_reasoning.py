@@ -1,0 +1,144 @@
+"""Stage 17 tests: reasoning models' thinking blocks on the OpenAI chat route — the block
+split into reasoning_content (whole and streamed, before the content), left in the content
+with reasoning_format none, bounded by a budget the server closes itself, and a response
+format enforced only after the block. The model is a random-weight Qwen3-shaped fixture:
+its thinking never closes by itself, so every answer here exists only because the budget
+closed the block. Templates: DeepSeek-R1-Distill-Llama's (the prompt ends inside an open
+block) and Qwen3's (the model opens the block), from tests/data/templates."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import CACHE, Server
+
+MODEL = CACHE / "models" / "minfer-fixture-tiny-qwen3-f32.gguf"
+DATA = Path(os.environ.get("MINFER_TESTDATA_DIR", Path(__file__).resolve().parents[1] / "data"))
+R1_TEMPLATE = DATA / "templates" / "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"
+QWEN3_TEMPLATE = DATA / "templates" / "Qwen-Qwen3-0.6B.jinja"
+CHAT = "/v1/chat/completions"
+MSG = [{"role": "user", "content": "What is two plus two?"}]
+
+pytestmark = pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} not present")
+
+
+@pytest.fixture(scope="module")
+def r1():
+    s = Server("--chat-template-file", R1_TEMPLATE, "--n-ctx", 512, "-t", 2,
+               "--reasoning-budget", 6, model=MODEL)
+    yield s
+    s.kill()
+
+
+def chat(server, **kw):
+    body = {"messages": MSG, "temperature": 0, "max_tokens": 24, **kw}
+    status, r = server.post(CHAT, body)
+    assert status == 200, r
+    return r
+
+
+def stream(server, **kw):
+    body = {"messages": MSG, "temperature": 0, "max_tokens": 24, "stream": True,
+            "stream_options": {"include_usage": True}, **kw}
+    status, raw = server.request("POST", CHAT, body)
+    assert status == 200, raw
+    deltas, usage = [], None
+    for line in raw.decode().splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            c = json.loads(line[6:])
+            if c.get("usage"):
+                usage = c["usage"]
+            for ch in c["choices"]:
+                deltas.append(ch["delta"])
+    return deltas, usage
+
+
+def n_tokens(server, text):
+    status, r = server.post("/tokenize", {"content": text})
+    assert status == 200
+    return len(r["tokens"])
+
+
+def test_budget_splits_reasoning_from_the_content_that_follows(r1):
+    r = chat(r1, thinking_budget_tokens=8)
+    msg = r["choices"][0]["message"]
+    assert msg["reasoning_content"].strip() and msg["content"].strip()
+    for tag in ("<think>", "</think>"):
+        assert tag not in msg["reasoning_content"] and tag not in msg["content"]
+    assert r["usage"]["completion_tokens_details"]["reasoning_tokens"] == 8
+    assert n_tokens(r1, msg["reasoning_content"]) <= 8 + 2  # re-tokenizing may merge or split a little
+    assert r["choices"][0]["finish_reason"] == "length"
+
+
+def test_server_budget_is_the_default_and_minus_one_lifts_it(r1):
+    r = chat(r1)  # --reasoning-budget 6
+    assert r["usage"]["completion_tokens_details"]["reasoning_tokens"] == 6
+    assert r["choices"][0]["message"]["content"].strip()
+    r = chat(r1, thinking_budget_tokens=-1)  # never closes: all 24 tokens are reasoning
+    assert r["usage"]["completion_tokens_details"]["reasoning_tokens"] == 24
+    assert r["choices"][0]["message"]["content"] == ""
+    assert r["choices"][0]["message"]["reasoning_content"].strip()
+
+
+def test_stream_sends_reasoning_deltas_before_content_and_matches_the_whole_reply(r1):
+    whole = chat(r1, thinking_budget_tokens=8)["choices"][0]["message"]
+    deltas, usage = stream(r1, thinking_budget_tokens=8)
+    kinds = [("r" if d.get("reasoning_content") else "c") for d in deltas
+             if d.get("reasoning_content") or d.get("content")]
+    assert "r" in kinds and "c" in kinds
+    assert kinds == sorted(kinds, key=lambda k: k == "c")  # every r before every c
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == whole["reasoning_content"]
+    assert "".join(d.get("content") or "" for d in deltas) == whole["content"]
+    assert usage["completion_tokens_details"]["reasoning_tokens"] == 8
+
+
+def test_reasoning_format_none_leaves_the_block_in_the_content(r1):
+    split = chat(r1, thinking_budget_tokens=8)["choices"][0]["message"]
+    r = chat(r1, thinking_budget_tokens=8, reasoning_format="none")["choices"][0]["message"]
+    assert "reasoning_content" not in r
+    assert "</think>" in r["content"]
+    before, after = r["content"].split("</think>")
+    assert before.strip() == split["reasoning_content"]
+    assert after.strip() == split["content"].strip()
+
+
+def test_budget_zero_and_effort_none_mean_no_thinking(r1):
+    for kw in ({"thinking_budget_tokens": 0}, {"reasoning_effort": "none"}):
+        r = chat(r1, **kw)
+        msg = r["choices"][0]["message"]
+        assert "reasoning_content" not in msg, kw
+        assert msg["content"].strip() and "</think>" not in msg["content"]
+        assert "completion_tokens_details" not in r["usage"]
+
+
+def test_reasoning_effort_low_is_a_256_token_budget(r1):
+    r = chat(r1, reasoning_effort="low", max_tokens=40)
+    assert r["usage"]["completion_tokens_details"]["reasoning_tokens"] == 40  # below 256
+
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"},
+                                            "unit": {"type": "string", "maxLength": 8}},
+          "required": ["answer", "unit"], "additionalProperties": False}
+
+
+def test_json_schema_applies_after_the_thinking_block_with_the_qwen3_template():
+    s = Server("--chat-template-file", QWEN3_TEMPLATE, "--n-ctx", 512, "-t", 2, model=MODEL)
+    try:
+        status, r = s.post(CHAT, {"messages": MSG, "temperature": 0, "max_tokens": 120,
+                                  "thinking_budget_tokens": 16,
+                                  "response_format": {"type": "json_schema", "json_schema": {
+                                      "name": "a", "schema": SCHEMA}}})
+        assert status == 200, r
+        msg = r["choices"][0]["message"]
+        assert msg["reasoning_content"].strip()
+        assert r["usage"]["completion_tokens_details"]["reasoning_tokens"] == 16
+        obj = json.loads(msg["content"])
+        try:
+            import jsonschema
+            jsonschema.validate(obj, SCHEMA)
+        except ImportError:
+            assert set(obj) == {"answer", "unit"} and isinstance(obj["answer"], int)
+        assert r["choices"][0]["finish_reason"] == "stop"
+    finally:
+        s.kill()
