@@ -142,3 +142,33 @@ def test_json_schema_applies_after_the_thinking_block_with_the_qwen3_template():
         assert r["choices"][0]["finish_reason"] == "stop"
     finally:
         s.kill()
+
+
+# --- Anthropic's Messages API (the official SDK) -----------------------------------
+
+def test_anthropic_thinking_blocks_before_the_text_stream_and_not():
+    anthropic = pytest.importorskip("anthropic")
+    s = Server("--chat-template-file", R1_TEMPLATE, "--n-ctx", 512, "-t", 2, model=MODEL)
+    try:
+        c = anthropic.Anthropic(base_url=s.url, api_key="unused", max_retries=0, timeout=120)
+        kw = dict(model="fixture", max_tokens=24, messages=MSG, extra_body={"temperature": 0},
+                  thinking={"type": "enabled", "budget_tokens": 8})
+        m = c.messages.create(**kw)
+        assert [b.type for b in m.content] == ["thinking", "text"]
+        assert m.content[0].thinking.strip() and m.content[0].signature == ""
+        assert m.content[1].text.strip() and "</think>" not in m.content[1].text
+        with c.messages.stream(**kw) as st:
+            kinds = [e.delta.type for e in st if e.type == "content_block_delta"]
+            final = st.get_final_message()
+        assert kinds.index("text_delta") > max(i for i, k in enumerate(kinds) if k == "thinking_delta")
+        assert kinds.count("signature_delta") == 1
+        assert [b.type for b in final.content] == ["thinking", "text"]
+        assert final.content[0].thinking == m.content[0].thinking
+        assert final.content[1].text == m.content[1].text
+        # Absent or disabled: no thinking (the block is closed in the prompt).
+        for extra in ({}, {"thinking": {"type": "disabled"}}):
+            m = c.messages.create(**{**kw, **extra, "thinking": extra.get("thinking", anthropic.NOT_GIVEN)})
+            assert [b.type for b in m.content] == ["text"], extra
+            assert "</think>" not in m.content[0].text
+    finally:
+        s.kill()
