@@ -172,3 +172,31 @@ def test_anthropic_thinking_blocks_before_the_text_stream_and_not():
             assert "</think>" not in m.content[0].text
     finally:
         s.kill()
+
+
+# --- Ollama's API (the official client) ----------------------------------------------
+
+def test_ollama_think_gives_thinking_in_chat_and_generate_streamed_too(r1):
+    ollama = pytest.importorskip("ollama")
+    c = ollama.Client(host=r1.url, timeout=120)
+    model = json.loads(r1.request("GET", "/v1/models")[1])["data"][0]["id"]
+    opts = {"temperature": 0, "num_predict": 24}
+    r = c.chat(model=model, messages=MSG, think=True, options=opts)  # --reasoning-budget 6
+    assert r.message.thinking.strip() and r.message.content.strip()
+    assert "</think>" not in r.message.content
+    parts = [(p.message.thinking or "", p.message.content or "")
+             for p in c.chat(model=model, messages=MSG, think=True, options=opts, stream=True)]
+    last_thinking = max(i for i, (t, _) in enumerate(parts) if t)
+    first_content = min(i for i, (_, x) in enumerate(parts) if x)
+    assert last_thinking < first_content
+    assert "".join(t for t, _ in parts) == r.message.thinking
+    assert "".join(x for _, x in parts) == r.message.content
+    g = c.generate(model=model, prompt=MSG[0]["content"], think=True, options=opts)
+    assert g.thinking == r.message.thinking and g.response == r.message.content
+    streamed = list(c.generate(model=model, prompt=MSG[0]["content"], think=True, options=opts,
+                               stream=True))
+    assert "".join(p.thinking or "" for p in streamed) == g.thinking
+    off = c.chat(model=model, messages=MSG, think=False, options=opts)
+    assert not off.message.thinking and off.message.content.strip()
+    low = c.chat(model=model, messages=MSG, think="low", options=opts)  # 256 > 24: all thinking
+    assert low.message.thinking.strip() and low.message.content == ""
