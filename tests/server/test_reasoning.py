@@ -200,3 +200,41 @@ def test_ollama_think_gives_thinking_in_chat_and_generate_streamed_too(r1):
     assert not off.message.thinking and off.message.content.strip()
     low = c.chat(model=model, messages=MSG, think="low", options=opts)  # 256 > 24: all thinking
     assert low.message.thinking.strip() and low.message.content == ""
+
+
+# --- OpenAI's Responses API (the official SDK) ---------------------------------------
+
+def test_responses_reasoning_item_before_the_message_with_reasoning_tokens(r1):
+    openai = pytest.importorskip("openai")
+    c = openai.OpenAI(base_url=r1.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    kw = dict(model="fixture", input=MSG[0]["content"], temperature=0, max_output_tokens=40,
+              reasoning={"effort": "minimal", "summary": "auto"})  # minimal: 64 > 40
+    r = c.responses.create(**kw)
+    # All 40 tokens are reasoning: the message is there, empty and incomplete.
+    assert [i.type for i in r.output] == ["reasoning", "message"]
+    assert r.output_text == "" and r.status == "incomplete"
+    assert r.usage.output_tokens_details.reasoning_tokens == 40
+    # effort none: no thinking, no reasoning item.
+    kw["reasoning"] = {"effort": "none"}
+    r = c.responses.create(**kw)
+    assert [i.type for i in r.output] == ["message"] and r.output_text.strip()
+    assert r.usage.output_tokens_details.reasoning_tokens == 0
+    # The server's --reasoning-budget 6 when no effort is given: reasoning, then the answer.
+    kw["reasoning"] = {"summary": "auto"}
+    r = c.responses.create(**kw)
+    assert [i.type for i in r.output] == ["reasoning", "message"]
+    item = r.output[0]
+    assert item.content[0].type == "reasoning_text" and item.content[0].text.strip()
+    assert item.summary[0].text == item.content[0].text
+    assert r.usage.output_tokens_details.reasoning_tokens == 6
+    assert r.output_text.strip() and "</think>" not in r.output_text
+    events = list(c.responses.create(**kw, stream=True))
+    types = [e.type for e in events]
+    assert types.index("response.output_text.delta") > types.index("response.reasoning_text.done")
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+    assert deltas == item.content[0].text
+    done = events[-1].response
+    assert [i.type for i in done.output] == ["reasoning", "message"]
+    assert done.output_text == r.output_text
+    added = [e.output_index for e in events if e.type == "response.output_item.added"]
+    assert added == [0, 1]
