@@ -66,46 +66,22 @@ bool blank(const std::string& s) {
   return s.find_first_not_of(" \t\r\n") == std::string::npos;
 }
 
-// A thinking template's block for this request, decided on the rendered prompt: the
-// template has one when its source writes the close tag or the prompt ends with the open
-// tag ("forced open": the model starts inside the block). A prompt that ends with a
-// closed block (Qwen3 with enable_thinking false) has none to track. Budget 0 closes the
-// block in the prompt itself, as Qwen3's template does for enable_thinking false.
+// A thinking template's block for this request (chat::plan_thinking): tracked, split
+// as asked, bounded by the request's budget or the server's.
 std::optional<ApiError> plan_reasoning(ServerContext& ctx, const CompletionRequest& r,
                                        std::string& text, engine::ReasoningOptions& out) {
-  constexpr std::string_view kOpen = "<think>";
-  constexpr std::string_view kClose = "</think>";
-  std::string_view trimmed = text;
-  while (!trimmed.empty() &&
-         std::string_view(" \t\r\n").find(trimmed.back()) != std::string_view::npos) {
-    trimmed.remove_suffix(1);
-  }
-  const bool forced_open = trimmed.ends_with(kOpen);
-  const bool has_block =
-      forced_open || ctx.renderer.source().find(kClose) != std::string_view::npos;
-  out = {};
-  if (!has_block || trimmed.ends_with(kClose)) return {};
   const int32_t budget = r.reasoning_budget.value_or(ctx.options.reasoning_budget);
-  if (budget == 0) {
-    text += forced_open ? "\n</think>\n\n" : "<think>\n\n</think>\n\n";
-    return {};
-  }
-  // A constraint (a grammar, a schema, tools) starts with the answer, so where the model
-  // would open the block itself the server opens it in the prompt: the answer's start is
-  // then never a guess (a first token outside the block would go unconstrained).
-  bool opened = forced_open;
-  if (!opened && !r.grammar.empty()) {
-    text += "<think>\n";
-    opened = true;
-  }
-  // The close the budget feeds: the tag with the newlines Qwen3's and DeepSeek-R1's
-  // templates put around it.
-  auto close = ctx.tok.encode("\n</think>\n\n", {.add_special = false, .parse_special = true});
-  if (!close.ok())
+  const chat::ThinkingPlan plan =
+      chat::plan_thinking(ctx.renderer.source(), text, budget, !r.grammar.empty());
+  out = {};
+  if (!plan.track) return {};
+  auto close = ctx.tok.encode(chat::kThinkingClose, {.add_special = false, .parse_special = true});
+  if (!close.ok()) {
     return bad_request("cannot tokenize the thinking block's close tag: " + close.error().message);
+  }
   out = {.track = true,
          .split = r.reasoning_split.value_or(ctx.options.reasoning_split),
-         .forced_open = opened,
+         .forced_open = plan.forced_open,
          .budget = budget,
          .close_tokens = std::move(*close)};
   return {};
