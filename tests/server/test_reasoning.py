@@ -238,3 +238,10 @@ def test_responses_reasoning_item_before_the_message_with_reasoning_tokens(r1):
     assert done.output_text == r.output_text
     added = [e.output_index for e in events if e.type == "response.output_item.added"]
     assert added == [0, 1]
+
+
+def test_chat_page_asks_for_the_block_in_the_content(r1):
+    # The page collapses <think> spans itself: its requests keep the block in the content.
+    status, page = r1.request("GET", "/")
+    assert status == 200
+    assert b'reasoning_format: "none"' in page
