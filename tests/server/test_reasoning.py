@@ -245,3 +245,17 @@ def test_chat_page_asks_for_the_block_in_the_content(r1):
     status, page = r1.request("GET", "/")
     assert status == 200
     assert b'reasoning_format: "none"' in page
+
+
+def test_stop_strings_apply_to_the_content_only(r1):
+    base = chat(r1, thinking_budget_tokens=8)["choices"][0]["message"]
+    thought, answer = base["reasoning_content"], base["content"]
+    in_thought = next(w for w in thought.split() if len(w) >= 3 and w not in answer)
+    r = chat(r1, thinking_budget_tokens=8, stop=[in_thought])
+    assert r["choices"][0]["message"] == base  # the stop string in the reasoning ends nothing
+    word = next(w for w in answer.split()[1:] if len(w) >= 3)
+    r = chat(r1, thinking_budget_tokens=8, stop=[word])
+    msg = r["choices"][0]["message"]
+    assert msg["reasoning_content"] == thought
+    assert msg["content"] == answer[:answer.index(word)]
+    assert r["choices"][0]["finish_reason"] == "stop"
