@@ -66,6 +66,8 @@ bool blank(const std::string& s) {
   return s.find_first_not_of(" \t\r\n") == std::string::npos;
 }
 
+namespace {
+
 // A thinking template's block for this request (chat::plan_thinking): tracked, split
 // as asked, bounded by the request's budget or the server's.
 std::optional<ApiError> plan_reasoning(ServerContext& ctx, const CompletionRequest& r,
@@ -86,6 +88,8 @@ std::optional<ApiError> plan_reasoning(ServerContext& ctx, const CompletionReque
          .close_tokens = std::move(*close)};
   return {};
 }
+
+}  // namespace
 
 std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionRequest& r,
                                       ToolFormat format, std::vector<engine::TokenId>& out,
