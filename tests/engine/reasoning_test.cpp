@@ -68,6 +68,34 @@ TEST(ThinkSplitter, an_unclosed_block_is_reasoning_at_the_end) {
   EXPECT_EQ(out.content, "");
 }
 
+TEST(ThinkSplitter, every_way_of_cutting_the_stream_gives_the_same_split) {
+  // Streaming invariance: the bytes cut at any one or two points split exactly as the
+  // whole text fed at once does.
+  const std::vector<std::pair<std::string, bool>> texts = {
+      {"<think>\n a </thi b\n</think>\n\n answer </think> end", false},
+      {"  <thin", false},
+      {"x <think>y</think>", false},
+      {"reason </ing>\n</think>answer", true},
+      {"\n\n</think>\n", true},
+  };
+  for (const auto& [text, forced] : texts) {
+    ThinkSplitter whole(forced);
+    const Split want = feed_all(whole, {text});
+    if (text.starts_with("<think>\n a")) {
+      ASSERT_EQ(want.reasoning, "a </thi b");
+      ASSERT_EQ(want.content, "answer </think> end");  // one block: a later tag is text
+    }
+    for (size_t i = 0; i <= text.size(); ++i) {
+      for (size_t j = i; j <= text.size(); ++j) {
+        ThinkSplitter s(forced);
+        const Split got = feed_all(s, {text.substr(0, i), text.substr(i, j - i), text.substr(j)});
+        ASSERT_EQ(got.reasoning, want.reasoning) << text << " cut at " << i << ", " << j;
+        ASSERT_EQ(got.content, want.content) << text << " cut at " << i << ", " << j;
+      }
+    }
+  }
+}
+
 // ids: 0 <unk>, 1 <s>, 2 </s>, 3 "<th", 4 "ink>", 5 "</th", 6 "a", 7 "b", 8 <0x0A>, 9 "{"
 struct Fixture {
   std::unique_ptr<tokenizer::Tokenizer> tok = [] {
