@@ -176,6 +176,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
              std::chrono::duration<double>(Clock::now() - t_load).count(),
              model::describe(e.hparams()));
 
+  chat::ThinkingPlan thinking;
   if (!no_template) {
     auto choice = choose_renderer(a, e.tokenizer());
     if (!choice) return fail(choice.error().message);
@@ -185,6 +186,8 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
     auto rendered = choice->renderer->render(messages, true);
     if (!rendered) return fail(rendered.error().message);
     prompt = std::move(*rendered);
+    thinking = chat::plan_thinking(choice->renderer->source(), prompt, a.reasoning_budget,
+                                   !a.constraint_flag.empty());
   } else if (!a.chat_template.empty() || !a.template_file.empty()) {
     return fail("--chat-template needs the chat template (drop --no-template)");
   }
@@ -215,6 +218,16 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   if (auto st = finish_sampler(a, e, ctx); !st.ok()) return fail(st.error().message);
   gen.sampler = a.sampler;
   gen.make_constraint = constraint_factory(a, e.tokenizer());
+  if (thinking.track) {
+    auto close =
+        e.tokenizer().encode(chat::kThinkingClose, {.add_special = false, .parse_special = true});
+    if (!close) return fail(close.error().message);
+    gen.reasoning = {.track = true,
+                     .split = a.reasoning_split,
+                     .forced_open = thinking.forced_open,
+                     .budget = a.reasoning_budget,
+                     .close_tokens = std::move(*close)};
+  }
   if (a.verbose) {
     const sample::SamplerConfig& sc = gen.sampler;
     fmt::print(stderr,
@@ -273,12 +286,31 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   const bool color = a.color && out_tty;
   char last = '\n';
   bool wrote = false;
-  auto sink = [&](std::string_view text) {
+  auto answer_sink = [&](std::string_view text) {
     if (color && !wrote) std::fputs("\x1b[32m", stdout);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
     wrote = true;
     last = text.back();
+  };
+  // A thinking block's text goes to stderr (dimmed on a terminal), so stdout carries the
+  // answer alone.
+  const bool err_tty = isatty(fileno(stderr)) != 0;
+  bool thought = false;
+  gen.reasoning_sink = [&](std::string_view text) {
+    if (err_tty && !thought) std::fputs("\x1b[2m", stderr);
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    std::fflush(stderr);
+    thought = true;
+  };
+  auto end_thought = [&] {
+    if (!thought) return;
+    std::fputs(err_tty ? "\x1b[0m\n" : "\n", stderr);
+    thought = false;
+  };
+  auto sink = [&](std::string_view text) {
+    end_thought();
+    answer_sink(text);
   };
   auto gen_or = engine::Generator::create(e, gen, sink);
   if (!gen_or) return fail(gen_or.error().message);
@@ -310,6 +342,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
     if (!*more) break;
   }
   g.finish();
+  end_thought();
   e.set_profile_hook(nullptr);
   if (color && wrote) std::fputs("\x1b[0m", stdout);
   if (out_tty && last != '\n') std::fputc('\n', stdout);

@@ -34,6 +34,8 @@ struct RunArgs {
   std::string template_file;              // --chat-template-file
   std::string chat_template;              // --chat-template NAME|JINJA
   std::string chat_template_kwargs;       // --chat-template-kwargs JSON object
+  bool reasoning_split = true;            // --reasoning-format deepseek (none: false)
+  int32_t reasoning_budget = -1;          // --reasoning-budget
   std::vector<std::string> stop;          // --stop, -r
   std::vector<std::string> dry_breakers;  // --dry-sequence-breaker (tokenized after load)
   bool dry_breakers_given = false;

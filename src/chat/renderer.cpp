@@ -91,6 +91,29 @@ RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string templat
   return choice;
 }
 
+ThinkingPlan plan_thinking(std::string_view template_source, std::string& prompt, int32_t budget,
+                           bool constrained) {
+  constexpr std::string_view kOpen = "<think>";
+  constexpr std::string_view kClose = "</think>";
+  std::string_view trimmed = prompt;
+  while (!trimmed.empty() && (trimmed.back() == ' ' || trimmed.back() == '\n' ||
+                              trimmed.back() == '\r' || trimmed.back() == '\t')) {
+    trimmed.remove_suffix(1);
+  }
+  const bool forced_open = trimmed.ends_with(kOpen);
+  const bool has_block = forced_open || template_source.find(kClose) != std::string_view::npos;
+  if (!has_block || trimmed.ends_with(kClose)) return {};
+  if (budget == 0) {
+    prompt += forced_open ? "\n</think>\n\n" : "<think>\n\n</think>\n\n";
+    return {};
+  }
+  if (!forced_open && constrained) {
+    prompt += "<think>\n";
+    return {.track = true, .forced_open = true};
+  }
+  return {.track = true, .forced_open = forced_open};
+}
+
 Result<std::vector<tokenizer::TokenId>> tokenize_prompt(const tokenizer::Tokenizer& tok,
                                                         const std::string& text) {
   const tokenizer::SpecialIds& sp = tok.special();

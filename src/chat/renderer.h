@@ -91,4 +91,23 @@ RendererChoice renderer_for(const tokenizer::Tokenizer& tok, std::string templat
 Result<std::vector<tokenizer::TokenId>> tokenize_prompt(const tokenizer::Tokenizer& tok,
                                                         const std::string& text);
 
+// A thinking block (`<think>…</think>`, DeepSeek-R1's and Qwen3's) in a rendered prompt,
+// as the generation after it should treat it. The template has one when its source
+// writes the close tag or the prompt ends with the open tag ("forced open": generation
+// starts inside the block); a prompt that ends with a closed block (Qwen3 with
+// enable_thinking false) has none left to track.
+struct ThinkingPlan {
+  bool track = false;        // the generation may hold a block (split it, bound it)
+  bool forced_open = false;  // it starts inside the block
+};
+// `budget` 0 (no thinking) closes the block in the prompt itself, as Qwen3's template
+// writes it for enable_thinking false; `constrained` (a grammar follows the block) opens
+// it in the prompt where the model would open it, so the answer's start is never a
+// guess. Appends to `prompt` accordingly.
+ThinkingPlan plan_thinking(std::string_view template_source, std::string& prompt, int32_t budget,
+                           bool constrained);
+// The text a reasoning budget feeds to close the block: the tag with the newlines the
+// templates above put around it.
+inline constexpr std::string_view kThinkingClose = "\n</think>\n\n";
+
 }  // namespace minfer::chat

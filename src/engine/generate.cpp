@@ -27,7 +27,8 @@ Result<std::unique_ptr<Generator>> Generator::create(Context& engine,
                                     .stop = options.stop,
                                     .sampler = options.sampler,
                                     .n_ctx = engine.n_ctx_seq(),
-                                    .ignore_eos = options.ignore_eos},
+                                    .ignore_eos = options.ignore_eos,
+                                    .reasoning = options.reasoning},
                                    options.make_constraint ? options.make_constraint() : nullptr));
   return g;
 }
@@ -84,6 +85,7 @@ Result<bool> Generator::step() {
   if (options_.timing) stats_.sample_s += seconds(Clock::now() - ts);
   if (ev.token >= 0) stats_.n_samples++;
   stats_.n_generated = state_->n_generated();
+  if (!ev.reasoning.empty() && options_.reasoning_sink) options_.reasoning_sink(ev.reasoning);
   if (!ev.text.empty()) sink_(ev.text);
   if (!ev.feed) {
     stats_.stop = ev.stop;
@@ -102,6 +104,8 @@ Result<bool> Generator::step() {
 void Generator::finish() {
   if (!done_) {  // cut short (an error): what was held back is text after all
     const std::string_view rest = state_->flush();
+    const std::string_view thought = state_->flushed_reasoning();
+    if (!thought.empty() && options_.reasoning_sink) options_.reasoning_sink(thought);
     if (!rest.empty()) sink_(rest);
   }
   if (decode_started_) stats_.decode_s = seconds(Clock::now() - decode_t0_);

@@ -46,6 +46,10 @@ struct GenerateOptions {
   int32_t n_batch = 0;
   // --grammar / --json-schema: makes the run's token constraint (none when unset).
   std::function<std::unique_ptr<TokenConstraint>()> make_constraint;
+  // A thinking template's block (split, budget); its text goes to `reasoning_sink`
+  // (dropped when unset), the answer to the run's sink.
+  ReasoningOptions reasoning;
+  TextSink reasoning_sink;
   bool timing = false;  // MINFER_TIMING: split sampling vs forward time
   // Called with the raw logits (F32 [n_vocab]) each time the loop samples, before the
   // sampler sees them — step 0 is the last prompt position; the step that samples an

@@ -40,7 +40,9 @@ SequenceState::SequenceState(const tokenizer::Tokenizer& tok, const TokenBytes& 
       options_(options),
       sampler_(std::move(sampler)),
       stops_(options.stop, bytes.max_len()),
-      emitter_([this](std::string_view s) { out_.append(s); }) {
+      emitter_([this](std::string_view s) { out_.append(s); }),
+      splitter_(options.reasoning.forced_open),
+      reasoning_emitter_([this](std::string_view s) { reasoning_out_.append(s); }) {
   size_t max_stop = 0;
   for (const std::string& s : options_.stop) max_stop = std::max(max_stop, s.size());
   out_.reserve(3 * (max_stop + bytes.max_len()) + 8);  // U+FFFD is 3 bytes per bad byte
@@ -64,6 +66,12 @@ void SequenceState::reset(std::span<const TokenId> prompt) {
   stops_.reset();
   if (constraint_) constraint_->reset();
   out_.clear();
+  splitter_.reset();
+  reasoning_emitter_ = Utf8Emitter([this](std::string_view s) { reasoning_out_.append(s); });
+  reasoning_out_.clear();
+  n_forced_ = 0;
+  forcing_ = false;
+  n_reasoning_ = 0;
   generated_.clear();
   n_prompt_ = static_cast<int32_t>(prompt.size());
   n_generated_ = 0;
@@ -72,6 +80,17 @@ void SequenceState::reset(std::span<const TokenId> prompt) {
 }
 
 bool SequenceState::push_bytes(std::string_view bytes) {
+  // A thinking block first: its bytes go to the reasoning (their own UTF-8 emitter), the
+  // answer's on to the stop strings. Not split: the splitter only tracks the phase.
+  if (options_.reasoning.track) {
+    split_reasoning_.clear();
+    split_content_.clear();
+    splitter_.feed(bytes, split_reasoning_, split_content_);
+    if (options_.reasoning.split) {
+      reasoning_emitter_.feed(split_reasoning_);
+      bytes = split_content_;
+    }
+  }
   // bytes → StopMatcher (holds a possible stop-string start) → Utf8Emitter.
   const StopMatcher::Feed f = stops_.feed(bytes);
   emitter_.feed(f.text);
@@ -82,12 +101,24 @@ bool SequenceState::push_bytes(std::string_view bytes) {
 void SequenceState::finish_text() {
   // The run is over: a held stop prefix did not become a stop string, so it is text;
   // an unfinished UTF-8 sequence at the very end becomes U+FFFD (Utf8Emitter::flush).
+  // A thinking block's held bytes are its text too (an unclosed block's reasoning).
+  if (options_.reasoning.track) {
+    split_reasoning_.clear();
+    split_content_.clear();
+    splitter_.flush(split_reasoning_, split_content_);
+    if (options_.reasoning.split) {
+      reasoning_emitter_.feed(split_reasoning_);
+      reasoning_emitter_.flush();
+      if (!stops_.stopped()) emitter_.feed(stops_.feed(split_content_).text);
+    }
+  }
   emitter_.feed(stops_.flush());
   emitter_.flush();
 }
 
 std::string_view SequenceState::flush() {
   out_.clear();
+  reasoning_out_.clear();
   if (!done()) finish_text();
   return out_;
 }
@@ -119,6 +150,7 @@ void SequenceState::fill_logprobs(std::span<const float> logits, TokenId chosen,
 Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
   SeqEvent ev;
   out_.clear();
+  reasoning_out_.clear();
   if (done()) {
     ev.stop = stop_;
     return ev;
@@ -134,14 +166,31 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
     finish_text();
     ev.stop = stop_;
     ev.text = out_;
+    ev.reasoning = reasoning_out_;
     return ev;
+  }
+  // Inside a thinking block sampling is free: the constraint (a grammar, a schema)
+  // starts with the answer. A block past its budget is closed by feeding the close
+  // tokens instead of sampling (once).
+  const bool thinking =
+      options_.reasoning.track && splitter_.phase() == ThinkSplitter::Phase::kThinking;
+  TokenConstraint* const constraint = in_answer() ? constraint_.get() : nullptr;
+  const std::vector<TokenId>& close_tokens = options_.reasoning.close_tokens;
+  if (thinking && n_forced_ == 0 && options_.reasoning.budget >= 0 &&
+      n_reasoning_ >= options_.reasoning.budget && !close_tokens.empty()) {
+    forcing_ = true;
+  }
+  if (forcing_) {
+    const TokenId forced = close_tokens[n_forced_++];
+    forcing_ = n_forced_ < close_tokens.size();
+    return step_token(logits, forced, /*forced=*/true, nullptr);
   }
   // A constraint is first asked about the sampler's best candidates one by one (the
   // same token as masking would give, see Sampler::sample_filtered); only where that
   // cannot decide is the whole vocabulary masked, on a copy: logprobs still report the
   // model's own distribution.
   std::optional<TokenId> filtered;
-  if (constraint_ && !constraint_->mask_ready()) {
+  if (constraint != nullptr && !constraint->mask_ready()) {
     struct Filter final : sample::TokenFilter {
       TokenConstraint* constraint;
       const tokenizer::Tokenizer* tok;
@@ -151,20 +200,20 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
         return constraint->allows(id);
       }
     } filter;
-    filter.constraint = constraint_.get();
+    filter.constraint = constraint;
     filter.tok = tok_;
     filter.ban_eog = options_.ignore_eos;
     MINFER_TRY(filtered, sampler_.sample_filtered(logits, filter));
   }
   std::span<const float> to_sample = logits;
-  if (!filtered && (constraint_ || options_.ignore_eos)) {
+  if (!filtered && (constraint != nullptr || options_.ignore_eos)) {
     masked_.assign(logits.begin(), logits.end());  // sized once: no allocation
     for (TokenId e : eog_ids_) {
       if (static_cast<size_t>(e) < masked_.size()) {
         masked_[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
       }
     }
-    if (constraint_) MINFER_TRY_STATUS(constraint_->apply(masked_));
+    if (constraint != nullptr) MINFER_TRY_STATUS(constraint->apply(masked_));
     to_sample = masked_;
   }
   TokenId id = 0;
@@ -173,19 +222,27 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
   } else {
     MINFER_TRY(id, sampler_.sample(to_sample));
   }
+  if (thinking) n_reasoning_++;
+  return step_token(logits, id, /*forced=*/false, constraint);
+}
+
+SeqEvent SequenceState::step_token(std::span<const float> logits, TokenId id, bool forced,
+                                   TokenConstraint* constraint) {
+  SeqEvent ev;
   ev.token = id;
   if (options_.top_logprobs >= 0) fill_logprobs(logits, id, ev);
 
   // End of generation: not emitted, not accepted, no forward.
-  if (tok_->is_eog(id)) {
+  if (!forced && tok_->is_eog(id)) {
     stop_ = SeqStop::kEog;
     finish_text();
     ev.stop = stop_;
     ev.text = out_;
+    ev.reasoning = reasoning_out_;
     return ev;
   }
   sampler_.accept(id);
-  if (constraint_) constraint_->accept(id);
+  if (constraint != nullptr) constraint->accept(id);
   generated_.push_back(id);
   n_generated_++;
 
@@ -207,6 +264,7 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
   }
   ev.stop = stop_;
   ev.text = out_;
+  ev.reasoning = reasoning_out_;
   return ev;
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/result.h"
 #include "engine/batch.h"
+#include "engine/reasoning.h"
 #include "engine/text.h"
 #include "sample/sampler.h"
 
@@ -26,6 +27,19 @@ namespace minfer::engine {
 // Why a sequence finished. kContext: its next position would be n_ctx.
 enum class SeqStop : uint8_t { kNone, kNPredict, kEog, kStopString, kContext };
 std::string_view seq_stop_name(SeqStop stop);
+
+// A reasoning model's thinking block (engine/reasoning.h). Tracked when `track`: the
+// token constraint then starts after the block, stop strings see the answer only, and
+// the budget closes a block that runs long.
+struct ReasoningOptions {
+  bool track = false;        // the template has a thinking block
+  bool split = true;         // reasoning to SeqEvent::reasoning (false: all of it is text)
+  bool forced_open = false;  // the prompt ends inside the block (its open tag rendered)
+  // Reasoning tokens at most (-1: no limit); then `close_tokens` are fed instead of
+  // sampled (the close tag and the template's newlines) and the answer follows.
+  int32_t budget = -1;
+  std::vector<TokenId> close_tokens;
+};
 
 struct SequenceOptions {
   int32_t n_predict = -1;         // generated tokens at most (< 0: until the context is full)
@@ -46,6 +60,7 @@ struct SequenceOptions {
   // and nothing is sampled — the chat, whose reply stays whole in its KV. Off: that
   // token is sampled and emitted, then the run ends (single-shot, the server).
   bool context_gate_first = false;
+  ReasoningOptions reasoning;
 };
 
 struct TokenLogprob {
@@ -56,10 +71,11 @@ struct TokenLogprob {
 // What one next() produced. `text` points into the state and stays valid until the
 // next call; `top` likewise.
 struct SeqEvent {
-  TokenId token = -1;     // the sampled token (-1 when a gate stopped before sampling)
-  bool feed = false;      // decode `token` at position `pos` next (the run goes on)
-  int32_t pos = 0;        // its position when feed
-  std::string_view text;  // bytes that are safe to emit now (complete UTF-8, no stop prefix)
+  TokenId token = -1;          // the sampled token (-1 when a gate stopped before sampling)
+  bool feed = false;           // decode `token` at position `pos` next (the run goes on)
+  int32_t pos = 0;             // its position when feed
+  std::string_view text;       // bytes that are safe to emit now (complete UTF-8, no stop prefix)
+  std::string_view reasoning;  // thinking-block bytes safe to emit now (complete UTF-8)
   SeqStop stop = SeqStop::kNone;
   float logprob = 0.0f;               // of `token`, when top_logprobs >= 0
   std::span<const TokenLogprob> top;  // the most likely tokens, best first
@@ -108,6 +124,8 @@ class SequenceState {
   // possible stop-string start are text after all; returns them (valid until the next
   // call). Nothing more is produced.
   std::string_view flush();
+  // The reasoning bytes that flush() released (valid until the next call).
+  std::string_view flushed_reasoning() const { return reasoning_out_; }
 
   bool done() const { return stop_ != SeqStop::kNone; }
   SeqStop stop() const { return stop_; }
@@ -115,6 +133,12 @@ class SequenceState {
   std::string_view stop_string() const { return stops_.matched(); }
   int32_t n_prompt() const { return n_prompt_; }
   int32_t n_generated() const { return n_generated_; }
+  // Tokens sampled inside the thinking block (the budget's count; forced ones excluded).
+  int32_t n_reasoning() const { return n_reasoning_; }
+  // The constraint and the stop strings apply (no thinking block tracked, or it ended).
+  bool in_answer() const {
+    return !options_.reasoning.track || splitter_.phase() == ThinkSplitter::Phase::kContent;
+  }
   int32_t cursor() const { return pos_; }  // position of the next fed token
   const std::vector<TokenId>& generated() const { return generated_; }
   const SequenceOptions& options() const { return options_; }
@@ -126,6 +150,10 @@ class SequenceState {
   // Passes a token's bytes through the stop matcher and the emitter into out_; true
   // when a stop string completed (the text before it is emitted, the rest dropped).
   bool push_bytes(std::string_view bytes);
+  // The chosen (or, `forced`, fed) token through the gates and the text path;
+  // `constraint` (null inside a thinking block) is told it.
+  SeqEvent step_token(std::span<const float> logits, TokenId id, bool forced,
+                      TokenConstraint* constraint);
   void finish_text();
   void fill_logprobs(std::span<const float> logits, TokenId chosen, SeqEvent& ev);
 
@@ -135,6 +163,13 @@ class SequenceState {
   sample::Sampler sampler_;
   StopMatcher stops_;
   Utf8Emitter emitter_;
+  ThinkSplitter splitter_;
+  Utf8Emitter reasoning_emitter_;
+  std::string split_reasoning_, split_content_;  // the splitter's output of one feed
+  std::string reasoning_out_;                    // this step's reasoning text
+  size_t n_forced_ = 0;  // close_tokens fed so far (the budget ran out); 0: not forcing
+  bool forcing_ = false;
+  int32_t n_reasoning_ = 0;
 
   std::string out_;  // this step's emitted text
   std::vector<TokenId> generated_;

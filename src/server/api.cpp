@@ -331,6 +331,37 @@ std::optional<ApiError> parse_object(const std::string& body, json& out) {
   return {};
 }
 
+std::optional<ApiError> budget_field(const json& value, const char* field_name, int32_t& out) {
+  constexpr int64_t kMaxBudget = int64_t{1} << 30;
+  if (!value.is_number_integer()) {
+    return bad_request(fmt::format("'{}' must be an integer (-1: no limit)", field_name));
+  }
+  const bool too_big = value.is_number_unsigned() && value.get<uint64_t>() > kMaxBudget;
+  const int64_t x = too_big ? kMaxBudget + 1 : value.get<int64_t>();
+  if (x < -1 || x > kMaxBudget) {
+    return bad_request(fmt::format("'{}' must be -1 (no limit) or in [0, {}], got {}", field_name,
+                                   kMaxBudget, value.dump()));
+  }
+  out = static_cast<int32_t>(x);
+  return {};
+}
+
+std::optional<ApiError> effort_budget(const json& value, const char* field_name, int32_t& out) {
+  static constexpr std::pair<const char*, int32_t> kEfforts[] = {
+      {"none", 0}, {"minimal", 64}, {"low", 256}, {"medium", 1024}, {"high", 4096}};
+  if (value.is_string()) {
+    for (const auto& [name, budget] : kEfforts) {
+      if (value.get<std::string>() == name) {
+        out = budget;
+        return {};
+      }
+    }
+  }
+  return bad_request(fmt::format(
+      "'{}' must be one of \"none\", \"minimal\", \"low\", \"medium\", \"high\", got {}",
+      field_name, dump(value)));
+}
+
 std::optional<ApiError> parse_completion(const std::string& body, Endpoint endpoint,
                                          int32_t n_vocab, CompletionRequest& out) {
   json j;
@@ -417,6 +448,30 @@ std::optional<ApiError> parse_completion_json(const json& j, Endpoint endpoint, 
     if (out.logprobs) seq.top_logprobs = static_cast<int32_t>(top);
   }
   if (auto st = s.validate_for_vocab(n_vocab); !st.ok()) return bad_request(st.error().message);
+
+  // Reasoning (llama-server's reasoning_format and thinking_budget_tokens; OpenAI's
+  // reasoning_effort): a thinking template's block split out, and its length bounded.
+  if (const json* rf = field(j, "reasoning_format")) {
+    const std::string v = rf->is_string() ? rf->get<std::string>() : "";
+    if (v == "none") {
+      out.reasoning_split = false;
+    } else if (v == "deepseek" || v == "auto") {
+      out.reasoning_split = true;
+    } else {
+      return bad_request(fmt::format(
+          "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\", got {}", dump(*rf)));
+    }
+  }
+  if (const json* re = field(j, "reasoning_effort")) {
+    int32_t budget = -1;
+    if (auto e = effort_budget(*re, "reasoning_effort", budget)) return e;
+    out.reasoning_budget = budget;
+  }
+  if (const json* tb = field(j, "thinking_budget_tokens")) {
+    int32_t budget = -1;
+    if (auto e = budget_field(*tb, "thinking_budget_tokens", budget)) return e;
+    out.reasoning_budget = budget;
+  }
   return {};
 }
 

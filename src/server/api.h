@@ -87,7 +87,18 @@ struct CompletionRequest {
   // Positions the request may use when fewer than the server's (Ollama's num_ctx); 0:
   // the server's --n-ctx.
   uint32_t n_ctx = 0;
+  // A thinking template's block: split from the content (reasoning_format deepseek) or
+  // not (none); reasoning tokens at most (thinking_budget_tokens, reasoning_effort; 0: no
+  // thinking). Absent: the server's --reasoning-format / --reasoning-budget.
+  std::optional<bool> reasoning_split;
+  std::optional<int32_t> reasoning_budget;
 };
+
+// reasoning_effort's budgets (OpenAI's names): none 0, minimal 64, low 256, medium 1024,
+// high 4096 reasoning tokens. Error: another value.
+std::optional<ApiError> effort_budget(const json& value, const char* field_name, int32_t& out);
+// A reasoning budget field: an integer >= -1 (-1: no limit).
+std::optional<ApiError> budget_field(const json& value, const char* field_name, int32_t& out);
 
 // Parses and validates a /v1/chat/completions or /v1/completions body. `n_vocab`
 // bounds logit_bias ids and prompt token ids.

@@ -16,6 +16,13 @@ json usage_json(const JobEvent& ev) {
               {"prompt_tokens_details", {{"cached_tokens", ev.n_reused}}}};
 }
 
+// With a thinking block: the reasoning tokens among the completion's.
+json usage_json_with_reasoning(const JobEvent& ev) {
+  json u = usage_json(ev);
+  if (ev.n_reasoning > 0) u["completion_tokens_details"] = {{"reasoning_tokens", ev.n_reasoning}};
+  return u;
+}
+
 json bytes_json(const std::string& s) {
   json b = json::array();
   for (unsigned char c : s) b.push_back(static_cast<int>(c));
@@ -104,6 +111,16 @@ std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
                             .type = ev.error_status == 503 ? "unavailable_error" : "server_error",
                             .message = ev.error}));
   }
+  // A thinking block's text first, in its own chunks (llama-server's
+  // delta.reasoning_content), so a client sees it end before the answer begins.
+  if (chat && !ev.reasoning.empty()) {
+    json c = chunk_base(s);
+    c["choices"] = json::array({json{{"index", 0},
+                                     {"delta", {{"reasoning_content", ev.reasoning}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}});
+    out += sse(c);
+  }
   std::string text = s.tools ? s.tools->feed(ev.text) : ev.text;
   if (s.tools && ev.final) {
     text += s.tools->finish();
@@ -173,7 +190,7 @@ std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
     if (s.include_usage) {
       json u = chunk_base(s);
       u["choices"] = json::array();
-      u["usage"] = usage_json(ev);
+      u["usage"] = usage_json_with_reasoning(ev);
       out += sse(u);
     }
   }
@@ -237,11 +254,12 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
   }
 
   // Non-streaming: collect every event, then one response.
-  std::string text;
+  std::string text, reasoning;
   json chat_lp = json::array();
   TextLogprobs text_lp;
   const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& e) {
     text += e.text;
+    reasoning += e.reasoning;
     if (r.logprobs) {
       if (endpoint == Endpoint::kChat) {
         append_chat_logprobs(chat_lp, e.logprobs);
@@ -275,13 +293,14 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
     choice["text"] = text;
     choice["logprobs"] = r.logprobs ? text_lp.to_json() : json(nullptr);
   }
+  if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
   choice["finish_reason"] = calls.empty() ? finish_reason(ev.stop) : "tool_calls";
   json body{{"id", id},
             {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
             {"created", created},
             {"model", model},
             {"choices", json::array({std::move(choice)})},
-            {"usage", usage_json(ev)}};
+            {"usage", usage_json_with_reasoning(ev)}};
   reply_json(res, body);
 }
 

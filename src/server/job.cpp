@@ -66,8 +66,34 @@ bool blank(const std::string& s) {
   return s.find_first_not_of(" \t\r\n") == std::string::npos;
 }
 
+namespace {
+
+// A thinking template's block for this request (chat::plan_thinking): tracked, split
+// as asked, bounded by the request's budget or the server's.
+std::optional<ApiError> plan_reasoning(ServerContext& ctx, const CompletionRequest& r,
+                                       std::string& text, engine::ReasoningOptions& out) {
+  const int32_t budget = r.reasoning_budget.value_or(ctx.options.reasoning_budget);
+  const chat::ThinkingPlan plan =
+      chat::plan_thinking(ctx.renderer.source(), text, budget, !r.grammar.empty());
+  out = {};
+  if (!plan.track) return {};
+  auto close = ctx.tok.encode(chat::kThinkingClose, {.add_special = false, .parse_special = true});
+  if (!close.ok()) {
+    return bad_request("cannot tokenize the thinking block's close tag: " + close.error().message);
+  }
+  out = {.track = true,
+         .split = r.reasoning_split.value_or(ctx.options.reasoning_split),
+         .forced_open = plan.forced_open,
+         .budget = budget,
+         .close_tokens = std::move(*close)};
+  return {};
+}
+
+}  // namespace
+
 std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionRequest& r,
-                                      ToolFormat format, std::vector<engine::TokenId>& out) {
+                                      ToolFormat format, std::vector<engine::TokenId>& out,
+                                      engine::ReasoningOptions* reasoning) {
   const bool chat = r.endpoint == Endpoint::kChat;
   if (!chat && !r.prompt) {
     out.assign(r.prompt_tokens.begin(), r.prompt_tokens.end());
@@ -83,6 +109,9 @@ std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionReques
                          rendered.error().message);
     }
     text = std::move(*rendered);
+    if (reasoning != nullptr) {
+      if (auto e = plan_reasoning(ctx, r, text, *reasoning)) return e;
+    }
   } else {
     text = *r.prompt;
   }
@@ -147,7 +176,7 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
     }
   }
   std::vector<engine::TokenId> prompt;
-  if (auto e = prompt_tokens(ctx, r, out.format, prompt)) return reject(*e);
+  if (auto e = prompt_tokens(ctx, r, out.format, prompt, &r.seq.reasoning)) return reject(*e);
   const uint32_t server_n_ctx = ctx.scheduler.options().n_ctx;
   const uint32_t n_ctx = r.n_ctx > 0 ? std::min(r.n_ctx, server_n_ctx) : server_n_ctx;
   if (prompt.empty()) return reject(bad_request("the prompt has no tokens"));

@@ -2,11 +2,13 @@
 // /v1/messages/count_tokens. A request is translated into the OpenAI chat request the
 // rest of the server speaks (system → a system message, tool_use blocks → assistant
 // tool_calls, tool_result blocks → tool messages, tools → functions, tool_choice any →
-// required), validated by the same parser and run on the same path (render →
-// SequenceState → scheduler); the events come back as a `message` or Anthropic's SSE
-// events. Reference: Anthropic's API docs (Messages, Streaming Messages, Count tokens).
-// Invariants: a block or field this server cannot honour (images, documents, thinking,
-// server tools, an assistant prefill) is a 400 naming it, never ignored; errors use
+// required, thinking → a reasoning budget), validated by the same parser and run on the
+// same path (render → SequenceState → scheduler); the events come back as a `message` or
+// Anthropic's SSE events (a thinking template's block as a `thinking` content block).
+// Reference: Anthropic's API docs (Messages, Streaming Messages, Extended thinking,
+// Count tokens). Invariants: a block or field this server cannot honour (images,
+// documents, server tools, an assistant prefill) is a 400 naming it, never ignored (past
+// thinking blocks are accepted and not rendered, as the templates drop them); errors use
 // Anthropic's shape ({"type":"error","error":{...}}).
 #include <fmt/format.h>
 
@@ -111,6 +113,9 @@ Opt translate_message(const json& msg, size_t i, std::map<std::string, std::stri
       json tm{{"role", "tool"}, {"tool_call_id", *id}, {"content", result}};
       if (auto it = names.find(id->get<std::string>()); it != names.end()) tm["name"] = it->second;
       results.push_back(std::move(tm));
+    } else if ((type == "thinking" || type == "redacted_thinking") && role == "assistant") {
+      // An earlier turn's thinking, sent back as Anthropic's clients do: the templates
+      // drop past reasoning (Qwen3's, DeepSeek-R1's), so it is not rendered.
     } else if (type == "tool_use" || type == "tool_result") {
       return bad_request(fmt::format("{}: a '{}' block belongs in {} messages", where, type,
                                      type == "tool_use" ? "assistant" : "user"));
@@ -210,11 +215,24 @@ Opt translate_request(const json& j, bool generating, json& oa) {
     }
     oa["max_tokens"] = *mt;
   }
+  // Extended thinking: a thinking template's block, split out (thinking content blocks)
+  // and bounded by budget_tokens. Absent or disabled: no thinking (the block closed in
+  // the prompt, server/job.cpp), Anthropic's default.
+  oa["reasoning_format"] = "deepseek";
+  oa["thinking_budget_tokens"] = 0;
   if (const json* t = field(j, "thinking")) {
-    if (!t->is_object() || block_type(*t) != "disabled") {
+    const std::string type = t->is_object() ? block_type(*t) : "";
+    if (type == "enabled") {
+      const json* bt = field(*t, "budget_tokens");
+      if (!bt || !bt->is_number_integer() || bt->get<int64_t>() < 1 ||
+          bt->get<int64_t>() > (int64_t{1} << 30)) {
+        return bad_request("'thinking.budget_tokens' must be an integer >= 1 (type \"enabled\")");
+      }
+      oa["thinking_budget_tokens"] = *bt;
+    } else if (type != "disabled") {
       return bad_request(
-          "'thinking' is not supported by this server (extended thinking; only {\"type\": "
-          "\"disabled\"} is accepted)");
+          "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": "
+          "\"disabled\"}");
     }
   }
   if (const json* md = field(j, "metadata")) {
@@ -307,6 +325,11 @@ json tool_use_block(const ToolCall& c) {
               {"input", input.is_discarded() ? json::object() : std::move(input)}};
 }
 
+// A thinking block's signature: Anthropic's encrypts the thinking so its API can check a
+// block sent back; this server checks nothing (past thinking is not rendered), so it is
+// empty.
+constexpr const char* kSignature = "";
+
 std::string event(const char* name, const json& data) {
   return fmt::format("event: {}\ndata: {}\n\n", name, dump(data));
 }
@@ -333,6 +356,30 @@ class AnthropicSse final : public SseWriter {
   std::string frames(const JobEvent& ev) override {
     if (!ev.error.empty()) return event("error", anthropic_error_body(event_error(ev)));
     std::string out;
+    // A thinking block first: opened by the first reasoning, closed (with its signature)
+    // when the answer starts or the message ends.
+    if (!ev.reasoning.empty()) {
+      if (!thinking_open_) {
+        out +=
+            event("content_block_start",
+                  {{"type", "content_block_start"},
+                   {"index", index_},
+                   {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+        thinking_open_ = true;
+      }
+      out += event("content_block_delta",
+                   {{"type", "content_block_delta"},
+                    {"index", index_},
+                    {"delta", {{"type", "thinking_delta"}, {"thinking", ev.reasoning}}}});
+    }
+    if (thinking_open_ && (!ev.text.empty() || ev.final)) {
+      out += event("content_block_delta",
+                   {{"type", "content_block_delta"},
+                    {"index", index_},
+                    {"delta", {{"type", "signature_delta"}, {"signature", kSignature}}}});
+      out += block_stop();
+      thinking_open_ = false;
+    }
     std::string text = tools_ ? tools_->feed(ev.text) : ev.text;
     if (tools_ && ev.final) text += tools_->finish();
     const bool called = tools_ && !tools_->calls().empty();
@@ -391,6 +438,7 @@ class AnthropicSse final : public SseWriter {
   std::unique_ptr<ToolCallParser> tools_;
   std::string pending_;  // whitespace held until text or a call decides it
   bool text_open_ = false;
+  bool thinking_open_ = false;
   int32_t index_ = 0;  // the current content block
 };
 
@@ -419,12 +467,18 @@ void handle_messages(ServerContext& ctx, const std::string& body, httplib::Respo
     return reply_stream(ctx, res, std::move(job.stream),
                         std::make_unique<AnthropicSse>(std::move(message), std::move(tools)));
   }
-  std::string text;
-  const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& e) { text += e.text; });
+  std::string text, thinking;
+  const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& e) {
+    text += e.text;
+    thinking += e.reasoning;
+  });
   if (!ev.error.empty()) return reply_error(res, event_error(ev), Dialect::kAnthropic);
   if (tools) text = tools->feed_all(text);
   const bool called = tools && !tools->calls().empty();
   json& content = message["content"];
+  if (!thinking.empty()) {
+    content.push_back({{"type", "thinking"}, {"thinking", thinking}, {"signature", kSignature}});
+  }
   if (!text.empty() && !(called && blank(text))) {
     content.push_back({{"type", "text"}, {"text", text}});
   }

@@ -3,16 +3,14 @@
 // OpenAI body the rest of the server speaks (messages' tool_calls → OpenAI calls with
 // string arguments, `tool_name` → `name`, `options` → the sampling fields, `format` →
 // response_format, num_predict → max_tokens, num_ctx → the request's own smaller
-// context), validated by the same parser and run on the same path (render →
-// SequenceState → scheduler); the events come back as one JSON object or as NDJSON
-// lines. Reference: Ollama's docs/api.md and the ollama Python
-// client's _types.py (the fields it parses).
-// Invariants: a field this server cannot honour (images, a custom template, a suffix, a
-// generate `context`, thinking, mirostat, logprobs) is a 400 naming it; options Ollama
-// itself would ignore (load-time knobs such as num_gpu) are ignored; sampling defaults
-// are the server's (those of /v1), not Ollama's Modelfile defaults, so one request
-// samples alike on every route; errors use Ollama's shape ({"error": "..."}), inside a
-// stream as a last {"error": ...} line.
+// context, think → a thinking block in `thinking`), validated by the same parser and run on the
+// same path (render → SequenceState → scheduler); the events come back as one JSON object or as
+// NDJSON lines. Reference: Ollama's docs/api.md and the ollama Python client's _types.py (the
+// fields it parses). Invariants: a field this server cannot honour (images, a custom template, a
+// suffix, a generate `context`, mirostat, logprobs) is a 400 naming it; options Ollama itself would
+// ignore (load-time knobs such as num_gpu) are ignored; sampling defaults are the server's (those
+// of /v1), not Ollama's Modelfile defaults, so one request samples alike on every route; errors use
+// Ollama's shape ({"error": "..."}), inside a stream as a last {"error": ...} line.
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -168,12 +166,20 @@ Opt translate_common(const ServerContext& ctx, const json& j, std::string& model
       return bad_request("'keep_alive' must be a duration (a number or a string like \"5m\")");
     }
   }
+  // think: a thinking template's block in `thinking` (true; a level: its budget, as
+  // reasoning_effort's), or no thinking at all (false: the block closed in the prompt).
+  // Absent: the server's --reasoning-format and --reasoning-budget.
   if (const json* t = field(j, "think")) {
-    if (!t->is_boolean() && !t->is_string()) {
-      return bad_request("'think' must be a boolean or a level string");
-    }
-    if (!t->is_boolean() || t->get<bool>()) {
-      return bad_request("'think': thinking is not supported by this server (only false)");
+    if (t->is_boolean()) {
+      oa["reasoning_format"] = "deepseek";
+      if (!t->get<bool>()) oa["thinking_budget_tokens"] = 0;
+    } else if (t->is_string() && (*t == "low" || *t == "medium" || *t == "high")) {
+      oa["reasoning_format"] = "deepseek";
+      oa["reasoning_effort"] = *t;
+    } else {
+      return bad_request(
+          "'think' must be true, false or a level (\"low\", \"medium\", \"high\"), got " +
+          dump(*t));
     }
   }
   if (const json* l = field(j, "logprobs")) {
@@ -357,7 +363,8 @@ struct Timing {
   bool has_first = false;
   void event(const JobEvent& ev) {
     const auto now = Clock::now();
-    if (!has_first && (ev.n_generated > 0 || !ev.text.empty() || ev.final)) {
+    if (!has_first &&
+        (ev.n_generated > 0 || !ev.text.empty() || !ev.reasoning.empty() || ev.final)) {
       has_first = true;
       first = now;
     }
@@ -376,12 +383,15 @@ void add_final(json& j, const JobEvent& ev, const Timing& t, const char* reason)
   j["eval_duration"] = nanos(t.end - t.first);
 }
 
-json base_object(const std::string& model, bool chat, std::string text) {
+json base_object(const std::string& model, bool chat, std::string text,
+                 const std::string& thinking = {}) {
   json j{{"model", model}, {"created_at", now_rfc3339()}};
   if (chat) {
     j["message"] = {{"role", "assistant"}, {"content", std::move(text)}};
+    if (!thinking.empty()) j["message"]["thinking"] = thinking;
   } else {
     j["response"] = std::move(text);
+    if (!thinking.empty()) j["thinking"] = thinking;
   }
   return j;
 }
@@ -407,12 +417,12 @@ class OllamaLines final : public SseWriter {
     const bool called = tools_ && !tools_->calls().empty();
     if (called && blank(text)) text.clear();
     if (!ev.final) {
-      if (text.empty()) return {};
-      json j = base_object(model_, chat_, std::move(text));
+      if (text.empty() && ev.reasoning.empty()) return {};
+      json j = base_object(model_, chat_, std::move(text), ev.reasoning);
       j["done"] = false;
       return dump(j) + "\n";
     }
-    json j = base_object(model_, chat_, std::move(text));
+    json j = base_object(model_, chat_, std::move(text), ev.reasoning);
     if (called) j["message"]["tool_calls"] = tool_calls_json(tools_->calls());
     j["done"] = true;
     add_final(j, ev, timing_, finish_reason(ev.stop));
@@ -453,10 +463,11 @@ void handle_generating(ServerContext& ctx, const std::string& body, bool chat,
                         std::make_unique<OllamaLines>(q, timing, std::move(tools)),
                         "application/x-ndjson");
   }
-  std::string text;
+  std::string text, thinking;
   const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& piece) {
     timing.event(piece);
     text += piece.text;
+    thinking += piece.reasoning;
   });
   if (!ev.error.empty()) return reply_error(res, event_error(ev), Dialect::kOllama);
   if (tools) {
@@ -466,7 +477,7 @@ void handle_generating(ServerContext& ctx, const std::string& body, bool chat,
   }
   const bool called = tools && !tools->calls().empty();
   if (called && blank(text)) text.clear();
-  json j = base_object(q.model, q.chat, std::move(text));
+  json j = base_object(q.model, q.chat, std::move(text), thinking);
   if (called) j["message"]["tool_calls"] = tool_calls_json(tools->calls());
   j["done"] = true;
   add_final(j, ev, timing, finish_reason(ev.stop));

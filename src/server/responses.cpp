@@ -3,13 +3,13 @@
 // OpenAI chat request the rest of the server speaks (instructions → a system message,
 // input items → messages, function_call / function_call_output items → assistant
 // tool_calls / tool messages, flat function tools → nested ones, text.format →
-// response_format), validated by the same parser and run on the same path (render →
-// SequenceState → scheduler); the events come back as a `response` object or the
-// Responses API's typed SSE events. Reference: OpenAI's API reference (Responses,
-// Streaming events). Finished responses are kept in memory (ResponseStore) for
-// retrieval and previous_response_id.
-// Invariants: an item, part, tool or mode this server cannot honour (images, files,
-// hosted tools, background) is a 400 naming it, never ignored; errors use OpenAI's shape.
+// response_format, reasoning.effort → a reasoning budget), validated by the same parser and run on
+// the same path (render → SequenceState → scheduler); the events come back as a `response` object
+// or the Responses API's typed SSE events (a thinking template's block as a reasoning item).
+// Reference: OpenAI's API reference (Responses, Streaming events). Finished responses are kept in
+// memory (ResponseStore) for retrieval and previous_response_id. Invariants: an item, part, tool or
+// mode this server cannot honour (images, files, hosted tools, background) is a 400 naming it,
+// never ignored; errors use OpenAI's shape.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -254,6 +254,7 @@ struct ResponsesRequest {
   json echo = json::object();         // request fields the response object repeats
   json conversation = json::array();  // earlier turns + this input (no instructions)
   bool store = true;
+  bool summary = false;  // reasoning.summary asked for: the reasoning item's summary filled
 };
 
 Opt translate_request(ServerContext& ctx, const json& j, ResponsesRequest& r) {
@@ -282,11 +283,24 @@ Opt translate_request(ServerContext& ctx, const json& j, ResponsesRequest& r) {
     }
     echo["metadata"] = *md;
   }
+  // A thinking template's block becomes a reasoning item (always split: the item is
+  // how this API shows it); reasoning.effort is its budget (reasoning_effort's levels).
+  oa["reasoning_format"] = "deepseek";
   if (const json* rs = field(j, "reasoning")) {
-    // Accepted for clients that always send it; the models served here do not reason
-    // in a separate channel, so `effort` has nothing to steer.
     if (!rs->is_object()) return bad_request("'reasoning' must be an object");
-    echo["reasoning"] = *rs;
+    if (const json* eff = field(*rs, "effort")) {
+      int32_t budget = -1;
+      if (auto e = effort_budget(*eff, "reasoning.effort", budget)) return e;
+      oa["thinking_budget_tokens"] = budget;
+    }
+    if (const json* sm = field(*rs, "summary")) {
+      if (!sm->is_string() || (*sm != "auto" && *sm != "concise" && *sm != "detailed")) {
+        return bad_request("'reasoning.summary' must be \"auto\", \"concise\" or \"detailed\"");
+      }
+      r.summary = true;
+    }
+    echo["reasoning"] = json{{"effort", rs->value("effort", json(nullptr))},
+                             {"summary", rs->value("summary", json(nullptr))}};
   }
   if (const json* mt = field(j, "max_output_tokens")) {
     if (!mt->is_number_integer() || mt->get<int64_t>() < 1) {
@@ -397,6 +411,24 @@ json message_item(const std::string& id, const std::string& text, const char* st
               {"content", std::move(content)}};
 }
 
+// The thinking block's text as a reasoning item: its `content` (reasoning_text); the
+// `summary` holds the same text when one was asked for (reasoning.summary: the server
+// does not summarize).
+json reasoning_item(const std::string& id, const std::string& text, bool summary,
+                    const char* status) {
+  json content = json::array();
+  json sum = json::array();
+  if (std::string(status) == "completed") {
+    content.push_back({{"type", "reasoning_text"}, {"text", text}});
+    if (summary) sum.push_back({{"type", "summary_text"}, {"text", text}});
+  }
+  return json{{"type", "reasoning"},
+              {"id", id},
+              {"summary", std::move(sum)},
+              {"content", std::move(content)},
+              {"status", status}};
+}
+
 json call_item(const ToolCall& c, const std::string& id, const char* status) {
   return json{{"type", "function_call"},
               {"id", id},
@@ -418,9 +450,12 @@ class Finisher {
       : ctx_(ctx),
         response_(std::move(base)),
         conversation_(std::move(r.conversation)),
-        store_(r.store) {}
+        store_(r.store),
+        summary_(r.summary) {}
 
   const std::string& message_id() const { return message_id_; }
+  const std::string& reasoning_id() const { return reasoning_id_; }
+  bool summary() const { return summary_; }
   std::string call_item_id(size_t i) {
     while (call_ids_.size() <= i) call_ids_.push_back(random_id("fc_"));
     return call_ids_[i];
@@ -428,10 +463,15 @@ class Finisher {
   json& response() { return response_; }
 
   // `text`: the content (tool calls taken out); `calls`: the parsed calls.
+  // `reasoning`: the thinking block's text (an item before the message when not empty).
   const json& finish(const JobEvent& ev, const std::string& text,
-                     const std::vector<ToolCall>& calls, bool with_message) {
+                     const std::vector<ToolCall>& calls, bool with_message,
+                     const std::string& reasoning) {
     const bool cut = calls.empty() && incomplete(ev.stop);
     json output = json::array();
+    if (!reasoning.empty()) {
+      output.push_back(reasoning_item(reasoning_id_, reasoning, summary_, "completed"));
+    }
     if (with_message) {
       output.push_back(message_item(message_id_, text, "completed"));
       if (cut) output.back()["status"] = "incomplete";  // as OpenAI marks a cut message
@@ -445,7 +485,7 @@ class Finisher {
     response_["usage"] = {{"input_tokens", ev.n_prompt},
                           {"input_tokens_details", {{"cached_tokens", ev.n_reused}}},
                           {"output_tokens", ev.n_generated},
-                          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                          {"output_tokens_details", {{"reasoning_tokens", ev.n_reasoning}}},
                           {"total_tokens", ev.n_prompt + ev.n_generated}};
     json turn{{"role", "assistant"}, {"content", with_message ? text : std::string()}};
     if (!calls.empty()) {
@@ -467,7 +507,9 @@ class Finisher {
   json response_;
   json conversation_;
   bool store_;
+  bool summary_;
   std::string message_id_ = random_id("msg_");
+  std::string reasoning_id_ = random_id("rs_");
   std::vector<std::string> call_ids_;
 };
 
@@ -504,6 +546,33 @@ class ResponsesSse final : public SseWriter {
       return out;
     }
     std::string out;
+    // The reasoning item first (output_index 0): opened by the first reasoning, done
+    // when the answer starts or the response ends.
+    if (!ev.reasoning.empty()) {
+      if (!reasoning_open_) {
+        out += event("response.output_item.added",
+                     {{"output_index", 0},
+                      {"item", reasoning_item(fin_->reasoning_id(), "", false, "in_progress")}});
+        reasoning_open_ = true;
+        msg_index_ = 1;
+      }
+      reasoning_ += ev.reasoning;
+      out += event("response.reasoning_text.delta", {{"item_id", fin_->reasoning_id()},
+                                                     {"output_index", 0},
+                                                     {"content_index", 0},
+                                                     {"delta", ev.reasoning}});
+    }
+    if (reasoning_open_ && (!ev.text.empty() || ev.final)) {
+      out += event("response.reasoning_text.done", {{"item_id", fin_->reasoning_id()},
+                                                    {"output_index", 0},
+                                                    {"content_index", 0},
+                                                    {"text", reasoning_}});
+      out += event("response.output_item.done",
+                   {{"output_index", 0},
+                    {"item", reasoning_item(fin_->reasoning_id(), reasoning_, fin_->summary(),
+                                            "completed")}});
+      reasoning_open_ = false;
+    }
     std::string text = tools_ ? tools_->feed(ev.text) : ev.text;
     if (tools_ && ev.final) text += tools_->finish();
     const std::vector<ToolCall> none;
@@ -513,13 +582,13 @@ class ResponsesSse final : public SseWriter {
     } else {
       pending_ += text;
       if (!blank(pending_) || (ev.final && calls.empty())) {
-        out += event(
-            "response.output_item.added",
-            {{"output_index", 0}, {"item", message_item(fin_->message_id(), "", "in_progress")}});
+        out += event("response.output_item.added",
+                     {{"output_index", msg_index_},
+                      {"item", message_item(fin_->message_id(), "", "in_progress")}});
         out += event(
             "response.content_part.added",
             {{"item_id", fin_->message_id()},
-             {"output_index", 0},
+             {"output_index", msg_index_},
              {"content_index", 0},
              {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}});
         open_ = true;
@@ -531,21 +600,22 @@ class ResponsesSse final : public SseWriter {
     const std::string& id = fin_->message_id();
     if (open_) {
       out += event("response.output_text.done", {{"item_id", id},
-                                                 {"output_index", 0},
+                                                 {"output_index", msg_index_},
                                                  {"content_index", 0},
                                                  {"text", text_},
                                                  {"logprobs", json::array()}});
       out += event(
           "response.content_part.done",
           {{"item_id", id},
-           {"output_index", 0},
+           {"output_index", msg_index_},
            {"content_index", 0},
            {"part", {{"type", "output_text"}, {"text", text_}, {"annotations", json::array()}}}});
       json item = message_item(id, text_, "completed");
       if (calls.empty() && incomplete(ev.stop)) item["status"] = "incomplete";
-      out += event("response.output_item.done", {{"output_index", 0}, {"item", std::move(item)}});
+      out += event("response.output_item.done",
+                   {{"output_index", msg_index_}, {"item", std::move(item)}});
     }
-    const int base = open_ ? 1 : 0;
+    const int base = msg_index_ + (open_ ? 1 : 0);
     for (size_t i = 0; i < calls.size(); ++i) {
       const int index = base + static_cast<int>(i);
       const std::string item_id = fin_->call_item_id(i);
@@ -561,7 +631,7 @@ class ResponsesSse final : public SseWriter {
       out += event("response.output_item.done",
                    {{"output_index", index}, {"item", call_item(calls[i], item_id, "completed")}});
     }
-    const json& r = fin_->finish(ev, text_, calls, open_);
+    const json& r = fin_->finish(ev, text_, calls, open_, reasoning_);
     out += event(r["status"] == "incomplete" ? "response.incomplete" : "response.completed",
                  {{"response", r}});
     return out;
@@ -577,7 +647,7 @@ class ResponsesSse final : public SseWriter {
     if (text.empty()) return {};
     text_ += text;
     return event("response.output_text.delta", {{"item_id", fin_->message_id()},
-                                                {"output_index", 0},
+                                                {"output_index", msg_index_},
                                                 {"content_index", 0},
                                                 {"delta", text},
                                                 {"logprobs", json::array()}});
@@ -585,9 +655,12 @@ class ResponsesSse final : public SseWriter {
 
   std::unique_ptr<Finisher> fin_;
   std::unique_ptr<ToolCallParser> tools_;
-  std::string pending_;  // whitespace held until text or a call decides it
-  std::string text_;     // the message's text so far
-  bool open_ = false;    // the message item is open
+  std::string pending_;    // whitespace held until text or a call decides it
+  std::string text_;       // the message's text so far
+  bool open_ = false;      // the message item is open
+  std::string reasoning_;  // the reasoning item's text so far
+  bool reasoning_open_ = false;
+  int msg_index_ = 0;  // the message item's output_index (1 after a reasoning item)
   int64_t seq_ = 0;
 };
 
@@ -613,8 +686,11 @@ void handle_responses(ServerContext& ctx, const std::string& body, httplib::Resp
     return reply_stream(ctx, res, std::move(job.stream),
                         std::make_unique<ResponsesSse>(std::move(fin), std::move(tools)));
   }
-  std::string text;
-  const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& e) { text += e.text; });
+  std::string text, reasoning;
+  const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& e) {
+    text += e.text;
+    reasoning += e.reasoning;
+  });
   if (!ev.error.empty()) return reply_error(res, event_error(ev));
   std::vector<ToolCall> calls;
   if (tools) {
@@ -622,7 +698,7 @@ void handle_responses(ServerContext& ctx, const std::string& body, httplib::Resp
     calls = tools->calls();
   }
   const bool with_message = calls.empty() || !blank(text);
-  reply_json(res, fin->finish(ev, text, calls, with_message));
+  reply_json(res, fin->finish(ev, text, calls, with_message, reasoning));
 }
 
 void handle_response_get(ServerContext& ctx, const std::string& id, httplib::Response& res) {

@@ -104,9 +104,11 @@ bool blank(const std::string& s);
 
 // The prompt's tokens: a chat request's messages (with its tools, in the template's
 // tool `format`) rendered by the chat template, or the prompt text, tokenized; or the
-// given ids. Errors are 400s.
+// given ids. Errors are 400s. `reasoning` (chat): the template's thinking block as this
+// request wants it (budget 0 closes the block in the prompt).
 std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionRequest& r,
-                                      ToolFormat format, std::vector<engine::TokenId>& out);
+                                      ToolFormat format, std::vector<engine::TokenId>& out,
+                                      engine::ReasoningOptions* reasoning = nullptr);
 
 // A request taken by the scheduler.
 struct SubmittedJob {

@@ -27,7 +27,7 @@ uint64_t ns_since(Clock::time_point t0) {
 }  // namespace
 
 size_t JobStream::bytes_of(const JobEvent& ev) {
-  size_t n = ev.text.size();
+  size_t n = ev.text.size() + ev.reasoning.size();
   for (const LogprobEntry& lp : ev.logprobs) {
     n += lp.token.size() + sizeof(float);
     for (const auto& [token, logprob] : lp.top) n += token.size() + sizeof(logprob);
@@ -448,6 +448,7 @@ Status Scheduler::step() {
     const engine::SeqEvent& ev = *ev_or;
     JobEvent je;
     je.text.assign(ev.text);
+    je.reasoning.assign(ev.reasoning);
     const bool generated = ev.token >= 0 && ev.stop != engine::SeqStop::kEog;
     if (generated) {
       metrics_.completion_tokens.fetch_add(1, std::memory_order_relaxed);
@@ -471,7 +472,8 @@ Status Scheduler::step() {
       s->tokens.push_back(ev.token);
       s->next_token = ev.token;
       s->state = SlotState::kDecode;
-      if (!je.text.empty() || !je.logprobs.empty()) s->job.stream->push(std::move(je));
+      if (!je.text.empty() || !je.reasoning.empty() || !je.logprobs.empty())
+        s->job.stream->push(std::move(je));
     } else {
       je.final = true;
       je.stop = ev.stop;
@@ -486,6 +488,7 @@ void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells, Outcome outcome) {
   if (s.job.state) {
     ev.n_prompt = s.job.state->n_prompt();
     ev.n_generated = s.job.state->n_generated();
+    ev.n_reasoning = s.job.state->n_reasoning();
   }
   ev.n_reused = s.n_reused;
   if (outcome == Outcome::kCompleted) {

@@ -39,6 +39,8 @@ struct LogprobEntry {
 // One message from the inference thread to the request's HTTP thread.
 struct JobEvent {
   std::string text;  // complete UTF-8, no stop-string prefix
+  // A thinking block's text (complete UTF-8), split from `text` when the request asks.
+  std::string reasoning;
   std::vector<LogprobEntry> logprobs;
   bool final = false;
   engine::SeqStop stop = engine::SeqStop::kNone;
@@ -47,7 +49,8 @@ struct JobEvent {
   int error_status = 500;   // its HTTP status: 503 when the server is shutting down
   int32_t n_prompt = 0;
   int32_t n_generated = 0;
-  int32_t n_reused = 0;  // prompt tokens taken from cached cells
+  int32_t n_reasoning = 0;  // of n_generated, sampled inside a thinking block
+  int32_t n_reused = 0;     // prompt tokens taken from cached cells
 };
 
 // The channel between one request's HTTP thread and the inference thread.

@@ -37,8 +37,13 @@ struct ServerOptions {
   // keep_alive_timeout_s.
   int timeout_s = 5;
   int keep_alive_timeout_s = 5;
-  std::string chat_template;  // Jinja source replacing the model's (--chat-template-file)
-  std::string viz_prompt;     // the view's prompt box text, run once when opened (`minfer viz -p`)
+  // Thinking blocks (`<think>…</think>`) of a template that has them: split into
+  // reasoning_content (--reasoning-format deepseek) or left in the text (none); each
+  // request may say otherwise (reasoning_format).
+  bool reasoning_split = true;
+  int32_t reasoning_budget = -1;  // --reasoning-budget: reasoning tokens at most; -1 no limit
+  std::string chat_template;      // Jinja source replacing the model's (--chat-template-file)
+  std::string viz_prompt;  // the view's prompt box text, run once when opened (`minfer viz -p`)
   bool viz_home = false;
   // Finished Responses API responses kept in memory for GET /v1/responses/{id} and
   // previous_response_id; the oldest is evicted past this; 0 keeps none.

@@ -87,5 +87,48 @@ TEST(Renderer, GemmaVocabularyWithoutTemplateGetsTheGemma3Template) {
             "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
 }
 
+// The thinking block on a rendered prompt: a forced-open prompt, a template that writes
+// the close tag, a closed block (nothing to track), budget 0 closing it in the prompt, and
+// a constraint opening it where the model would.
+TEST(PlanThinking, ForcedOpenPromptStartsInsideTheBlock) {
+  std::string p = "<|User|>hi<|Assistant|><think>\n";
+  const ThinkingPlan plan = plan_thinking("no tags here", p, -1, false);
+  EXPECT_TRUE(plan.track);
+  EXPECT_TRUE(plan.forced_open);
+  EXPECT_EQ(p, "<|User|>hi<|Assistant|><think>\n");
+}
+
+TEST(PlanThinking, TemplateWithCloseTagTracksAndAConstraintOpensTheBlock) {
+  const std::string_view src = "{{ '<think>' }}...{{ '</think>' }}";
+  std::string p = "<|im_start|>assistant\n";
+  ThinkingPlan plan = plan_thinking(src, p, 16, false);
+  EXPECT_TRUE(plan.track);
+  EXPECT_FALSE(plan.forced_open);
+  EXPECT_EQ(p, "<|im_start|>assistant\n");
+  plan = plan_thinking(src, p, 16, /*constrained=*/true);
+  EXPECT_TRUE(plan.track);
+  EXPECT_TRUE(plan.forced_open);
+  EXPECT_EQ(p, "<|im_start|>assistant\n<think>\n");
+}
+
+TEST(PlanThinking, BudgetZeroClosesTheBlockInThePrompt) {
+  const std::string_view src = "... </think> ...";
+  std::string qwen = "<|im_start|>assistant\n";
+  EXPECT_FALSE(plan_thinking(src, qwen, 0, true).track);
+  EXPECT_EQ(qwen, "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  std::string r1 = "<|Assistant|><think>\n";
+  EXPECT_FALSE(plan_thinking("", r1, 0, false).track);
+  EXPECT_EQ(r1, "<|Assistant|><think>\n\n</think>\n\n");
+}
+
+TEST(PlanThinking, ClosedBlockOrNoBlockIsNotTracked) {
+  std::string closed = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  EXPECT_FALSE(plan_thinking("</think>", closed, -1, true).track);
+  EXPECT_EQ(closed, "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  std::string plain = "<|im_start|>assistant\n";
+  EXPECT_FALSE(plan_thinking("{{ messages }}", plain, 0, true).track);
+  EXPECT_EQ(plain, "<|im_start|>assistant\n");
+}
+
 }  // namespace
 }  // namespace minfer::chat

@@ -215,7 +215,11 @@ def test_image_and_document_blocks_are_400_naming_them(server, block, named):
 
 
 @pytest.mark.parametrize("extra,named", [
-    ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+    ({"thinking": {"type": "enabled"}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "enabled", "budget_tokens": -5}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "enabled", "budget_tokens": "many"}}, "thinking.budget_tokens"),
+    ({"thinking": {"type": "sometimes"}}, "'thinking'"),
+    ({"thinking": True}, "'thinking'"),
     ({"temperature": 1.5}, "temperature"),
     ({"stop_sequences": "x"}, "stop_sequences"),
     ({"tool_choice": {"type": "tool", "name": "nope"}, "tools": TOOLS}, "nope"),

@@ -58,6 +58,12 @@ CASES = [
     ("prompt_ids_not_ints", COMP, {"prompt": [[1, "a"]]}, None, 400),
     ("tokenize_no_content", "/tokenize", {"text": "hi"}, None, 400),
     ("detokenize_bad_id", "/detokenize", {"tokens": [10 ** 9]}, None, 400),
+    ("reasoning_format_unknown", CHAT, {"messages": MSG, "reasoning_format": "xml"}, None, 400),
+    ("reasoning_format_not_string", CHAT, {"messages": MSG, "reasoning_format": 1}, None, 400),
+    ("thinking_budget_negative", CHAT, {"messages": MSG, "thinking_budget_tokens": -2}, None, 400),
+    ("thinking_budget_float", CHAT, {"messages": MSG, "thinking_budget_tokens": 1.5}, None, 400),
+    ("thinking_budget_string", CHAT, {"messages": MSG, "thinking_budget_tokens": "16"}, None, 400),
+    ("reasoning_effort_unknown", CHAT, {"messages": MSG, "reasoning_effort": "extreme"}, None, 400),
 ]
 
 

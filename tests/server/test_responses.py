@@ -307,6 +307,8 @@ BAD = [
     ({"store": "yes"}, "store"),
     ({"background": True}, "background"),
     ({"reasoning": "high"}, "reasoning"),
+    ({"reasoning": {"effort": "extreme"}}, "reasoning.effort"),
+    ({"reasoning": {"summary": 3}}, "reasoning.summary"),
 ]
 
 
