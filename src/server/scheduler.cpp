@@ -115,6 +115,55 @@ SubmitResult Scheduler::submit_embed(std::shared_ptr<EmbedJob> job) {
   return SubmitResult::kQueued;
 }
 
+SubmitResult Scheduler::submit_slot_command(std::shared_ptr<SlotCommand> cmd) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopped_.load(std::memory_order_acquire)) return SubmitResult::kDraining;
+    slot_queue_.push_back(std::move(cmd));
+  }
+  cv_.notify_one();
+  return SubmitResult::kQueued;
+}
+
+SlotInfo Scheduler::slot_info(size_t i) const {
+  const Slot& s = slots_[i];
+  const bool processing = busy(s);
+  return SlotInfo{.id = static_cast<uint32_t>(i),
+                  .processing = processing,
+                  .n_cached = static_cast<uint32_t>(s.n_past),
+                  .n_generated = processing && s.job.state ? s.job.state->n_generated() : 0,
+                  .id_task = processing ? static_cast<int64_t>(s.admitted_at) : -1};
+}
+
+void Scheduler::run_slot_command(SlotCommand& cmd) {
+  SlotCommand::Reply reply;
+  if (cmd.kind == SlotCommand::Kind::kList) {
+    for (size_t i = 0; i < slots_.size(); ++i) reply.slots.push_back(slot_info(i));
+    cmd.done.set_value(std::move(reply));
+    return;
+  }
+  if (cmd.slot >= slots_.size()) {
+    reply.status = 404;
+    reply.error = fmt::format("no slot {} (the server has {} slots, 0..{})", cmd.slot,
+                              slots_.size(), slots_.size() - 1);
+  } else if (busy(slots_[cmd.slot])) {
+    reply.status = 409;
+    reply.error = fmt::format("slot {} is processing a request", cmd.slot);
+  } else {
+    Slot& s = slots_[cmd.slot];
+    reply.n_erased = static_cast<uint32_t>(s.n_past);
+    if (s.state == SlotState::kIdle) {
+      metrics_.slots_idle_cached.fetch_sub(1, std::memory_order_relaxed);
+    }
+    engine_.kv_cells()->seq_rm(s.seq, -1, -1);
+    s.tokens.clear();
+    s.n_past = 0;
+    s.state = SlotState::kEmpty;
+    reply.slots.push_back(slot_info(cmd.slot));
+  }
+  cmd.done.set_value(std::move(reply));
+}
+
 void Scheduler::run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs) {
   // Requests with the same options share decodes; a failure is retried request by request
   // so that one request's error never fails another.
@@ -179,17 +228,24 @@ void Scheduler::join() {
 void Scheduler::loop() {
   std::vector<Job> admitted;
   std::vector<std::shared_ptr<EmbedJob>> embeds;
+  std::vector<std::shared_ptr<SlotCommand>> slot_cmds;
   for (;;) {
     admitted.clear();
     embeds.clear();
+    slot_cmds.clear();
     bool stop = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       auto any_busy = [this] {
         return std::any_of(slots_.begin(), slots_.end(), [this](const Slot& s) { return busy(s); });
       };
-      cv_.wait(lk,
-               [&] { return any_busy() || !queue_.empty() || !embed_queue_.empty() || draining_; });
+      cv_.wait(lk, [&] {
+        return any_busy() || !queue_.empty() || !embed_queue_.empty() || !slot_queue_.empty() ||
+               draining_;
+      });
+      // Slot commands first, before admission: an erase answered 200 found the slot idle.
+      slot_cmds.assign(slot_queue_.begin(), slot_queue_.end());
+      slot_queue_.clear();
       if (draining_ && Clock::now() >= deadline_) {
         // The drain deadline: whatever is still queued or running is abandoned.
         for (Job& j : queue_) {
@@ -218,6 +274,7 @@ void Scheduler::loop() {
         embed_queue_.clear();
       }
     }
+    for (auto& c : slot_cmds) run_slot_command(*c);
     if (!embeds.empty()) run_embeds(embeds);
     if (stop) {
       for (Slot& s : slots_) {
@@ -227,7 +284,15 @@ void Scheduler::loop() {
         }
       }
       publish_kv();
-      stopped_.store(true, std::memory_order_release);
+      {
+        // Under the lock: a slot command queued from now on is refused by submit.
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto& c : slot_queue_) {
+          c->done.set_value({.status = 503, .error = "the server is shutting down"});
+        }
+        slot_queue_.clear();
+        stopped_.store(true, std::memory_order_release);
+      }
       return;
     }
     for (Job& j : admitted) {

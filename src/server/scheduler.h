@@ -96,6 +96,30 @@ struct EmbedJob {
   std::promise<Result<engine::Embeddings>> done;
 };
 
+// One slot as GET /slots reports it (read on the inference thread between steps).
+struct SlotInfo {
+  uint32_t id = 0;
+  bool processing = false;  // a request runs on it (prefill or decode)
+  uint32_t n_cached = 0;    // tokens whose cells the slot holds (the prefix cache when idle)
+  int32_t n_generated = 0;  // processing: tokens generated so far
+  int64_t id_task = -1;     // processing: the request's admission number; -1 when idle
+};
+
+// A request about the slots, run by the inference thread between steps (the scheduler
+// owns the KV cells): list them, or erase one idle slot's cached cells.
+struct SlotCommand {
+  enum class Kind : uint8_t { kList, kErase };
+  Kind kind = Kind::kList;
+  uint32_t slot = 0;  // kErase
+  struct Reply {
+    int status = 200;  // kErase: 404 no such slot, 409 the slot is processing a request
+    std::string error;
+    std::vector<SlotInfo> slots;  // kList: every slot; kErase: the erased slot after
+    uint32_t n_erased = 0;        // kErase: cached tokens dropped
+  };
+  std::promise<Reply> done;
+};
+
 struct SchedulerOptions {
   uint32_t n_slots = 4;        // sequences decoded together
   uint32_t n_ctx = 2048;       // positions one request may use
@@ -121,6 +145,9 @@ class Scheduler {
   // it is free, the inputs of several requests packed into the same decodes (an input's
   // vector does not depend on its neighbours: engine/embed.h).
   SubmitResult submit_embed(std::shared_ptr<EmbedJob> job);
+  // Queues a slot command; the inference thread answers it between steps. kDraining once
+  // the scheduler has stopped (nothing would answer).
+  SubmitResult submit_slot_command(std::shared_ptr<SlotCommand> cmd);
   // Stops accepting; the loop finishes what runs and what is queued, cancelling what is
   // left at `deadline`, then exits. A later call may only bring the deadline closer.
   // join() waits for it.
@@ -152,6 +179,8 @@ class Scheduler {
 
   void loop();
   void run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs);
+  void run_slot_command(SlotCommand& cmd);
+  SlotInfo slot_info(size_t i) const;
   void admit(Job job);
   void cancel_gone();
   Status step();
@@ -174,6 +203,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   std::deque<std::shared_ptr<EmbedJob>> embed_queue_;
+  std::deque<std::shared_ptr<SlotCommand>> slot_queue_;
   bool draining_ = false;
   std::atomic<bool> stopped_{false};
   std::chrono::steady_clock::time_point deadline_{};
