@@ -86,6 +86,10 @@ int run_serve(const std::vector<std::string>& args) {
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
                o.model_id);
+  p.string_opt("--slot-save-path", "DIR",
+               "folder of POST /slots/{id}?action=save|restore files (created if missing; "
+               "off by default)",
+               o.slot_save_path);
   std::vector<std::string> served_names;
   p.option(
       "--served-model-name", "NAME[,ALIAS...]",
@@ -133,6 +137,14 @@ int run_serve(const std::vector<std::string>& args) {
     if (!text) return fail(text.error().message);
     if (text->empty()) return fail("--chat-template-file '" + template_file + "' is empty");
     o.chat_template = std::move(*text);
+  }
+  if (!o.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.slot_save_path, ec);
+    if (ec || !std::filesystem::is_directory(o.slot_save_path)) {
+      return fail("--slot-save-path '" + o.slot_save_path + "' is not a folder that can be made" +
+                  (ec ? ": " + ec.message() : ""));
+    }
   }
   if (!served_names.empty()) {
     if (!o.model_id.empty()) return fail("give --alias or --served-model-name, not both");

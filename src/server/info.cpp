@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <vector>
@@ -243,6 +244,27 @@ std::optional<ApiError> run_slot_command(ServerContext& ctx, std::shared_ptr<Slo
   return {};
 }
 
+// The body's "filename": one plain name inside --slot-save-path (no path separator, no
+// "..", no NUL), as llama-server asks of it.
+std::optional<ApiError> slot_filename(const std::string& body, std::string& out) {
+  json j;
+  if (auto e = parse_object(body, j)) return e;
+  const json* f = field(j, "filename");
+  if (f == nullptr || !f->is_string() || f->get_ref<const std::string&>().empty()) {
+    return bad_request("'filename' must be a non-empty string");
+  }
+  const std::string& name = f->get_ref<const std::string&>();
+  const bool plain = name.size() <= 255 && name.find('/') == std::string::npos &&
+                     name.find('\\') == std::string::npos && name.find('\0') == std::string::npos &&
+                     name.find("..") == std::string::npos && name != ".";
+  if (!plain) {
+    return bad_request(fmt::format(
+        "'filename' must be a plain file name (no path separator, no '..'): '{}'", name));
+  }
+  out = name;
+  return {};
+}
+
 json slot_json(const ServerContext& ctx, const SlotInfo& s) {
   return json{{"id", s.id},
               {"n_ctx", ctx.options.scheduler.n_ctx},
@@ -413,24 +435,41 @@ void handle_slot_action(ServerContext& ctx, const std::string& id, const std::st
     json j;
     if (auto e = parse_object(body, j)) return reply_error(res, *e);
   }
-  if (action == "save" || action == "restore") {
-    // llama-server's answer when no --slot-save-path is given; minfer has no such flag
-    // (the engine exports and imports the KV of a single-sequence context only).
-    return reply_error(res, bad_request(fmt::format(
-                                "action '{}': slot save path not set (minfer saves no slot KV; "
-                                "erase is supported)",
-                                action)));
-  }
-  if (action != "erase") {
+  if (action != "erase" && action != "save" && action != "restore") {
     return reply_error(res, bad_request(fmt::format(
                                 "'action' must be save, restore or erase (got '{}')", action)));
   }
   auto cmd = std::make_shared<SlotCommand>();
-  cmd->kind = SlotCommand::Kind::kErase;
   cmd->slot = slot;
+  std::string filename;
+  if (action == "erase") {
+    cmd->kind = SlotCommand::Kind::kErase;
+  } else {
+    // llama-server's answer when it is started without a save folder.
+    if (ctx.options.slot_save_path.empty()) {
+      return reply_error(res, bad_request("slot save path not set (--slot-save-path DIR)"));
+    }
+    if (auto e = slot_filename(body, filename)) return reply_error(res, *e);
+    cmd->kind = action == "save" ? SlotCommand::Kind::kSave : SlotCommand::Kind::kRestore;
+    cmd->path = (std::filesystem::path(ctx.options.slot_save_path) / filename).string();
+  }
+  const auto t0 = std::chrono::steady_clock::now();
   SlotCommand::Reply reply;
   if (auto e = run_slot_command(ctx, std::move(cmd), reply)) return reply_error(res, *e);
-  reply_json(res, {{"id_slot", slot}, {"n_erased", reply.n_erased}});
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (action == "erase") {
+    return reply_json(res, {{"id_slot", slot}, {"n_erased", reply.n_tokens}});
+  }
+  const bool save = action == "save";
+  std::error_code ec;
+  const auto bytes =
+      std::filesystem::file_size(std::filesystem::path(ctx.options.slot_save_path) / filename, ec);
+  reply_json(res, {{"id_slot", slot},
+                   {"filename", filename},
+                   {save ? "n_saved" : "n_restored", reply.n_tokens},
+                   {save ? "n_written" : "n_read", ec ? 0 : bytes},
+                   {"timings", {{save ? "save_ms" : "restore_ms", ms}}}});
 }
 
 }  // namespace minfer::server

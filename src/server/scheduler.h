@@ -106,16 +106,21 @@ struct SlotInfo {
 };
 
 // A request about the slots, run by the inference thread between steps (the scheduler
-// owns the KV cells): list them, or erase one idle slot's cached cells.
+// owns the KV cells): list them; erase one idle slot's cached cells; save them (its
+// tokens and KV rows) to a file in the session format (chat/session_file.h), or restore
+// such a file as that slot's prefix cache.
 struct SlotCommand {
-  enum class Kind : uint8_t { kList, kErase };
+  enum class Kind : uint8_t { kList, kErase, kSave, kRestore };
   Kind kind = Kind::kList;
-  uint32_t slot = 0;  // kErase
+  uint32_t slot = 0;  // all but kList
+  std::string path;   // kSave, kRestore
   struct Reply {
-    int status = 200;  // kErase: 404 no such slot, 409 the slot is processing a request
+    // 404 no such slot, 409 the slot is processing a request, 400 a file that cannot be
+    // restored (what differs is named), 500 a file that cannot be written.
+    int status = 200;
     std::string error;
-    std::vector<SlotInfo> slots;  // kList: every slot; kErase: the erased slot after
-    uint32_t n_erased = 0;        // kErase: cached tokens dropped
+    std::vector<SlotInfo> slots;  // kList: every slot
+    uint32_t n_tokens = 0;        // tokens erased, saved or restored
   };
   std::promise<Reply> done;
 };
@@ -180,6 +185,9 @@ class Scheduler {
   void loop();
   void run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs);
   void run_slot_command(SlotCommand& cmd);
+  void save_slot(Slot& slot, const std::string& path, SlotCommand::Reply& reply);
+  void restore_slot(Slot& slot, const std::string& path, SlotCommand::Reply& reply);
+  void empty_slot(Slot& slot);
   SlotInfo slot_info(size_t i) const;
   void admit(Job job);
   void cancel_gone();

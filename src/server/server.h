@@ -25,7 +25,9 @@ struct ServerOptions {
   std::string model_id;  // /v1/models id and the default "model" of responses
   // More names a request's "model" may give (--served-model-name's after the first).
   std::vector<std::string> model_aliases;
-  std::string model_path;         // the GGUF file served (the info routes' model_path)
+  std::string model_path;  // the GGUF file served (the info routes' model_path)
+  // POST /slots/{id}?action=save|restore read and write files here; empty: refused.
+  std::string slot_save_path;
   std::string version;            // minfer's version (Ollama's GET /api/version)
   std::string cors_origin = "*";  // Access-Control-Allow-Origin: "*" or the one origin answered
   SchedulerOptions scheduler;

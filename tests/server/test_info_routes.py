@@ -309,3 +309,61 @@ def test_model_get_unknown_is_404_openai_shape(srv):
     got, data = srv.request("GET", "/v1/models/nope")
     err = json.loads(data)["error"]
     assert got == 404 and err["code"] == 404 and "nope" in err["message"]
+
+
+def reseal(raw, model_hash=None):
+    """A session file with another model hash, its XXH3-64 checksum recomputed (layout:
+    chat/session_file.h): what a file saved by a server of another model looks like."""
+    import struct
+
+    import xxhash
+
+    body = bytearray(raw[:-8])
+    if model_hash is not None:
+        body[16:24] = struct.pack("<Q", model_hash)
+    return bytes(body) + struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(body)))
+
+
+@needs_model
+def test_slot_save_restore_moves_a_prefix_cache_between_slots(make_server, tmp_path):
+    s = make_server("--slots", 2, "--n-ctx", 512, "-t", 2, "--slot-save-path", tmp_path / "slots")
+    story = {"messages": [{"role": "user", "content": "Tell me a story"}], "max_tokens": 6,
+             "temperature": 0}
+    st, first = s.post("/v1/chat/completions", story)
+    assert st == 200
+    held = [x for x in slots(s) if x["n_cached_tokens"] > 0]
+    assert len(held) == 1
+    n = held[0]["n_cached_tokens"]
+    src, dst = held[0]["id"], 1 - held[0]["id"]
+    st, saved = s.post(f"/slots/{src}?action=save", {"filename": "story.bin"})
+    assert st == 200 and saved["id_slot"] == src and saved["filename"] == "story.bin"
+    assert saved["n_saved"] == n
+    f = tmp_path / "slots" / "story.bin"
+    assert f.read_bytes()[:8] == b"MINFSESS" and saved["n_written"] == f.stat().st_size
+    st, erased = s.post(f"/slots/{src}?action=erase", {})
+    assert erased["n_erased"] == n
+    st, restored = s.post(f"/slots/{dst}?action=restore", {"filename": "story.bin"})
+    assert st == 200 and restored["n_restored"] == n and restored["n_read"] == f.stat().st_size
+    by_id = {x["id"]: x["n_cached_tokens"] for x in slots(s)}
+    assert by_id == {src: 0, dst: n}
+    # The restored cells are the prefix cache: the same request reuses them and, greedy,
+    # gives the same text.
+    st, again = s.post("/v1/chat/completions", story)
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"] - 1
+    assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+
+    # Files that cannot be restored: 400 naming why, and the server keeps serving.
+    (tmp_path / "slots" / "other.bin").write_bytes(reseal(f.read_bytes(), model_hash=12345))
+    (tmp_path / "slots" / "cut.bin").write_bytes(f.read_bytes()[:100])
+    for name, words in (("other.bin", "another model"), ("cut.bin", "truncated"),
+                        ("absent.bin", "cannot open")):
+        st, body = s.post(f"/slots/{dst}?action=restore", {"filename": name})
+        assert st == 400 and words in body["error"]["message"], body
+    for bad in ("../story.bin", "a/b.bin", "..", "", 5):
+        st, body = s.post(f"/slots/{dst}?action=save", {"filename": bad})
+        assert st == 400 and "filename" in body["error"]["message"]
+    st, body = s.post(f"/slots/{dst}?action=save", {})
+    assert st == 400
+    st, body = s.post("/slots/5?action=save", {"filename": "x.bin"})
+    assert st == 404
+    assert not (tmp_path / "x.bin").exists() and s.healthy()
