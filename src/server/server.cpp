@@ -244,10 +244,16 @@ bool read_body(const httplib::ContentReader& reader, size_t limit, Dialect diale
 
 // An HTTP/2 client with prior knowledge opens with "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 // (RFC 9113 §3.4), which httplib reads as a request line it cannot parse. The answer is
-// a 505 that ends the connection, so the client falls back to HTTP/1.1 (an HTTP/2
-// GOAWAY would need the socket, which httplib 0.11.4 does not give for a request it
-// could not parse: no peer address to find it by).
+// a 505 with Connection: close, at once, so the client closes and falls back to HTTP/1.1
+// (sglang-router does). An HTTP/2 GOAWAY would need the socket, which httplib 0.11.4
+// does not give for a request it could not parse (no peer address to find it by); for
+// the same reason httplib goes on reading the connection, and parses the rest of the
+// preface ("SM", the client's SETTINGS frame) as more bad requests: their answers reach
+// no one who reads them, and they are left out of the log (t_after_h2_preface).
+thread_local bool t_after_h2_preface = false;
+
 HandlerResponse answer_http2_preface(Response& res) {
+  t_after_h2_preface = true;
   reply_error(res, ApiError{.status = 505,
                             .type = "invalid_request_error",
                             .message = "HTTP/2 is not supported: use HTTP/1.1"});
@@ -395,6 +401,7 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
     res.set_header("Access-Control-Max-Age", "600");
   });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
+    t_after_h2_preface = false;  // a request parsed: the connection speaks HTTP/1.1
     request_log() = RequestLog{.t0 = Clock::now(), .request_id = request_id_for(req), .req = &req};
     res.set_header("X-Request-Id", request_log().request_id);
     set_cors_origin(options.cors_origin, req, res);
@@ -501,6 +508,10 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   svr.set_logger([](const Request& req, const Response& res) {
     // Bytes of a body left unread, which httplib parsed as a request: not a request.
     if (on_taken_connection()) return;
+    // The rest of an HTTP/2 preface, which httplib parsed as a request: not a request.
+    if (t_after_h2_preface && req.method != "PRI" && request_log().t0 == Clock::time_point{}) {
+      return;
+    }
     // The worker thread's record of this request; a request httplib refused before
     // routing (a bad request line) has none: no time and no counts, rather than the
     // previous request's on this thread.
