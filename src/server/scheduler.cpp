@@ -205,9 +205,12 @@ void Scheduler::restore_slot(Slot& s, const std::string& path, SlotCommand::Repl
     return fail(fmt::format("'{}' holds {} tokens, more than n_ctx {} (--n-ctx)", path,
                             tokens.size(), options_.n_ctx));
   }
-  if (!tokens.empty() && d->kv_token_bytes != engine_.kv_token_bytes()) {
+  // (0 before the first forward made the KV regions: kv_import_seq makes them and checks
+  // the size then.)
+  const uint64_t row_bytes = engine_.kv_token_bytes();
+  if (!tokens.empty() && row_bytes != 0 && d->kv_token_bytes != row_bytes) {
     return fail(fmt::format("'{}': KV rows of {} bytes, this server's are {} (another cache type?)",
-                            path, d->kv_token_bytes, engine_.kv_token_bytes()));
+                            path, d->kv_token_bytes, row_bytes));
   }
   // The checks are done: the import frees the slot's cells only when it can place the rows.
   const bool was_idle = s.state == SlotState::kIdle;

@@ -374,3 +374,12 @@ def test_slot_save_restore_moves_a_prefix_cache_between_slots(make_server, tmp_p
     st, body = s.post("/slots/5?action=save", {"filename": "x.bin"})
     assert st == 404
     assert not (tmp_path / "x.bin").exists() and s.healthy()
+
+    # A server that has run no forward yet (no KV regions) restores the file too.
+    fresh = make_server("--slots", 2, "--n-ctx", 512, "-t", 2, "--slot-save-path",
+                        tmp_path / "slots")
+    st, restored = fresh.post("/slots/0?action=restore", {"filename": "story.bin"})
+    assert st == 200 and restored["n_restored"] == n
+    st, again = fresh.post("/v1/chat/completions", story)
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"] - 1
+    assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
