@@ -587,9 +587,11 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   });
   for (const char* path : {"/v1/models", "/models"}) {
     get(path, [&](const Request&, Response& res) { handle_models(ctx, res); });
+    // A model id may hold '/' (vLLM's served names are often "org/model"): the rest of
+    // the path is the id.
     const std::string one = std::string(path) + "/{id}";
     routes.add(one, "GET");
-    svr.Get(RouteMethods::regex(one),
+    svr.Get(std::string(path) + "/(.+)",
             [&](const Request& req, Response& res) { handle_model_get(ctx, req.matches[1], res); });
   }
   // Routers' and llama-server clients' info routes (server/info.cpp).

@@ -20,7 +20,8 @@ def srv():
 
     if not MODEL.exists():
         pytest.skip(f"{MODEL} not present (scripts/setup.sh)")
-    s = Server("--slots", 2, "--n-ctx", 512, "-t", 2, "--served-model-name", "smol,tiny")
+    s = Server("--slots", 2, "--n-ctx", 512, "-t", 2, "--served-model-name", "smol,tiny",
+               "--served-model-name", "org/smol-v2")
     yield s
     s.kill()
 
@@ -155,11 +156,12 @@ def test_served_model_name_ids_and_model_retrieve(srv):
     st, raw = srv.request("GET", "/v1/models")
     models = json.loads(raw)["data"]
     assert [m["id"] for m in models] == ["smol"] and models[0]["max_model_len"] == 512
-    for name in ("smol", "tiny"):
+    for name in ("smol", "tiny", "org/smol-v2"):
         st, raw = srv.request("GET", f"/v1/models/{name}")
         m = json.loads(raw)
         assert st == 200 and m["id"] == "smol" and m["object"] == "model"
-        assert m["owned_by"] == "minfer" and m["max_model_len"] == 512 and m["aliases"] == ["tiny"]
+        assert m["owned_by"] == "minfer" and m["max_model_len"] == 512
+        assert m["aliases"] == ["tiny", "org/smol-v2"]
         assert m["meta"]["n_vocab"] == 49152 and m["meta"]["n_ctx_train"] == 8192
     st, raw = srv.request("GET", "/v1/models/gpt-4")
     assert st == 404 and json.loads(raw)["error"]["type"] == "not_found_error"
