@@ -1,5 +1,6 @@
 // Stage 18 (CLI): `minfer serve MODEL [flags]` — flags only; the server lives in
 // src/server (docs/USAGE.md "Server").
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -85,6 +86,26 @@ int run_serve(const std::vector<std::string>& args) {
             drain_ms, 0, INT32_MAX);
   p.string_opt("--alias", "NAME", "model id of /v1/models and responses (the file name)",
                o.model_id);
+  p.string_opt("--slot-save-path", "DIR",
+               "folder of POST /slots/{id}?action=save|restore files (created if missing; "
+               "off by default)",
+               o.slot_save_path);
+  std::vector<std::string> served_names;
+  p.option(
+      "--served-model-name", "NAME[,ALIAS...]",
+      "vLLM's: the first name is the model id, the others are names a request's model may "
+      "give too (repeatable)",
+      [&served_names](const std::string& v) -> Status {
+        size_t pos = 0;
+        while (pos <= v.size()) {
+          const size_t end = std::min(v.find(',', pos), v.size());
+          if (end == pos) return make_error("--served-model-name: an empty name in '" + v + "'");
+          served_names.push_back(v.substr(pos, end - pos));
+          pos = end + 1;
+        }
+        return Ok{};
+      },
+      /*repeatable=*/true);
   std::string template_file;
   p.string_opt("--chat-template-file", "PATH",
                "Jinja chat template file instead of the model's (its tool-call format too)",
@@ -131,6 +152,19 @@ int run_serve(const std::vector<std::string>& args) {
     if (!text) return fail(text.error().message);
     if (text->empty()) return fail("--chat-template-file '" + template_file + "' is empty");
     o.chat_template = std::move(*text);
+  }
+  if (!o.slot_save_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.slot_save_path, ec);
+    if (ec || !std::filesystem::is_directory(o.slot_save_path)) {
+      return fail("--slot-save-path '" + o.slot_save_path + "' is not a folder that can be made" +
+                  (ec ? ": " + ec.message() : ""));
+    }
+  }
+  if (!served_names.empty()) {
+    if (!o.model_id.empty()) return fail("give --alias or --served-model-name, not both");
+    o.model_id = served_names.front();
+    o.model_aliases.assign(served_names.begin() + 1, served_names.end());
   }
   o.port = port;
   o.drain_ms = drain_ms;
@@ -182,6 +216,7 @@ int run_serve(const std::vector<std::string>& args) {
                         " is past the model's context length " + std::to_string(n_ctx_train));
     }
     if (so.model_id.empty()) so.model_id = std::filesystem::path(*path).filename().string();
+    so.model_path = *path;
     return static_cast<engine::Context*>(eng.get());
   };
   o.version = MINFER_VERSION;

@@ -332,9 +332,14 @@ uint64_t Context::kv_token_bytes() const {
 }
 
 Result<std::vector<std::byte>> Context::kv_export(uint32_t n_tokens) const {
+  return kv_export_seq(0, n_tokens);
+}
+
+Result<std::vector<std::byte>> Context::kv_export_seq(kv::SeqId seq, uint32_t n_tokens) const {
   if (cache_ == nullptr) return make_error("kv_export: no context set");
-  if (n_tokens > n_ctx_) {
-    return make_error(fmt::format("kv_export: {} positions, n_ctx {}", n_tokens, n_ctx_));
+  const uint32_t limit = context_.n_ctx_seq > 0 ? context_.n_ctx_seq : n_ctx_;
+  if (n_tokens > limit) {
+    return make_error(fmt::format("kv_export: {} positions, n_ctx {}", n_tokens, limit));
   }
   const uint64_t rec = kv_token_bytes();
   if (rec == 0 && n_tokens > 0) return make_error("kv_export: no KV region exists yet");
@@ -342,8 +347,10 @@ Result<std::vector<std::byte>> Context::kv_export(uint32_t n_tokens) const {
   std::vector<std::byte> out(rec * n_tokens);
   std::byte* dst = out.data();
   for (uint32_t p = 0; p < n_tokens; ++p) {
-    const auto cell = kv_->find(0, static_cast<kv::Pos>(p));
-    if (!cell) return make_error(fmt::format("kv_export: no cell holds position {}", p));
+    const auto cell = kv_->find(seq, static_cast<kv::Pos>(p));
+    if (!cell) {
+      return make_error(fmt::format("kv_export: no cell holds position {} of sequence {}", p, seq));
+    }
     for (uint32_t il = 0; il < model_->hparams().n_layer; ++il) {
       for (graph::KvKind kind : {graph::KvKind::kK, graph::KvKind::kV}) {
         MINFER_TRY(std::byte * src, memory.region_cell(static_cast<int32_t>(il), kind, *cell));
@@ -357,9 +364,19 @@ Result<std::vector<std::byte>> Context::kv_export(uint32_t n_tokens) const {
 }
 
 Status Context::kv_import(uint32_t n_tokens, std::span<const std::byte> data) {
+  return import_rows(0, n_tokens, data, /*free_all=*/true);
+}
+
+Status Context::kv_import_seq(kv::SeqId seq, uint32_t n_tokens, std::span<const std::byte> data) {
+  return import_rows(seq, n_tokens, data, /*free_all=*/false);
+}
+
+Status Context::import_rows(kv::SeqId seq, uint32_t n_tokens, std::span<const std::byte> data,
+                            bool free_all) {
   if (cache_ == nullptr) return make_error("kv_import: no context set");
-  if (n_tokens > n_ctx_) {
-    return make_error(fmt::format("kv_import: {} positions, n_ctx {}", n_tokens, n_ctx_));
+  const uint32_t limit = context_.n_ctx_seq > 0 ? context_.n_ctx_seq : n_ctx_;
+  if (n_tokens > limit) {
+    return make_error(fmt::format("kv_import: {} positions, n_ctx {}", n_tokens, limit));
   }
   auto& memory = cache_->memory_as<alloc::Allocator>();
   if (memory.n_regions() == 0) {
@@ -372,10 +389,17 @@ Status Context::kv_import(uint32_t n_tokens, std::span<const std::byte> data) {
     return make_error(fmt::format("kv_import: {} bytes for {} positions of {} bytes", data.size(),
                                   n_tokens, rec));
   }
-  kv_->clear();
+  // Checked above: nothing is freed for an import that cannot happen.
+  if (free_all) {
+    kv_->clear();
+  } else {
+    kv_->seq_rm(seq, -1, -1);
+  }
   if (n_tokens == 0) return Ok{};
   std::vector<kv::KvToken> batch(n_tokens);
-  for (uint32_t p = 0; p < n_tokens; ++p) batch[p] = {.seq = 0, .pos = static_cast<kv::Pos>(p)};
+  for (uint32_t p = 0; p < n_tokens; ++p) {
+    batch[p] = {.seq = seq, .pos = static_cast<kv::Pos>(p)};
+  }
   MINFER_TRY(std::vector<int32_t> cells, kv_->place(batch));
   const std::byte* src = data.data();
   for (uint32_t p = 0; p < n_tokens; ++p) {

@@ -203,6 +203,11 @@ class Context {
   // yet, places the positions and copies the rows. No forward runs. Error: size
   // mismatch, n_tokens > n_ctx.
   Status kv_import(uint32_t n_tokens, std::span<const std::byte> data);
+  // The same for sequence `seq` of a context of several (the server's slots): positions
+  // [0, n_tokens) of that sequence. The import frees that sequence's cells only; the
+  // others keep theirs. Error: n_tokens past n_ctx_seq, no free cells for them.
+  Result<std::vector<std::byte>> kv_export_seq(kv::SeqId seq, uint32_t n_tokens) const;
+  Status kv_import_seq(kv::SeqId seq, uint32_t n_tokens, std::span<const std::byte> data);
 
   // The params a forward of this shape uses (the reuse identity).
   graph::GraphParams params_for(uint32_t n_tokens, uint32_t n_out, int32_t n_runs = 1) const;
@@ -239,6 +244,9 @@ class Context {
   Result<const graph::ComputeGraph*> prepare(const graph::GraphParams& params);
 
   uint32_t n_ctx_ = 0;
+  // kv_import and kv_import_seq: checks, then frees every cell (free_all) or `seq`'s.
+  Status import_rows(kv::SeqId seq, uint32_t n_tokens, std::span<const std::byte> data,
+                     bool free_all);
   ContextOptions context_;
   std::unique_ptr<graph::GraphCache> cache_;
   std::optional<kv::KvCells> kv_;

@@ -233,7 +233,7 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
   const ToolFormat format = job.format;
 
   const std::string model = r.model.empty() ? ctx.options.model_id : r.model;
-  const std::string id = random_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+  const std::string id = request_scoped_id(endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();

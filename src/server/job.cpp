@@ -91,6 +91,24 @@ std::optional<ApiError> plan_reasoning(ServerContext& ctx, const CompletionReque
 
 }  // namespace
 
+std::string request_scoped_id(const char* prefix) {
+  const std::string& id = request_log().request_id;
+  return id.empty() ? random_id(prefix) : prefix + id;
+}
+
+std::optional<ApiError> render_chat_prompt(ServerContext& ctx, const CompletionRequest& r,
+                                           ToolFormat format, std::string& out) {
+  auto rendered = r.tools.active() || r.tool_history
+                      ? render_tool_prompt(ctx.renderer, r.messages_json, r.tools, format)
+                      : ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
+  if (!rendered.ok()) {
+    return bad_request("the chat template cannot render these messages: " +
+                       rendered.error().message);
+  }
+  out = std::move(*rendered);
+  return {};
+}
+
 std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionRequest& r,
                                       ToolFormat format, std::vector<engine::TokenId>& out,
                                       engine::ReasoningOptions* reasoning) {
@@ -101,14 +119,7 @@ std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionReques
   }
   std::string text;
   if (chat) {
-    auto rendered = r.tools.active() || r.tool_history
-                        ? render_tool_prompt(ctx.renderer, r.messages_json, r.tools, format)
-                        : ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
-    if (!rendered.ok()) {
-      return bad_request("the chat template cannot render these messages: " +
-                         rendered.error().message);
-    }
-    text = std::move(*rendered);
+    if (auto e = render_chat_prompt(ctx, r, format, text)) return e;
     if (reasoning != nullptr) {
       if (auto e = plan_reasoning(ctx, r, text, *reasoning)) return e;
     }

@@ -60,8 +60,10 @@ Opt check_model(const ServerContext& ctx, const json& j, const char* key, std::s
   if (!m->is_string()) return bad_request(fmt::format("'{}' must be a string", key));
   name = m->get<std::string>();
   if (name.empty()) return bad_request(fmt::format("'{}' is required", key));
-  const std::string& id = ctx.options.model_id;
-  if (name != id && name != id + ":latest") return not_found(name);
+  const std::string base = name.ends_with(":latest")
+                               ? name.substr(0, name.size() - std::string_view(":latest").size())
+                               : name;
+  if (!serves_model(ctx.options, name) && !serves_model(ctx.options, base)) return not_found(name);
   return {};
 }
 

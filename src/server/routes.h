@@ -84,6 +84,9 @@ struct RequestLog {
   int32_t n_generated = -1;
   int32_t n_reused = -1;
   int status = -1;  // the status logged when not the response's: 499, the client left
+  // The client's X-Request-Id (<= 128 visible ASCII characters), else a generated one:
+  // echoed in the response header, logged, and the suffix of chatcmpl-/cmpl- ids.
+  std::string request_id;
   const httplib::Request* req = nullptr;  // the request being served (its client is watched)
 };
 RequestLog& request_log();
@@ -99,6 +102,8 @@ void reply_error(httplib::Response& res, const ApiError& e, Dialect dialect = Di
 
 // prefix + 24 random hex digits ("chatcmpl-", "msg_", "toolu_").
 std::string random_id(const char* prefix);
+// prefix + this request's id (RequestLog::request_id), or random_id(prefix) without one.
+std::string request_scoped_id(const char* prefix);
 // Only whitespace (content before a tool call that is only whitespace is not content).
 bool blank(const std::string& s);
 
@@ -109,6 +114,11 @@ bool blank(const std::string& s);
 std::optional<ApiError> prompt_tokens(ServerContext& ctx, const CompletionRequest& r,
                                       ToolFormat format, std::vector<engine::TokenId>& out,
                                       engine::ReasoningOptions* reasoning = nullptr);
+
+// The prompt text of a chat request: its messages (with its tools, in the template's
+// tool `format`) rendered by the chat template. Errors are 400s.
+std::optional<ApiError> render_chat_prompt(ServerContext& ctx, const CompletionRequest& r,
+                                           ToolFormat format, std::string& out);
 
 // A request taken by the scheduler.
 struct SubmittedJob {
@@ -209,5 +219,26 @@ void handle_ollama_version(ServerContext& ctx, httplib::Response& res);
 // {embedding}).
 void handle_ollama_embed(ServerContext& ctx, const std::string& body, httplib::Response& res,
                          bool legacy);
+
+// Model, tokenizer, server and slot routes (server/info.cpp).
+// POST /tokenize: llama-server's {"content", ...} → {"tokens"}, or vLLM's {"prompt", ...}
+// / {"messages", ...} → {"count", "max_model_len", "tokens", "token_strs"?}; the shape is
+// chosen by the fields present (a mix is a 400 naming them).
+void handle_tokenize(ServerContext& ctx, const std::string& body, httplib::Response& res);
+// POST /detokenize {"tokens"} → {"content", "prompt"} (llama-server's key and vLLM's).
+void handle_detokenize(ServerContext& ctx, const std::string& body, httplib::Response& res);
+// POST /v1/chat/completions/render: a chat request's prompt text and ids, nothing generated.
+void handle_chat_render(ServerContext& ctx, const std::string& body, httplib::Response& res);
+// GET /v1/models and GET /v1/models/{id} (404 for a name the server does not serve).
+void handle_models(ServerContext& ctx, httplib::Response& res);
+void handle_model_get(ServerContext& ctx, const std::string& id, httplib::Response& res);
+// SGLang's GET /get_server_info (/server_info) and GET /get_model_info (/model_info).
+void handle_server_info(ServerContext& ctx, httplib::Response& res);
+void handle_model_info(ServerContext& ctx, httplib::Response& res);
+// llama-server's GET /props, GET /slots, POST /slots/{id}?action=erase.
+void handle_props(ServerContext& ctx, httplib::Response& res);
+void handle_slots(ServerContext& ctx, httplib::Response& res);
+void handle_slot_action(ServerContext& ctx, const std::string& id, const std::string& action,
+                        const std::string& body, httplib::Response& res);
 
 }  // namespace minfer::server

@@ -8,6 +8,8 @@
 #include <bit>
 #include <cstdio>
 
+#include "chat/session_file.h"
+
 namespace minfer::server {
 namespace {
 
@@ -115,6 +117,152 @@ SubmitResult Scheduler::submit_embed(std::shared_ptr<EmbedJob> job) {
   return SubmitResult::kQueued;
 }
 
+SubmitResult Scheduler::submit_slot_command(std::shared_ptr<SlotCommand> cmd) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopped_.load(std::memory_order_acquire)) return SubmitResult::kDraining;
+    slot_queue_.push_back(std::move(cmd));
+  }
+  cv_.notify_one();
+  return SubmitResult::kQueued;
+}
+
+SlotInfo Scheduler::slot_info(size_t i) const {
+  const Slot& s = slots_[i];
+  const bool processing = busy(s);
+  return SlotInfo{.id = static_cast<uint32_t>(i),
+                  .processing = processing,
+                  .n_cached = static_cast<uint32_t>(s.n_past),
+                  .n_generated = processing && s.job.state ? s.job.state->n_generated() : 0,
+                  .id_task = processing ? static_cast<int64_t>(s.admitted_at) : -1};
+}
+
+void Scheduler::empty_slot(Slot& s) {
+  if (s.state == SlotState::kIdle)
+    metrics_.slots_idle_cached.fetch_sub(1, std::memory_order_relaxed);
+  engine_.kv_cells()->seq_rm(s.seq, -1, -1);
+  s.tokens.clear();
+  s.n_past = 0;
+  s.state = SlotState::kEmpty;
+}
+
+// The file: the session format's state {"slot_tokens": [ids]} and the KV rows of those
+// positions; written to a temporary file renamed over the target (write_session).
+void Scheduler::save_slot(Slot& s, const std::string& path, SlotCommand::Reply& reply) {
+  chat::SessionData d;
+  d.model_hash = chat::model_hash(engine_.file());
+  const std::vector<engine::TokenId> tokens(s.tokens.begin(),
+                                            s.tokens.begin() + static_cast<ptrdiff_t>(s.n_past));
+  d.state = {{"slot_tokens", tokens}};
+  d.n_kv_tokens = tokens.size();
+  if (!tokens.empty()) {
+    d.kv_token_bytes = engine_.kv_token_bytes();
+    auto kv = engine_.kv_export_seq(s.seq, static_cast<uint32_t>(tokens.size()));
+    if (!kv.ok()) {
+      reply.status = 500;
+      reply.error = "cannot read the slot's KV: " + kv.error().message;
+      return;
+    }
+    d.kv = std::move(*kv);
+  }
+  if (Status st = chat::write_session(path, d); !st.ok()) {
+    reply.status = 500;
+    reply.error = st.error().message;
+    return;
+  }
+  reply.n_tokens = static_cast<uint32_t>(tokens.size());
+}
+
+void Scheduler::restore_slot(Slot& s, const std::string& path, SlotCommand::Reply& reply) {
+  auto fail = [&](std::string message) {
+    reply.status = 400;
+    reply.error = std::move(message);
+  };
+  auto d = chat::read_session(path);
+  if (!d.ok()) return fail(d.error().message);
+  const uint64_t want = chat::model_hash(engine_.file());
+  if (d->model_hash != want) {
+    return fail(fmt::format("'{}' was saved for another model (hash {:016x}, this model {:016x})",
+                            path, d->model_hash, want));
+  }
+  std::vector<engine::TokenId> tokens;
+  const auto* t =
+      d->state.is_object() && d->state.contains("slot_tokens") ? &d->state["slot_tokens"] : nullptr;
+  if (t == nullptr || !t->is_array()) {
+    return fail(fmt::format("'{}' is not a slot file (no slot_tokens)", path));
+  }
+  for (const auto& id : *t) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= engine_.tokenizer().n_vocab()) {
+      return fail(fmt::format("'{}': a token id outside the vocabulary", path));
+    }
+    tokens.push_back(id.get<engine::TokenId>());
+  }
+  if (tokens.size() != d->n_kv_tokens) {
+    return fail(fmt::format("'{}': {} tokens but {} KV rows", path, tokens.size(), d->n_kv_tokens));
+  }
+  if (tokens.size() > options_.n_ctx) {
+    return fail(fmt::format("'{}' holds {} tokens, more than n_ctx {} (--n-ctx)", path,
+                            tokens.size(), options_.n_ctx));
+  }
+  // (0 before the first forward made the KV regions: kv_import_seq makes them and checks
+  // the size then.)
+  const uint64_t row_bytes = engine_.kv_token_bytes();
+  if (!tokens.empty() && row_bytes != 0 && d->kv_token_bytes != row_bytes) {
+    return fail(fmt::format("'{}': KV rows of {} bytes, this server's are {} (another cache type?)",
+                            path, d->kv_token_bytes, row_bytes));
+  }
+  // The checks are done: the import frees the slot's cells only when it can place the rows.
+  const bool was_idle = s.state == SlotState::kIdle;
+  if (Status st = engine_.kv_import_seq(s.seq, static_cast<uint32_t>(tokens.size()), d->kv);
+      !st.ok()) {
+    empty_slot(s);
+    reply.status = 400;
+    reply.error = fmt::format("'{}' cannot be restored: {}", path, st.error().message);
+    return;
+  }
+  if (was_idle) metrics_.slots_idle_cached.fetch_sub(1, std::memory_order_relaxed);
+  s.tokens = std::move(tokens);
+  s.n_past = s.tokens.size();
+  s.state = s.n_past > 0 ? SlotState::kIdle : SlotState::kEmpty;
+  s.last_used = ++tick_;
+  if (s.state == SlotState::kIdle)
+    metrics_.slots_idle_cached.fetch_add(1, std::memory_order_relaxed);
+  reply.n_tokens = static_cast<uint32_t>(s.n_past);
+}
+
+void Scheduler::run_slot_command(SlotCommand& cmd) {
+  SlotCommand::Reply reply;
+  if (cmd.kind == SlotCommand::Kind::kList) {
+    for (size_t i = 0; i < slots_.size(); ++i) reply.slots.push_back(slot_info(i));
+  } else if (cmd.slot >= slots_.size()) {
+    reply.status = 404;
+    reply.error = fmt::format("no slot {} (the server has {} slots, 0..{})", cmd.slot,
+                              slots_.size(), slots_.size() - 1);
+  } else if (busy(slots_[cmd.slot])) {
+    reply.status = 409;
+    reply.error = fmt::format("slot {} is processing a request", cmd.slot);
+  } else {
+    Slot& s = slots_[cmd.slot];
+    switch (cmd.kind) {
+      case SlotCommand::Kind::kErase:
+        reply.n_tokens = static_cast<uint32_t>(s.n_past);
+        empty_slot(s);
+        break;
+      case SlotCommand::Kind::kSave:
+        save_slot(s, cmd.path, reply);
+        break;
+      case SlotCommand::Kind::kRestore:
+        restore_slot(s, cmd.path, reply);
+        break;
+      case SlotCommand::Kind::kList:
+        break;
+    }
+    metrics_.kv_cells_used.store(engine_.kv_cells()->n_used(), std::memory_order_relaxed);
+  }
+  cmd.done.set_value(std::move(reply));
+}
+
 void Scheduler::run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs) {
   // Requests with the same options share decodes; a failure is retried request by request
   // so that one request's error never fails another.
@@ -179,17 +327,24 @@ void Scheduler::join() {
 void Scheduler::loop() {
   std::vector<Job> admitted;
   std::vector<std::shared_ptr<EmbedJob>> embeds;
+  std::vector<std::shared_ptr<SlotCommand>> slot_cmds;
   for (;;) {
     admitted.clear();
     embeds.clear();
+    slot_cmds.clear();
     bool stop = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       auto any_busy = [this] {
         return std::any_of(slots_.begin(), slots_.end(), [this](const Slot& s) { return busy(s); });
       };
-      cv_.wait(lk,
-               [&] { return any_busy() || !queue_.empty() || !embed_queue_.empty() || draining_; });
+      cv_.wait(lk, [&] {
+        return any_busy() || !queue_.empty() || !embed_queue_.empty() || !slot_queue_.empty() ||
+               draining_;
+      });
+      // Slot commands first, before admission: an erase answered 200 found the slot idle.
+      slot_cmds.assign(slot_queue_.begin(), slot_queue_.end());
+      slot_queue_.clear();
       if (draining_ && Clock::now() >= deadline_) {
         // The drain deadline: whatever is still queued or running is abandoned.
         for (Job& j : queue_) {
@@ -218,6 +373,7 @@ void Scheduler::loop() {
         embed_queue_.clear();
       }
     }
+    for (auto& c : slot_cmds) run_slot_command(*c);
     if (!embeds.empty()) run_embeds(embeds);
     if (stop) {
       for (Slot& s : slots_) {
@@ -227,7 +383,15 @@ void Scheduler::loop() {
         }
       }
       publish_kv();
-      stopped_.store(true, std::memory_order_release);
+      {
+        // Under the lock: a slot command queued from now on is refused by submit.
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto& c : slot_queue_) {
+          c->done.set_value({.status = 503, .error = "the server is shutting down"});
+        }
+        slot_queue_.clear();
+        stopped_.store(true, std::memory_order_release);
+      }
       return;
     }
     for (Job& j : admitted) {

@@ -99,6 +99,35 @@ struct EmbedJob {
   std::promise<Result<engine::Embeddings>> done;
 };
 
+// One slot as GET /slots reports it (read on the inference thread between steps).
+struct SlotInfo {
+  uint32_t id = 0;
+  bool processing = false;  // a request runs on it (prefill or decode)
+  uint32_t n_cached = 0;    // tokens whose cells the slot holds (the prefix cache when idle)
+  int32_t n_generated = 0;  // processing: tokens generated so far
+  int64_t id_task = -1;     // processing: the request's admission number; -1 when idle
+};
+
+// A request about the slots, run by the inference thread between steps (the scheduler
+// owns the KV cells): list them; erase one idle slot's cached cells; save them (its
+// tokens and KV rows) to a file in the session format (chat/session_file.h), or restore
+// such a file as that slot's prefix cache.
+struct SlotCommand {
+  enum class Kind : uint8_t { kList, kErase, kSave, kRestore };
+  Kind kind = Kind::kList;
+  uint32_t slot = 0;  // all but kList
+  std::string path;   // kSave, kRestore
+  struct Reply {
+    // 404 no such slot, 409 the slot is processing a request, 400 a file that cannot be
+    // restored (what differs is named), 500 a file that cannot be written.
+    int status = 200;
+    std::string error;
+    std::vector<SlotInfo> slots;  // kList: every slot
+    uint32_t n_tokens = 0;        // tokens erased, saved or restored
+  };
+  std::promise<Reply> done;
+};
+
 struct SchedulerOptions {
   uint32_t n_slots = 4;        // sequences decoded together
   uint32_t n_ctx = 2048;       // positions one request may use
@@ -124,6 +153,9 @@ class Scheduler {
   // it is free, the inputs of several requests packed into the same decodes (an input's
   // vector does not depend on its neighbours: engine/embed.h).
   SubmitResult submit_embed(std::shared_ptr<EmbedJob> job);
+  // Queues a slot command; the inference thread answers it between steps. kDraining once
+  // the scheduler has stopped (nothing would answer).
+  SubmitResult submit_slot_command(std::shared_ptr<SlotCommand> cmd);
   // Stops accepting; the loop finishes what runs and what is queued, cancelling what is
   // left at `deadline`, then exits. A later call may only bring the deadline closer.
   // join() waits for it.
@@ -155,6 +187,11 @@ class Scheduler {
 
   void loop();
   void run_embeds(std::vector<std::shared_ptr<EmbedJob>>& jobs);
+  void run_slot_command(SlotCommand& cmd);
+  void save_slot(Slot& slot, const std::string& path, SlotCommand::Reply& reply);
+  void restore_slot(Slot& slot, const std::string& path, SlotCommand::Reply& reply);
+  void empty_slot(Slot& slot);
+  SlotInfo slot_info(size_t i) const;
   void admit(Job job);
   void cancel_gone();
   Status step();
@@ -177,6 +214,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   std::deque<std::shared_ptr<EmbedJob>> embed_queue_;
+  std::deque<std::shared_ptr<SlotCommand>> slot_queue_;
   bool draining_ = false;
   std::atomic<bool> stopped_{false};
   std::chrono::steady_clock::time_point deadline_{};

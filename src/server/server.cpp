@@ -35,62 +35,13 @@ using httplib::Request;
 using httplib::Response;
 using HandlerResponse = httplib::Server::HandlerResponse;
 
-// POST /tokenize {"content", "add_special" (false), "parse_special" (true), "with_pieces"}
-void handle_tokenize(ServerContext& ctx, const std::string& body, Response& res) {
-  json j;
-  if (auto e = parse_object(body, j)) return reply_error(res, *e);
-  if (!j.contains("content") || !j["content"].is_string()) {
-    return reply_error(res, bad_request("'content' must be a string"));
-  }
-  tokenizer::EncodeOptions opts{.add_special = false, .parse_special = true};
-  bool with_pieces = false;
-  for (auto [key, out] :
-       {std::pair{"add_special", &opts.add_special},
-        std::pair{"parse_special", &opts.parse_special}, std::pair{"with_pieces", &with_pieces}}) {
-    if (!j.contains(key) || j[key].is_null()) continue;
-    if (!j[key].is_boolean())
-      return reply_error(res, bad_request(fmt::format("'{}' must be a boolean", key)));
-    *out = j[key].get<bool>();
-  }
-  auto ids = ctx.tok.encode(j["content"].get<std::string>(), opts);
-  if (!ids.ok()) return reply_error(res, bad_request(ids.error().message));
-  json tokens = json::array();
-  for (tokenizer::TokenId id : *ids) {
-    if (with_pieces) {
-      tokens.push_back({{"id", id}, {"piece", ctx.tok.token_to_bytes(id, /*special=*/true)}});
-    } else {
-      tokens.push_back(id);
-    }
-  }
-  reply_json(res, {{"tokens", std::move(tokens)}});
-}
-
-// POST /detokenize {"tokens": [ids]} → {"content"}
-void handle_detokenize(ServerContext& ctx, const std::string& body, Response& res) {
-  json j;
-  if (auto e = parse_object(body, j)) return reply_error(res, *e);
-  if (!j.contains("tokens") || !j["tokens"].is_array()) {
-    return reply_error(res, bad_request("'tokens' must be an array of token ids"));
-  }
-  std::vector<tokenizer::TokenId> ids;
-  for (const json& t : j["tokens"]) {
-    if (!t.is_number_integer()) return reply_error(res, bad_request("'tokens' must hold integers"));
-    const int64_t id = t.get<int64_t>();
-    if (id < 0 || id >= ctx.tok.n_vocab()) {
-      return reply_error(res,
-                         bad_request(fmt::format("token id {} is outside the vocabulary", id)));
-    }
-    ids.push_back(static_cast<tokenizer::TokenId>(id));
-  }
-  reply_json(res, {{"content", ctx.tok.decode(ids)}});
-}
-
-void handle_models(ServerContext& ctx, Response& res) {
-  reply_json(res, {{"object", "list"},
-                   {"data", json::array({json{{"id", ctx.options.model_id},
-                                              {"object", "model"},
-                                              {"created", ctx.created},
-                                              {"owned_by", "minfer"}}})}});
+// X-Request-Id: the client's value when it is 1..128 visible ASCII characters (it goes
+// into ids and the log line), else one of ours.
+std::string request_id_for(const Request& req) {
+  const std::string v = req.get_header_value("X-Request-Id");
+  const bool usable = !v.empty() && v.size() <= 128 &&
+                      std::all_of(v.begin(), v.end(), [](char c) { return c > ' ' && c < 0x7f; });
+  return usable ? v : random_id("");
 }
 
 const char* error_type(int status) {
@@ -291,6 +242,25 @@ bool read_body(const httplib::ContentReader& reader, size_t limit, Dialect diale
   return false;
 }
 
+// An HTTP/2 client with prior knowledge opens with "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+// (RFC 9113 §3.4), which httplib reads as a request line it cannot parse. The answer is
+// a 505 with Connection: close, at once, so the client closes and falls back to HTTP/1.1
+// (sglang-router does). An HTTP/2 GOAWAY would need the socket, which httplib 0.11.4
+// does not give for a request it could not parse (no peer address to find it by); for
+// the same reason httplib goes on reading the connection, and parses the rest of the
+// preface ("SM", the client's SETTINGS frame) as more bad requests: their answers reach
+// no one who reads them, and they are left out of the log (t_after_h2_preface).
+thread_local bool t_after_h2_preface = false;
+
+HandlerResponse answer_http2_preface(Response& res) {
+  t_after_h2_preface = true;
+  reply_error(res, ApiError{.status = 505,
+                            .type = "invalid_request_error",
+                            .message = "HTTP/2 is not supported: use HTTP/1.1"});
+  res.set_header("Connection", "close");
+  return HandlerResponse::Handled;
+}
+
 sigset_t shutdown_signals() {
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -431,7 +401,9 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
     res.set_header("Access-Control-Max-Age", "600");
   });
   svr.set_pre_routing_handler([&](const Request& req, Response& res) {
-    request_log() = RequestLog{.t0 = Clock::now(), .req = &req};
+    t_after_h2_preface = false;  // a request parsed: the connection speaks HTTP/1.1
+    request_log() = RequestLog{.t0 = Clock::now(), .request_id = request_id_for(req), .req = &req};
+    res.set_header("X-Request-Id", request_log().request_id);
     set_cors_origin(options.cors_origin, req, res);
     if (on_overflow_thread()) {
       // Past --max-connections (http_pool.h): answered at once and closed, /health as
@@ -503,6 +475,7 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   // OpenAI shape too; responses that already carry a body are left alone.
   const httplib::Server::HandlerWithResponse on_error = [&routes](const Request& req,
                                                                   Response& res) {
+    if (req.method == "PRI") return answer_http2_preface(res);
     if (!res.body.empty()) return HandlerResponse::Unhandled;
     // httplib answers 404 for a known path asked with a method it does not have.
     if (res.status == 404 && routes.known(req.path)) {
@@ -535,6 +508,10 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   svr.set_logger([](const Request& req, const Response& res) {
     // Bytes of a body left unread, which httplib parsed as a request: not a request.
     if (on_taken_connection()) return;
+    // The rest of an HTTP/2 preface, which httplib parsed as a request: not a request.
+    if (t_after_h2_preface && req.method != "PRI" && request_log().t0 == Clock::time_point{}) {
+      return;
+    }
     // The worker thread's record of this request; a request httplib refused before
     // routing (a bad request line) has none: no time and no counts, rather than the
     // previous request's on this thread.
@@ -549,8 +526,9 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
             ? std::string("-")
             : fmt::format("{:.1f}",
                           std::chrono::duration<double, std::milli>(Clock::now() - log.t0).count());
-    std::fprintf(stderr, "[server] %s %s %d%s %s ms\n", req.method.c_str(), req.path.c_str(),
-                 log.status >= 0 ? log.status : res.status, tokens.c_str(), ms.c_str());
+    const std::string id = log.request_id.empty() ? "" : " id=" + log.request_id;
+    std::fprintf(stderr, "[server] %s %s %d%s %s ms%s\n", req.method.c_str(), req.path.c_str(),
+                 log.status >= 0 ? log.status : res.status, tokens.c_str(), ms.c_str(), id.c_str());
     log = RequestLog{};
     close_if_marked(req);  // the response is written: an unread body ends the connection
   });
@@ -609,7 +587,38 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   });
   for (const char* path : {"/v1/models", "/models"}) {
     get(path, [&](const Request&, Response& res) { handle_models(ctx, res); });
+    // A model id may hold '/' (vLLM's served names are often "org/model"): the rest of
+    // the path is the id.
+    const std::string one = std::string(path) + "/{id}";
+    routes.add(one, "GET");
+    svr.Get(std::string(path) + "/(.+)",
+            [&](const Request& req, Response& res) { handle_model_get(ctx, req.matches[1], res); });
   }
+  // Routers' and llama-server clients' info routes (server/info.cpp).
+  post("/tokenize",
+       [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
+  post("/detokenize",
+       [&](const std::string& body, Response& res) { handle_detokenize(ctx, body, res); });
+  post("/v1/chat/completions/render",
+       [&](const std::string& body, Response& res) { handle_chat_render(ctx, body, res); });
+  for (const char* path : {"/get_server_info", "/server_info"}) {
+    get(path, [&](const Request&, Response& res) { handle_server_info(ctx, res); });
+  }
+  for (const char* path : {"/get_model_info", "/model_info"}) {
+    get(path, [&](const Request&, Response& res) { handle_model_info(ctx, res); });
+  }
+  get("/props", [&](const Request&, Response& res) { handle_props(ctx, res); });
+  get("/slots", [&](const Request&, Response& res) { handle_slots(ctx, res); });
+  // POST /slots/{id}?action=erase (an optional body, read under --max-body).
+  routes.add("/slots/{id}", "POST");
+  svr.Post(RouteMethods::regex("/slots/{id}"), [&](const Request& req, Response& res,
+                                                   const httplib::ContentReader& reader) {
+    std::string body;
+    if (has_body(req) && !read_body(reader, options.max_body_bytes, Dialect::kOpenAI, res, body)) {
+      return;
+    }
+    handle_slot_action(ctx, req.matches[1], req.get_param_value("action"), body, res);
+  });
   for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
     post(path, [&](const std::string& body, Response& res) {
       handle_completion(ctx, Endpoint::kChat, body, res);
@@ -674,10 +683,6 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   post("/api/embeddings", [&](const std::string& body, Response& res) {
     handle_ollama_embed(ctx, body, res, /*legacy=*/true);
   });
-  post("/tokenize",
-       [&](const std::string& body, Response& res) { handle_tokenize(ctx, body, res); });
-  post("/detokenize",
-       [&](const std::string& body, Response& res) { handle_detokenize(ctx, body, res); });
 
   // The signal thread: the first SIGINT/SIGTERM starts the drain — the scheduler takes
   // no new request (503) and finishes what runs and what is queued, ending the rest at

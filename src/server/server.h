@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 #include "engine/embed.h"
@@ -22,7 +23,12 @@ struct ServerOptions {
   int port = 8080;       // 0: any free port (the chosen one is printed)
   std::string api_key;   // non-empty: every route but /health needs "Authorization: Bearer KEY"
   std::string model_id;  // /v1/models id and the default "model" of responses
-  std::string version;   // minfer's version (Ollama's GET /api/version)
+  // More names a request's "model" may give (--served-model-name's after the first).
+  std::vector<std::string> model_aliases;
+  std::string model_path;  // the GGUF file served (the info routes' model_path)
+  // POST /slots/{id}?action=save|restore read and write files here; empty: refused.
+  std::string slot_save_path;
+  std::string version;            // minfer's version (Ollama's GET /api/version)
   std::string cors_origin = "*";  // Access-Control-Allow-Origin: "*" or the one origin answered
   SchedulerOptions scheduler;
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies → 413
@@ -52,6 +58,9 @@ struct ServerOptions {
   engine::Pooling pooling =
       engine::Pooling::kModel;  // GET / serves the engine view (`minfer viz`), not the chat page
 };
+
+// Whether `name` is the served model's id or one of its aliases.
+bool serves_model(const ServerOptions& options, const std::string& name);
 
 // Blocks SIGINT and SIGTERM in the calling thread, so every thread it starts later
 // inherits the mask and the signals reach only serve()'s signal thread. Call it before
