@@ -101,6 +101,12 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
   put(out, "kv_cells_shared", "gauge", "cells read by more than one sequence",
       ld(m.kv_cells_shared));
   put(out, "draining", "gauge", "1 while shutting down", ld(m.draining));
+  if (m.kv_events_on.load(std::memory_order_relaxed) != 0) {
+    put(out, "kv_blocks", "gauge", "distinct full KV blocks the slots hold (--kv-events)",
+        ld(m.kv_blocks));
+    put(out, "kv_events_dropped_total", "counter",
+        "KV event batches dropped because the publisher's queue was full", ld(m.kv_events_dropped));
+  }
   // vLLM's names for the same quantities, which routers and gateways (llm-d, Envoy AI
   // Gateway) read to pick a replica; the values are the ones above.
   put_vllm(out, "num_requests_running", "gauge", "requests holding a slot", ld(m.running));
