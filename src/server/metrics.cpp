@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "server/kv_events.h"
+
 namespace minfer::server {
 namespace {
 
@@ -106,6 +108,13 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
         ld(m.kv_blocks));
     put(out, "kv_events_dropped_total", "counter",
         "KV event batches dropped because the publisher's queue was full", ld(m.kv_events_dropped));
+    // What a router needs to recompute block hashes (docs/USAGE.md "KV events").
+    fmt::format_to(std::back_inserter(out),
+                   "# HELP minfer_kv_events_info how --kv-events hashes blocks\n"
+                   "# TYPE minfer_kv_events_info gauge\n"
+                   "minfer_kv_events_info{{block_size=\"{}\",hash=\"xxh3_64\",seed=\"{:#x}\","
+                   "layout=\"parent_u64le+tokens_u32le\"}} 1\n",
+                   m.kv_event_block_size.load(std::memory_order_relaxed), kKvBlockHashSeed);
   }
   // vLLM's names for the same quantities, which routers and gateways (llm-d, Envoy AI
   // Gateway) read to pick a replica; the values are the ones above.

@@ -72,6 +72,7 @@ struct Metrics {
   std::atomic<int> draining{0};
   // KV events (--kv-events; rendered only when on).
   std::atomic<int> kv_events_on{0};
+  std::atomic<uint32_t> kv_event_block_size{0};
   std::atomic<uint64_t> kv_blocks{0};          // distinct blocks the slots hold
   std::atomic<uint64_t> kv_events_dropped{0};  // batches dropped from a full queue
   // Latencies of generation requests (inference thread): arrival at the scheduler to the

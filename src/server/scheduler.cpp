@@ -84,6 +84,7 @@ Status Scheduler::start() {
     MINFER_TRY(kv_events_, KvEventPublisher::open(options_.kv_events, metrics_.kv_events_dropped));
     kv_blocks_ = std::make_unique<KvBlockIndex>(options_.kv_events.block_size, slots_.size());
     cached_.resize(slots_.size());
+    metrics_.kv_event_block_size.store(options_.kv_events.block_size, std::memory_order_relaxed);
     metrics_.kv_events_on.store(1, std::memory_order_relaxed);
     // The first batch: a router that knew this endpoint's previous process forgets it.
     kv_blocks_->clear(kv_changes_);
