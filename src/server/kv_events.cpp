@@ -31,6 +31,11 @@ void mp_array(std::string& out, size_t n) {
   }
 }
 
+void mp_map(std::string& out, size_t n) {
+  MINFER_CHECK(n < 16, "mp_map: %zu entries (the events have at most 8)", n);
+  out.push_back(static_cast<char>(0x80 | n));
+}
+
 void mp_uint(std::string& out, uint64_t v) {
   if (v < 128) {
     out.push_back(static_cast<char>(v));
@@ -121,31 +126,44 @@ std::string encode_kv_batch(double ts, std::span<const KvEvent> events, uint32_t
   for (const KvEvent& e : events) {
     switch (e.kind) {
       case KvEvent::Kind::kStored:
-        mp_array(out, 8);
+        mp_map(out, 8);
+        mp_str(out, "type");
         mp_str(out, "BlockStored");
+        mp_str(out, "block_hashes");
         mp_array(out, e.hashes.size());
         for (const uint64_t h : e.hashes) mp_uint(out, h);
+        mp_str(out, "parent_block_hash");
         if (e.parent) {
           mp_uint(out, *e.parent);
         } else {
           mp_nil(out);
         }
+        mp_str(out, "token_ids");
         mp_array(out, e.tokens.size());
         for (const engine::TokenId t : e.tokens) mp_int(out, t);
+        mp_str(out, "block_size");
         mp_uint(out, block_size);
-        mp_nil(out);  // lora_id
-        mp_nil(out);  // medium
-        mp_nil(out);  // lora_name
+        // Fields without a default are always written (msgspec's omit_defaults keeps them).
+        mp_str(out, "lora_id");
+        mp_nil(out);
+        mp_str(out, "medium");
+        mp_nil(out);
+        mp_str(out, "lora_name");
+        mp_nil(out);
         break;
       case KvEvent::Kind::kRemoved:
-        mp_array(out, 3);
+        mp_map(out, 3);
+        mp_str(out, "type");
         mp_str(out, "BlockRemoved");
+        mp_str(out, "block_hashes");
         mp_array(out, e.hashes.size());
         for (const uint64_t h : e.hashes) mp_uint(out, h);
-        mp_nil(out);  // medium
+        mp_str(out, "medium");
+        mp_nil(out);
         break;
       case KvEvent::Kind::kAllCleared:
-        mp_array(out, 1);
+        mp_map(out, 1);
+        mp_str(out, "type");
         mp_str(out, "AllBlocksCleared");
         break;
     }

@@ -42,12 +42,13 @@ struct KvEvent {
   std::vector<engine::TokenId> tokens;  // kStored: block_size tokens per hash, in order
 };
 
-// vLLM's wire form of one batch: msgpack of [ts, [event...], data_parallel_rank], each
-// event an array led by its class name (msgspec array_like + tag):
-//   ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
-//    medium, lora_name]
-//   ["BlockRemoved", block_hashes, medium]
-//   ["AllBlocksCleared"]
+// vLLM's wire form of one batch: msgpack of [ts, [event...], data_parallel_rank] (the
+// batch is msgspec array_like), each event a map tagged by its class name under "type"
+// (msgspec tag=True; field order as vLLM declares them):
+//   {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids",
+//    "block_size", "lora_id", "medium", "lora_name"}
+//   {"type": "BlockRemoved", "block_hashes", "medium"}
+//   {"type": "AllBlocksCleared"}
 // lora_id, medium and lora_name are nil: no adapters, one KV store.
 std::string encode_kv_batch(double ts, std::span<const KvEvent> events, uint32_t block_size);
 

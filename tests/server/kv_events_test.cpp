@@ -1,7 +1,7 @@
 // Stage 17 tests: KV events without a server. Bars: the block hash equals Python's
 // xxhash.xxh3_64_intdigest of the documented bytes (golden values from an independent
 // implementation); vLLM's batch encodes to the bytes msgpack.packb gives for the same
-// Python list (golden); the block index announces a hash once while any slot holds it
+// Python value (golden); the block index announces a hash once while any slot holds it
 // (shared prefixes are reference counted), removes only what the last holder drops,
 // and is silent when a block moves between slots in one update.
 #include "server/kv_events.h"
@@ -41,8 +41,11 @@ TEST(KvEvents, BlockHashMatchesPythonXxh3Golden) {
 }
 
 TEST(KvEvents, BatchEncodesAsMsgpackPackbGolden) {
-  // msgpack.packb([1.5, [["BlockStored", [7, 300], None, [1..8], 4, None, None, None],
-  //                      ["BlockRemoved", [2**64 - 1], None], ["AllBlocksCleared"]], 0])
+  // msgpack.packb([1.5, [{"type": "BlockStored", "block_hashes": [7, 300],
+  //   "parent_block_hash": None, "token_ids": [1..8], "block_size": 4, "lora_id": None,
+  //   "medium": None, "lora_name": None},
+  //   {"type": "BlockRemoved", "block_hashes": [2**64 - 1], "medium": None},
+  //   {"type": "AllBlocksCleared"}], 0])
   const std::vector<KvEvent> events{
       {.kind = KvEvent::Kind::kStored,
        .hashes = {7, 300},
@@ -52,9 +55,12 @@ TEST(KvEvents, BatchEncodesAsMsgpackPackbGolden) {
       {.kind = KvEvent::Kind::kAllCleared},
   };
   EXPECT_EQ(hex(encode_kv_batch(1.5, events, 4)),
-            "93cb3ff80000000000009398ab426c6f636b53746f7265649207cd012cc0980102030405060708"
-            "04c0c0c093ac426c6f636b52656d6f76656491cfffffffffffffffffc091b0416c6c426c6f636b73"
-            "436c656172656400");
+            "93cb3ff80000000000009388a474797065ab426c6f636b53746f726564ac626c6f636b5f68617368"
+            "65739207cd012cb1706172656e745f626c6f636b5f68617368c0a9746f6b656e5f69647398010203"
+            "0405060708aa626c6f636b5f73697a6504a76c6f72615f6964c0a66d656469756dc0a96c6f72615f"
+            "6e616d65c083a474797065ac426c6f636b52656d6f766564ac626c6f636b5f68617368657391cfff"
+            "ffffffffffffffa66d656469756dc081a474797065b0416c6c426c6f636b73436c65617265640"
+            "0");
 }
 
 TEST(KvEvents, SharedPrefixIsStoredOnceAndRemovedWithItsLastHolder) {

@@ -64,11 +64,14 @@ class Subscriber:
         assert isinstance(ts, float) and abs(ts - time.time()) < 600
         assert dp_rank == 0
         for ev in events:
-            tag = ev[0]
+            assert isinstance(ev, dict), ev
+            tag = ev["type"]
             if tag == "BlockStored":
-                assert len(ev) == 8, ev
-                _, hashes, parent, token_ids, block_size, lora_id, medium, lora_name = ev
-                assert block_size == BLOCK and lora_id is None and medium is None and lora_name is None
+                assert list(ev) == ["type", "block_hashes", "parent_block_hash", "token_ids",
+                                    "block_size", "lora_id", "medium", "lora_name"], ev
+                hashes, parent, token_ids = ev["block_hashes"], ev["parent_block_hash"], ev["token_ids"]
+                assert ev["block_size"] == BLOCK
+                assert ev["lora_id"] is None and ev["medium"] is None and ev["lora_name"] is None
                 assert len(token_ids) == BLOCK * len(hashes)
                 p = 0 if parent is None else parent
                 for i, h in enumerate(hashes):
@@ -77,13 +80,13 @@ class Subscriber:
                     assert h not in self.blocks, "stored a block already present"
                     self.blocks.add(h)
             elif tag == "BlockRemoved":
-                assert len(ev) == 3 and ev[2] is None, ev
-                self.n_removed += len(ev[1])
-                for h in ev[1]:
+                assert list(ev) == ["type", "block_hashes", "medium"] and ev["medium"] is None, ev
+                self.n_removed += len(ev["block_hashes"])
+                for h in ev["block_hashes"]:
                     assert h in self.blocks, "removed a block not present"
                     self.blocks.remove(h)
             elif tag == "AllBlocksCleared":
-                assert len(ev) == 1
+                assert ev == {"type": "AllBlocksCleared"}
                 self.blocks.clear()
             else:
                 raise AssertionError(f"unknown event {ev!r}")
@@ -161,7 +164,7 @@ def test_events_rebuild_exactly_the_blocks_of_multiturn_conversations_with_evict
         # Nothing arrived live: the replay is the whole story so far (AllBlocksCleared).
         for seq, payload in missed:
             sub.apply(seq, payload)
-    assert missed and missed[0][0] == 0 and msgpack.unpackb(missed[0][1])[1] == [["AllBlocksCleared"]]
+    assert missed and missed[0][0] == 0 and msgpack.unpackb(missed[0][1])[1] == [{"type": "AllBlocksCleared"}]
 
     rng = random.Random(7)
     system = [rng.randrange(1000, 40000) for _ in range(21)]  # shared by every conversation
