@@ -252,7 +252,7 @@ void KvBlockIndex::clear(std::vector<KvEvent>& out) {
 }
 
 KvEventPublisher::KvEventPublisher(const KvEventsOptions& options, std::atomic<uint64_t>& dropped)
-    : options_(options), dropped_(dropped) {}
+    : options_(options), dropped_(dropped), queue_(std::max<size_t>(options.max_queue, 1)) {}
 
 Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::open(const KvEventsOptions& options,
                                                                  std::atomic<uint64_t>& dropped) {
@@ -288,11 +288,7 @@ Result<std::unique_ptr<KvEventPublisher>> KvEventPublisher::open(const KvEventsO
 }
 
 KvEventPublisher::~KvEventPublisher() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_one();
+  queue_.close();
   if (thread_.joinable()) thread_.join();
   if (pub_ != nullptr) zmq_close(pub_);
   if (replay_ != nullptr) zmq_close(replay_);
@@ -302,33 +298,16 @@ KvEventPublisher::~KvEventPublisher() {
 void KvEventPublisher::publish(std::vector<KvEvent> events) {
   const double ts =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (queue_.size() >= options_.max_queue) {
-      queue_.pop_front();
-      dropped_.fetch_add(1, std::memory_order_relaxed);
-    }
-    queue_.push_back({.seq = next_seq_++, .ts = ts, .events = std::move(events)});
+  if (queue_.push({.seq = next_seq_++, .ts = ts, .events = std::move(events)})) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
   }
-  cv_.notify_one();
 }
 
 void KvEventPublisher::run() {
   std::deque<Pending> work;
   for (;;) {
-    bool stop = false;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      // With a replay socket, wake up now and then to answer its requests.
-      const auto ready = [this] { return stop_ || !queue_.empty(); };
-      if (replay_ != nullptr) {
-        cv_.wait_for(lk, std::chrono::milliseconds(10), ready);
-      } else {
-        cv_.wait(lk, ready);
-      }
-      work.swap(queue_);
-      stop = stop_;
-    }
+    // With a replay socket, wake up now and then to answer its requests.
+    const bool open = queue_.take(work, std::chrono::milliseconds(replay_ != nullptr ? 10 : -1));
     for (Pending& p : work) {
       std::string payload = encode_kv_batch(p.ts, p.events, options_.block_size);
       const std::string seq = seq_bytes(p.seq);
@@ -341,7 +320,7 @@ void KvEventPublisher::run() {
     }
     work.clear();
     if (replay_ != nullptr) serve_replay();
-    if (stop) return;
+    if (!open) return;
   }
 }
 

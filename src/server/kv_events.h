@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -23,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/check.h"
 #include "core/result.h"
 #include "engine/batch.h"
 
@@ -79,6 +81,58 @@ class KvBlockIndex {
   std::unordered_map<uint64_t, uint32_t> refs_;
 };
 
+// A bounded FIFO between one producer that must never wait and one consumer thread:
+// push() into a full queue drops the oldest item (and says so, for the caller to count).
+template <typename T>
+class DropOldestQueue {
+ public:
+  explicit DropOldestQueue(size_t capacity) : capacity_(capacity) {
+    MINFER_CHECK(capacity > 0, "DropOldestQueue: capacity 0");
+  }
+  // True when the oldest item was dropped to make room.
+  bool push(T item) {
+    bool dropped = false;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (items_.size() >= capacity_) {
+        items_.pop_front();
+        dropped = true;
+      }
+      items_.push_back(std::move(item));
+    }
+    cv_.notify_one();
+    return dropped;
+  }
+  // No more items will come; take() returns what is left, then reports closed.
+  void close() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      closed_ = true;
+    }
+    cv_.notify_one();
+  }
+  // Waits up to `wait` (negative: until an item or close()) and moves every item into
+  // `out`, oldest first. False once closed: `out` then holds the last items.
+  bool take(std::deque<T>& out, std::chrono::milliseconds wait) {
+    std::unique_lock<std::mutex> lk(mu_);
+    const auto ready = [this] { return closed_ || !items_.empty(); };
+    if (wait.count() < 0) {
+      cv_.wait(lk, ready);
+    } else {
+      cv_.wait_for(lk, wait, ready);
+    }
+    out.swap(items_);
+    return !closed_;
+  }
+
+ private:
+  const size_t capacity_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<T> items_;
+  bool closed_ = false;
+};
+
 struct KvEventsOptions {
   std::string endpoint;         // PUB socket; empty: no events (no thread, no socket)
   std::string replay_endpoint;  // ROUTER socket answering replay requests; empty: none
@@ -124,10 +178,7 @@ class KvEventPublisher {
   void* pub_ = nullptr;
   void* replay_ = nullptr;
   uint64_t next_seq_ = 0;  // publish()'s caller only
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> queue_;
-  bool stop_ = false;
+  DropOldestQueue<Pending> queue_;
   std::deque<std::pair<uint64_t, std::string>> sent_;  // the publisher thread's replay buffer
   std::thread thread_;
 };

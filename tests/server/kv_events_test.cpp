@@ -3,13 +3,16 @@
 // implementation); vLLM's batch encodes to the bytes msgpack.packb gives for the same
 // Python value (golden); the block index announces a hash once while any slot holds it
 // (shared prefixes are reference counted), removes only what the last holder drops,
-// and is silent when a block moves between slots in one update.
+// and is silent when a block moves between slots in one update; the publisher's queue
+// drops its oldest batch when full, never waiting.
 #include "server/kv_events.h"
 
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -148,6 +151,22 @@ TEST(KvEvents, ChangedTokenReplacesItsBlockAndEveryLaterOne) {
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].kind, KvEvent::Kind::kAllCleared);
   EXPECT_EQ(index.n_blocks(), 0u);
+}
+
+TEST(KvEvents, FullQueueDropsTheOldestAndSaysSo) {
+  DropOldestQueue<int> q(2);
+  EXPECT_FALSE(q.push(1));
+  EXPECT_FALSE(q.push(2));
+  EXPECT_TRUE(q.push(3));  // 1 goes
+  EXPECT_TRUE(q.push(4));  // 2 goes
+  std::deque<int> out;
+  EXPECT_TRUE(q.take(out, std::chrono::milliseconds(0)));
+  EXPECT_EQ(out, (std::deque<int>{3, 4}));
+  out.clear();
+  EXPECT_FALSE(q.push(5));  // room again
+  q.close();
+  EXPECT_FALSE(q.take(out, std::chrono::milliseconds(-1)));  // closed: the rest, at once
+  EXPECT_EQ(out, (std::deque<int>{5}));
 }
 
 TEST(KvEvents, EndpointZmqRefusesIsAnErrorNamingIt) {
