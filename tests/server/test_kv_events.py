@@ -5,9 +5,12 @@ documented hash (XXH3-64, seed 0x6d696e666572, parent u64 LE + token ids u32 LE)
 slots the admission policy leaves holding them, and its size equals /metrics
 minfer_kv_blocks; every BlockStored's hashes recompute from its parent and token_ids; a
 hash is never stored while present nor removed while absent; sequence numbers run from
-0 without a gap; a subscriber joining late rebuilds the same set from the replay socket;
-bad endpoints are clear startup errors; without --kv-events /metrics has no KV event
-lines."""
+0 without a gap; a cancelled stream's blocks (prompt and decoded) are removed while a
+completed request's stay; a subscriber joining late rebuilds the same set from the
+replay socket; bad endpoints are clear startup errors; without --kv-events /metrics has
+no KV event lines."""
+import http.client
+import json
 import random
 import socket
 import struct
@@ -228,6 +231,36 @@ def test_shared_prefix_of_a_running_request_is_published_once(make_server, tmp_p
     # Both slots' prompt blocks are held; the decoded blocks recompute (checked on arrival).
     assert set(chain(prefix)) <= sub.blocks
     assert server.metrics()["minfer_kv_cells_shared"] > 0
+
+
+def test_cancelled_request_removes_its_blocks_and_completed_one_keeps_them(
+        make_server, tmp_path, zctx):
+    server, pub, rep = start(make_server, tmp_path)
+    sub = Subscriber(zctx, pub)
+    time.sleep(0.3)
+    rng = random.Random(19)
+    kept = [rng.randrange(1000, 40000) for _ in range(40)]
+    complete(server, kept)
+    settle(server, sub, set(chain(kept)))
+    # A stream whose client leaves: cancelled, its cells freed, its blocks (prompt and
+    # the decoded ones) removed; the completed request's cache stays.
+    gone = [rng.randrange(1000, 40000) for _ in range(50)]
+    c = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
+    c.request("POST", "/v1/completions", body=json.dumps({
+        "prompt": gone, "max_tokens": 400, "ignore_eos": True, "temperature": 0,
+        "stream": True}).encode(), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200
+    seen = 0
+    while seen < 24:  # past the prompt's partial block: a decoded block is stored
+        if r.fp.readline().startswith(b"data: {"):
+            seen += 1
+    sub.drain()
+    assert set(chain(gone)) <= sub.blocks and len(sub.blocks) > len(chain(kept) + chain(gone))
+    r.fp.close()
+    c.sock.close()
+    server.wait_metric("minfer_requests_cancelled_total", lambda v: v == 1)
+    settle(server, sub, set(chain(kept)))
 
 
 def test_late_subscriber_replays_missed_batches_and_continues_live(make_server, tmp_path, zctx):
