@@ -9,6 +9,10 @@ Conversation I's first turn is sent to replica I directly, so the conversations 
 spread over the replicas; the next turns go through the router, and each must arrive
 at replica I (its minfer_requests_total rises) with its whole previous prompt taken
 from the cache (usage.prompt_tokens_details.cached_tokens, minfer_prefix_reused_tokens).
+The replicas also serve the replay socket and the router is given it
+(--kv-event-replay-source); vllm-router 0.1.17 asks for a replay only on a gap in the
+sequence numbers, not when it joins late (it then skips stores whose parent it never
+saw), so the router is started before the first request.
 Prompts are token ids (`/v1/completions`), so the router needs no tokenizer.
 
   python3 deploy/kv_routing.py --minfer build/ci/apps/minfer/minfer \\
@@ -94,11 +98,14 @@ class Replica:
         host = ns.addr if ns else "127.0.0.1"
         port = 8080 if ns else free_port()
         kv_port = 5557 if ns else free_port()
+        replay_port = 5558 if ns else free_port()
         self.url, self.events = f"http://{host}:{port}", f"tcp://{host}:{kv_port}"
+        self.replay = f"tcp://{host}:{replay_port}"
         cmd = [args.minfer, "serve", args.model, "--host", host, "--port", str(port),
                "--slots", "2", "-t", str(args.threads), "--n-ctx", "1024"]
         if not args.control:
-            cmd += ["--kv-events", f"tcp://*:{kv_port}", "--kv-block-size", str(BLOCK)]
+            cmd += ["--kv-events", f"tcp://*:{kv_port}", "--kv-events-replay",
+                    f"tcp://*:{replay_port}", "--kv-block-size", str(BLOCK)]
         if ns:
             cmd = ["ip", "netns", "exec", ns.name, *cmd]
         self.log = open(os.path.join(logdir, f"replica{i}.log"), "w")
@@ -146,7 +153,8 @@ def main():
             cmd += ["--kv-event-block-size", str(BLOCK), "--kv-event-model",
                     os.path.basename(args.model)]
             for r in replicas:
-                cmd += ["--kv-event-source", f"{r.url}={r.events}"]
+                cmd += ["--kv-event-source", f"{r.url}={r.events}",
+                        "--kv-event-replay-source", f"{r.url}={r.replay}"]
         router_log = open(os.path.join(logdir, "router.log"), "w")
         router = subprocess.Popen(cmd, stdout=router_log, stderr=subprocess.STDOUT)
         router_url = f"http://127.0.0.1:{router_port}"
