@@ -164,8 +164,8 @@ class Scheduler {
   // KV events: brings the block index to every slot's cached tokens ([0, n_past) of
   // `tokens`) and queues what changed. Called at the end of every loop iteration, so
   // whatever changes a slot's tokens or n_past on the inference thread (admission,
-  // truncation, eviction, release, a slot erased or restored) is published without a
-  // call of its own.
+  // truncation, eviction, release, and any later code that edits a slot) is published
+  // without a call of its own.
   void publish_blocks();
   bool busy(const Slot& s) const {
     return s.state == SlotState::kPrefill || s.state == SlotState::kDecode;
