@@ -16,9 +16,9 @@ MODELS="$CACHE/models"
 DEB_PKGS=(build-essential cmake ninja-build ccache pkg-config git unzip tmux
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libedit-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip
-  chromium chromium-driver libgraphviz-dev bible-kjv libxxhash-dev libutf8proc-dev)
+  chromium chromium-driver libgraphviz-dev bible-kjv libxxhash-dev libutf8proc-dev libzmq3-dev)
 PY_PKGS=(gguf numpy tokenizers jinja2 pytest openai anthropic ollama selenium jsonschema
-  rfc3339-validator safetensors)
+  rfc3339-validator safetensors pyzmq msgpack xxhash)
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -36,7 +36,7 @@ fi
 
 PY="${PYTHON:-python3}"
 if [ "${MINFER_SKIP_PIP:-0}" != 1 ]; then
-  if ! "$PY" -c 'import gguf, numpy, tokenizers, jinja2, pytest, openai, selenium, safetensors' 2>/dev/null; then
+  if ! "$PY" -c 'import gguf, numpy, tokenizers, jinja2, pytest, openai, selenium, safetensors, zmq, msgpack, xxhash' 2>/dev/null; then
     echo "setup: installing Python test tooling: ${PY_PKGS[*]}" >&2
     "$PY" -m pip install -q "${PY_PKGS[@]}" 2>/dev/null ||
       "$PY" -m pip install -q --break-system-packages "${PY_PKGS[@]}"

@@ -129,6 +129,23 @@ int run_serve(const std::vector<std::string>& args) {
   std::string api_key_file;
   p.string_opt("--api-key-file", "PATH", "read the API key from the first line of this file",
                api_key_file);
+  server::KvEventsOptions& kve = o.scheduler.kv_events;
+  int32_t kv_block_size = static_cast<int32_t>(kve.block_size);
+  p.string_opt("--kv-events", "ENDPOINT",
+               "publish the slots' cached blocks as vLLM KV events (BlockStored, BlockRemoved,\n"
+               "AllBlocksCleared) on a ZMQ PUB socket; bound when ENDPOINT has '*' or '::' or is\n"
+               "ipc:// or inproc://, connected otherwise, as vLLM (off)",
+               kve.endpoint);
+  p.string_opt("--kv-events-replay", "ENDPOINT",
+               "ZMQ ROUTER socket (bound) answering replay requests with the last 10000 event "
+               "batches (none)",
+               kve.replay_endpoint);
+  p.string_opt("--kv-events-topic", "TOPIC", "first frame of every KV event message (empty)",
+               kve.topic);
+  p.int_opt("--kv-block-size", "N",
+            "tokens per block of --kv-events; a block's hash is XXH3-64 (seed 0x6d696e666572)\n"
+            "of its parent's hash (u64 LE, 0 for the first) and its token ids (u32 LE) (16)",
+            kv_block_size, 1, 1 << 16);
   p.flag("--metrics", "accepted for llama.cpp compatibility: /metrics is always served", [] {});
   KvFlags kv;
   add_kv_flags(p, kv);
@@ -181,6 +198,10 @@ int run_serve(const std::vector<std::string>& args) {
     o.pooling = *pp;
   }
   o.scheduler.max_queue = static_cast<uint32_t>(max_queue);
+  kve.block_size = static_cast<uint32_t>(kv_block_size);
+  if (kve.endpoint.empty() && (!kve.replay_endpoint.empty() || !kve.topic.empty())) {
+    return fail("--kv-events-replay and --kv-events-topic need --kv-events ENDPOINT");
+  }
   o.scheduler.step_tokens = static_cast<uint32_t>(step);
 
   // Before the engine starts its worker threads: they must not take SIGINT/SIGTERM.

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "server/kv_events.h"
+
 namespace minfer::server {
 namespace {
 
@@ -101,6 +103,19 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
   put(out, "kv_cells_shared", "gauge", "cells read by more than one sequence",
       ld(m.kv_cells_shared));
   put(out, "draining", "gauge", "1 while shutting down", ld(m.draining));
+  if (m.kv_events_on.load(std::memory_order_relaxed) != 0) {
+    put(out, "kv_blocks", "gauge", "distinct full KV blocks the slots hold (--kv-events)",
+        ld(m.kv_blocks));
+    put(out, "kv_events_dropped_total", "counter",
+        "KV event batches dropped because the publisher's queue was full", ld(m.kv_events_dropped));
+    // What a router needs to recompute block hashes (docs/USAGE.md "KV events").
+    fmt::format_to(std::back_inserter(out),
+                   "# HELP minfer_kv_events_info how --kv-events hashes blocks\n"
+                   "# TYPE minfer_kv_events_info gauge\n"
+                   "minfer_kv_events_info{{block_size=\"{}\",hash=\"xxh3_64\",seed=\"{:#x}\","
+                   "layout=\"parent_u64le+tokens_u32le\"}} 1\n",
+                   m.kv_event_block_size.load(std::memory_order_relaxed), kKvBlockHashSeed);
+  }
   // vLLM's names for the same quantities, which routers and gateways (llm-d, Envoy AI
   // Gateway) read to pick a replica; the values are the ones above.
   put_vllm(out, "num_requests_running", "gauge", "requests holding a slot", ld(m.running));

@@ -70,6 +70,11 @@ struct Metrics {
   std::atomic<uint64_t> kv_cells_used{0};
   std::atomic<uint64_t> kv_cells_shared{0};  // cells read by more than one sequence
   std::atomic<int> draining{0};
+  // KV events (--kv-events; rendered only when on).
+  std::atomic<int> kv_events_on{0};
+  std::atomic<uint32_t> kv_event_block_size{0};
+  std::atomic<uint64_t> kv_blocks{0};          // distinct blocks the slots hold
+  std::atomic<uint64_t> kv_events_dropped{0};  // batches dropped from a full queue
   // Latencies of generation requests (inference thread): arrival at the scheduler to the
   // first generated token, between two generated tokens of one request, and arrival to
   // the end of a completed request.

@@ -82,6 +82,17 @@ Status Scheduler::start() {
   batch_ = engine::Batch(options_.step_tokens + options_.n_slots);
   row_slot_.reserve(options_.step_tokens + options_.n_slots);
   metrics_.kv_cells_total.store(ctx.n_cells, std::memory_order_relaxed);
+  if (!options_.kv_events.endpoint.empty()) {
+    MINFER_TRY(kv_events_, KvEventPublisher::open(options_.kv_events, metrics_.kv_events_dropped));
+    kv_blocks_ = std::make_unique<KvBlockIndex>(options_.kv_events.block_size, slots_.size());
+    cached_.resize(slots_.size());
+    metrics_.kv_event_block_size.store(options_.kv_events.block_size, std::memory_order_relaxed);
+    metrics_.kv_events_on.store(1, std::memory_order_relaxed);
+    // The first batch: a router that knew this endpoint's previous process forgets it.
+    kv_blocks_->clear(kv_changes_);
+    kv_events_->publish(std::move(kv_changes_));
+    kv_changes_.clear();
+  }
   if (viz_ != nullptr) {
     // The graph a decode step of one sequence runs, placed and fused (the view's picture).
     auto g = engine_.runtime_graph(1, 1);
@@ -383,6 +394,13 @@ void Scheduler::loop() {
         }
       }
       publish_kv();
+      if (kv_blocks_) {
+        // The caches end with the process.
+        kv_blocks_->clear(kv_changes_);
+        kv_events_->publish(std::move(kv_changes_));
+        kv_changes_.clear();
+        metrics_.kv_blocks.store(0, std::memory_order_relaxed);
+      }
       {
         // Under the lock: a slot command queued from now on is refused by submit.
         std::lock_guard<std::mutex> lk(mu_);
@@ -404,10 +422,12 @@ void Scheduler::loop() {
     cancel_gone();
     if (std::none_of(slots_.begin(), slots_.end(), [this](const Slot& s) { return busy(s); })) {
       publish_kv();
+      publish_blocks();
       continue;
     }
     if (Status st = step(); !st.ok()) fail_batch(st.error().message);
     publish_kv();
+    publish_blocks();
   }
 }
 
@@ -703,6 +723,18 @@ void Scheduler::fail_batch(const std::string& message) {
     if (!busy(s)) continue;
     finish(s, {.final = true, .error = "the forward failed: " + message}, false, Outcome::kFailed);
   }
+}
+
+void Scheduler::publish_blocks() {
+  if (!kv_blocks_) return;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    cached_[i] = std::span<const engine::TokenId>(slots_[i].tokens).first(slots_[i].n_past);
+  }
+  kv_blocks_->update(cached_, kv_changes_);
+  metrics_.kv_blocks.store(kv_blocks_->n_blocks(), std::memory_order_relaxed);
+  if (kv_changes_.empty()) return;
+  kv_events_->publish(std::move(kv_changes_));
+  kv_changes_.clear();
 }
 
 void Scheduler::publish_kv() {

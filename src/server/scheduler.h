@@ -25,6 +25,7 @@
 #include "engine/embed.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
+#include "server/kv_events.h"
 #include "server/metrics.h"
 #include "server/viz.h"
 
@@ -133,6 +134,7 @@ struct SchedulerOptions {
   uint32_t n_ctx = 2048;       // positions one request may use
   uint32_t max_queue = 64;     // waiting requests past the slots; more → 429
   uint32_t step_tokens = 512;  // rows per step (decode rows + prefill chunks)
+  KvEventsOptions kv_events;   // endpoint empty: no events
 };
 
 enum class SubmitResult : uint8_t { kQueued, kQueueFull, kDraining };
@@ -199,6 +201,12 @@ class Scheduler {
   void finish(Slot& slot, JobEvent ev, bool keep_cells, Outcome outcome);
   void fail_batch(const std::string& message);
   void publish_kv();
+  // KV events: brings the block index to every slot's cached tokens ([0, n_past) of
+  // `tokens`) and queues what changed. Called at the end of every loop iteration, so
+  // whatever changes a slot's tokens or n_past on the inference thread (admission,
+  // truncation, eviction, release, and any later code that edits a slot) is published
+  // without a call of its own.
+  void publish_blocks();
   bool busy(const Slot& s) const {
     return s.state == SlotState::kPrefill || s.state == SlotState::kDecode;
   }
@@ -226,6 +234,11 @@ class Scheduler {
   std::vector<Slot*> row_slot_;  // per batch row: its slot when the row asked for logits
   std::vector<Slot*> prefill_order_;
   uint64_t tick_ = 0;
+  // KV events (null when off).
+  std::unique_ptr<KvEventPublisher> kv_events_;
+  std::unique_ptr<KvBlockIndex> kv_blocks_;
+  std::vector<std::span<const engine::TokenId>> cached_;
+  std::vector<KvEvent> kv_changes_;
 };
 
 }  // namespace minfer::server
