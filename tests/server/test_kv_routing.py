@@ -3,7 +3,7 @@ and vllm-router's kv_aware policy consuming them. Bars: with the events every ro
 of three multi-turn conversations lands on the replica holding its prefix, its whole
 previous prompt taken from the cache (exit 0); without them (--control) some turn misses
 (exit 1), so the check can fail. Skipped without vllm-router (PyPI vllm-router; found on
-PATH or through MINFER_VLLM_ROUTER)."""
+PATH, through MINFER_VLLM_ROUTER or in scripts/setup.sh's venv $MINFER_CACHE/routers)."""
 import os
 import shutil
 import subprocess
@@ -14,7 +14,12 @@ import pytest
 
 from conftest import BIN, MODEL
 
-ROUTER = os.environ.get("MINFER_VLLM_ROUTER") or shutil.which("vllm-router")
+from conftest import CACHE
+
+# scripts/setup.sh installs the routers into the venv $MINFER_CACHE/routers.
+_VENV_ROUTER = CACHE / "routers" / "bin" / "vllm-router"
+ROUTER = (os.environ.get("MINFER_VLLM_ROUTER") or shutil.which("vllm-router")
+          or (str(_VENV_ROUTER) if _VENV_ROUTER.exists() else None))
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "kv_routing.py"
 
 pytestmark = [
