@@ -26,101 +26,13 @@ import json
 import os
 import random
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
+
+from replicas import Deployment, Router, http, metric, netns_works
 
 BLOCK = 16
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(url, body=None, timeout=60):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.read()
-
-
-def metric(url, name):
-    for line in http(url + "/metrics").decode().splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise KeyError(name)
-
-
-def run(*cmd):
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
-class Netns:
-    """Namespace minfer-kvI with a veth pair: host side 10.213.I.1, inside 10.213.I.2."""
-
-    def __init__(self, i):
-        self.name, self.host_if, self.ns_if = f"minfer-kv{i}", f"mkv{i}h", f"mkv{i}n"
-        self.addr = f"10.213.{i}.2"
-        run("ip", "netns", "add", self.name)
-        run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if,
-            "netns", self.name)
-        run("ip", "addr", "add", f"10.213.{i}.1/24", "dev", self.host_if)
-        run("ip", "link", "set", self.host_if, "up")
-        for args in (("addr", "add", f"{self.addr}/24", "dev", self.ns_if),
-                     ("link", "set", self.ns_if, "up"), ("link", "set", "lo", "up")):
-            run("ip", "netns", "exec", self.name, "ip", *args)
-
-    def close(self):
-        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
-
-
-def netns_works():
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        return False
-    probe = subprocess.run(["ip", "netns", "add", "minfer-kv-probe"], capture_output=True)
-    if probe.returncode != 0:
-        return False
-    subprocess.run(["ip", "netns", "del", "minfer-kv-probe"], capture_output=True)
-    return True
-
-
-class Replica:
-    def __init__(self, args, i, ns, logdir):
-        self.i, self.ns = i, ns
-        host = ns.addr if ns else "127.0.0.1"
-        port = 8080 if ns else free_port()
-        kv_port = 5557 if ns else free_port()
-        replay_port = 5558 if ns else free_port()
-        self.url, self.events = f"http://{host}:{port}", f"tcp://{host}:{kv_port}"
-        self.replay = f"tcp://{host}:{replay_port}"
-        cmd = [args.minfer, "serve", args.model, "--host", host, "--port", str(port),
-               "--slots", "2", "-t", str(args.threads), "--n-ctx", "1024"]
-        if not args.control:
-            cmd += ["--kv-events", f"tcp://*:{kv_port}", "--kv-events-replay",
-                    f"tcp://*:{replay_port}", "--kv-block-size", str(BLOCK)]
-        if ns:
-            cmd = ["ip", "netns", "exec", ns.name, *cmd]
-        self.log = open(os.path.join(logdir, f"replica{i}.log"), "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        ready = threading.Event()
-
-        def wait_listening():
-            for line in self.proc.stdout:
-                if "listening on http://" in line:
-                    ready.set()
-                    return
-
-        threading.Thread(target=wait_listening, daemon=True).start()
-        if not ready.wait(120):
-            raise RuntimeError(f"replica {i} did not start (log: {self.log.name})")
 
 
 def main():
@@ -141,33 +53,25 @@ def main():
         return 2
     use_ns = args.netns == "on" or (args.netns == "auto" and netns_works())
     logdir = tempfile.mkdtemp(prefix="minfer-kv-routing-")
-    namespaces, replicas, router = [], [], None
+    deployment, router = None, None
     try:
-        for i in range(args.replicas):
-            namespaces.append(Netns(i) if use_ns else None)
-            replicas.append(Replica(args, i, namespaces[-1], logdir))
-        router_port = free_port()
-        cmd = [args.router, "--host", "127.0.0.1", "--port", str(router_port), "--policy",
-               "kv_aware", "--log-level", "debug", "--worker-urls", *[r.url for r in replicas]]
+        deployment = Deployment(args.minfer, args.model, args.replicas, logdir, use_ns,
+                                threads=args.threads, kv_events=not args.control, block=BLOCK)
+        replicas = deployment.replicas
+        cmd = [args.router, "--policy", "kv_aware", "--log-level", "debug", "--worker-urls",
+               *[r.url for r in replicas]]
         if not args.control:
             cmd += ["--kv-event-block-size", str(BLOCK), "--kv-event-model",
                     os.path.basename(args.model)]
             for r in replicas:
                 cmd += ["--kv-event-source", f"{r.url}={r.events}",
                         "--kv-event-replay-source", f"{r.url}={r.replay}"]
-        router_log = open(os.path.join(logdir, "router.log"), "w")
-        router = subprocess.Popen(cmd, stdout=router_log, stderr=subprocess.STDOUT)
-        router_url = f"http://127.0.0.1:{router_port}"
-        t0 = time.time()
-        while True:
-            try:
-                http(router_url + "/health", timeout=2)
-                break
-            except (urllib.error.URLError, ConnectionError, OSError):
-                if router.poll() is not None or time.time() - t0 > 60:
-                    print(f"kv_routing: the router did not start (log: {router_log.name})")
-                    return 2
-                time.sleep(0.2)
+        try:
+            router = Router(cmd, logdir)
+        except RuntimeError as e:
+            print(f"kv_routing: {e}")
+            return 2
+        router_url = router.url
         time.sleep(1.0)  # the router's SUB sockets connect
         print(f"kv_routing: {args.replicas} replicas "
               f"({'network namespaces' if use_ns else 'loopback ports'}), router {router_url}, "
@@ -204,14 +108,9 @@ def main():
         return 0 if ok else 1
     finally:
         if router is not None:
-            router.kill()
-            router.wait(10)
-        for r in replicas:
-            r.proc.kill()
-            r.proc.wait(10)
-        for ns in namespaces:
-            if ns:
-                ns.close()
+            router.close()
+        if deployment is not None:
+            deployment.close()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,168 @@
+"""Deployment helpers shared by deploy/kv_routing.py, bench/scale-out and the scale-out
+tests: `minfer serve` replicas, each in its own network namespace when `ip netns` works
+(root), else on loopback ports, and a router process in front of them.
+
+Invariant: every process and namespace made here is removed by its owner's close(),
+so a failed run leaves no namespace, veth or server behind."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(url, body=None, timeout=60):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.read()
+
+
+def metric(url, name):
+    for line in http(url + "/metrics").decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise KeyError(name)
+
+
+def run(*cmd):
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+class Netns:
+    """Namespace minfer-TAG<i> with a veth pair: host side 10.NET.i.1, inside 10.NET.i.2.
+    Distinct (tag, net) pairs let several deployments coexist on one machine."""
+
+    def __init__(self, i, tag="kv", net=213):
+        self.name, self.host_if, self.ns_if = f"minfer-{tag}{i}", f"m{tag}{i}h", f"m{tag}{i}n"
+        self.addr = f"10.{net}.{i}.2"
+        # A namespace left by a killed earlier run would make `ip netns add` fail.
+        self.close()
+        run("ip", "netns", "add", self.name)
+        run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if,
+            "netns", self.name)
+        run("ip", "addr", "add", f"10.{net}.{i}.1/24", "dev", self.host_if)
+        run("ip", "link", "set", self.host_if, "up")
+        for args in (("addr", "add", f"{self.addr}/24", "dev", self.ns_if),
+                     ("link", "set", self.ns_if, "up"), ("link", "set", "lo", "up")):
+            run("ip", "netns", "exec", self.name, "ip", *args)
+
+    def close(self):
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+
+def netns_works():
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["ip", "netns", "add", "minfer-kv-probe"], capture_output=True)
+    if probe.returncode != 0:
+        return False
+    subprocess.run(["ip", "netns", "del", "minfer-kv-probe"], capture_output=True)
+    return True
+
+
+class Replica:
+    """One `minfer serve` (the process itself: `ip netns exec` execs it, so signals sent
+    to proc reach the server). kv_events: also publish KV events (and serve the replay
+    socket) in blocks of `block` tokens."""
+
+    def __init__(self, minfer, model, i, ns, logdir, threads=1, slots=2, n_ctx=1024,
+                 kv_events=True, block=16):
+        self.i, self.ns = i, ns
+        host = ns.addr if ns else "127.0.0.1"
+        port = 8080 if ns else free_port()
+        kv_port = 5557 if ns else free_port()
+        replay_port = 5558 if ns else free_port()
+        self.url, self.events = f"http://{host}:{port}", f"tcp://{host}:{kv_port}"
+        self.replay = f"tcp://{host}:{replay_port}"
+        cmd = [minfer, "serve", model, "--host", host, "--port", str(port),
+               "--slots", str(slots), "-t", str(threads), "--n-ctx", str(n_ctx)]
+        if kv_events:
+            cmd += ["--kv-events", f"tcp://*:{kv_port}", "--kv-events-replay",
+                    f"tcp://*:{replay_port}", "--kv-block-size", str(block)]
+        if ns:
+            cmd = ["ip", "netns", "exec", ns.name, *cmd]
+        self.log = open(os.path.join(logdir, f"replica{i}.log"), "w")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        ready = threading.Event()
+
+        def wait_listening():
+            for line in self.proc.stdout:
+                if "listening on http://" in line:
+                    ready.set()
+                    break
+            for _ in self.proc.stdout:  # keep draining so the server never blocks on stdout
+                pass
+
+        threading.Thread(target=wait_listening, daemon=True).start()
+        if not ready.wait(120):
+            self.close()
+            raise RuntimeError(f"replica {i} did not start (log: {self.log.name})")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+
+
+class Router:
+    """A router process (argv without its --host/--port, which are added here) on a
+    loopback port; ready once its /health answers."""
+
+    def __init__(self, argv, logdir, name="router", timeout=60):
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(os.path.join(logdir, f"{name}.log"), "w")
+        self.proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port)],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while True:
+            try:
+                http(self.url + "/health", timeout=2)
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                if self.proc.poll() is not None or time.time() - t0 > timeout:
+                    self.close()
+                    raise RuntimeError(f"{name} did not start (log: {self.log.name})")
+                time.sleep(0.2)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()
+
+
+class Deployment:
+    """R replicas (namespaces tagged `tag` on subnet 10.NET.*) and their teardown."""
+
+    def __init__(self, minfer, model, n, logdir, use_ns, tag="kv", net=213, **replica_kw):
+        self.namespaces, self.replicas = [], []
+        try:
+            for i in range(n):
+                self.namespaces.append(Netns(i, tag, net) if use_ns else None)
+                self.replicas.append(Replica(minfer, model, i, self.namespaces[-1], logdir,
+                                             **replica_kw))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        for r in self.replicas:
+            r.close()
+        for ns in self.namespaces:
+            if ns:
+                ns.close()
+        self.replicas, self.namespaces = [], []
