@@ -18,7 +18,8 @@ written and succeeds.
 - A synopsis (a block naming placeholders such as MODEL, FILE or `[-flag]`) cannot run;
   each of its `minfer SUBCOMMAND` lines is checked instead: every flag it shows is one
   that `minfer SUBCOMMAND --help` lists.
-- Fenced blocks without a language are sample output, not commands.
+- Fenced blocks without a language or marked `text` are sample output or pseudo-code,
+  not commands.
 - `bash scripts/test.sh` is the CI itself (this test runs inside it) and is not rerun;
   `bash scripts/run.sh` runs (it builds the release `minfer` target: minutes on a cold
   ccache, so this test carries the label `long`).
@@ -87,7 +88,7 @@ def classify(doc):
         if kind.startswith("fence:"):
             lang = kind[len("fence:"):]
             if lang in ("", "text", "console"):
-                continue  # sample output
+                continue  # sample output, pseudo-code
             assert lang in ("sh", "bash"), f"{doc}:{line}: a ```{lang} block this test cannot run"
         for lang, part in split_python(body):
             where = f"{doc}:{line}"

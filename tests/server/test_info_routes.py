@@ -264,8 +264,12 @@ def test_erasing_a_busy_slot_is_409(srv):
                          "temperature": 1.0, "ignore_eos": True}).encode(),
         method="POST", headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
-        r.readline()  # the first event: the request runs
+        r.readline()  # the first event (it may precede the admission on a busy machine)
+        deadline = time.monotonic() + 20
         busy = [s for s in slots(srv) if s["is_processing"]]
+        while not busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+            busy = [s for s in slots(srv) if s["is_processing"]]
         assert len(busy) == 1 and busy[0]["id_task"] >= 1
         st, body = srv.post(f"/slots/{busy[0]['id']}?action=erase", {})
         assert st == 409 and body["error"]["code"] == 409
