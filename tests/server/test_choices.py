@@ -2,7 +2,9 @@
 by side as separate sequences of one request (choice i seeded seed + i), `echo` on
 /v1/completions, and a chat request ending in an assistant message continued (prefill).
 A real `minfer serve` on loopback with the SmolLM2 model, 4 slots."""
+import http.client
 import json
+import socket
 
 import pytest
 
@@ -127,3 +129,54 @@ def test_bad_n_is_a_400_naming_it(server, n, word):
         status, r = server.post(path, {**body, "n": n})
         assert status == 400, r
         assert word in r["error"]["message"], r
+
+
+def test_client_leaving_a_stream_cancels_all_n_choices(make_server):
+    s = make_server("--slots", 3, "--n-ctx", 1024, "-t", 2)
+    conn = http.client.HTTPConnection(s.url.split("//")[1], timeout=60)
+    conn.request("POST", CHAT, json.dumps({
+        "messages": [{"role": "user", "content": "Tell me a long story."}], "n": 3,
+        "max_tokens": 900, "stream": True, "seed": 1, "logit_bias": {"2": -100, "0": -100}}),
+        {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    seen = set()
+    while len(seen) < 3:
+        line = resp.fp.readline()
+        if line.startswith(b"data: "):
+            for ch in json.loads(line[6:])["choices"]:
+                if ch["delta"].get("content"):
+                    seen.add(ch["index"])
+    assert s.metrics()["minfer_requests_running"] == 3
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    m = s.wait_metric("minfer_requests_running", lambda v: v == 0, timeout_s=20)
+    assert m["minfer_requests_cancelled_total"] == 3
+    assert m["minfer_completion_tokens_total"] < 3 * 900
+
+
+def test_echo_prepends_the_prompt_to_every_choice(server):
+    plain = complete(server, temperature=0, n=2)
+    r = complete(server, temperature=0, n=2, echo=True)
+    for c, p in zip(r["choices"], plain["choices"]):
+        assert c["text"] == PROMPT + p["text"]
+    # Token ids as the prompt: their text is echoed.
+    status, tok = server.post("/tokenize", {"content": PROMPT})
+    ids = complete(server, temperature=0, echo=True, prompt=tok["tokens"])
+    assert ids["choices"][0]["text"] == PROMPT + plain["choices"][0]["text"]
+    # Streamed: the prompt is each choice's first chunk.
+    status, raw = server.request("POST", COMPLETIONS, {"prompt": PROMPT, "max_tokens": 16,
+                                                       "temperature": 0, "echo": True,
+                                                       "stream": True})
+    assert status == 200
+    first = json.loads(raw.decode().split("\n\n")[0][6:])
+    assert first["choices"][0]["text"] == PROMPT
+    texts, _, _, _ = stream_texts(server, COMPLETIONS, {"prompt": PROMPT, "max_tokens": 16,
+                                                        "temperature": 0, "echo": True})
+    assert texts[0] == PROMPT + plain["choices"][0]["text"]
+
+
+def test_echo_with_logprobs_is_a_400_naming_both(server):
+    status, r = server.post(COMPLETIONS, {"prompt": PROMPT, "echo": True, "logprobs": 2})
+    assert status == 400, r
+    assert "'echo'" in r["error"]["message"] and "'logprobs'" in r["error"]["message"]
