@@ -171,14 +171,30 @@ std::string request_scoped_id(const char* prefix) {
 
 std::optional<ApiError> render_chat_prompt(ServerContext& ctx, const CompletionRequest& r,
                                            ToolFormat format, std::string& out) {
+  // A last assistant message (without tool calls) is a prefill, continued rather than
+  // answered (llama-server's and Anthropic's behaviour): the turns before it rendered
+  // with the generation prompt, then its content as the reply's start. A template
+  // renders a closed assistant turn with its end-of-turn; this way none follows the
+  // prefill whatever the template, and the reply holds only the continuation.
+  const json* last = r.messages_json.empty() ? nullptr : &r.messages_json.back();
+  const bool prefill = last != nullptr && !r.messages.empty() &&
+                       r.messages.back().role == "assistant" &&
+                       field(*last, "tool_calls") == nullptr;
+  std::span<const chat::Message> messages(r.messages);
+  json messages_json = r.messages_json;
+  if (prefill) {
+    messages = messages.first(messages.size() - 1);
+    messages_json.erase(messages_json.end() - 1);
+  }
   auto rendered = r.tools.active() || r.tool_history
-                      ? render_tool_prompt(ctx.renderer, r.messages_json, r.tools, format)
-                      : ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
+                      ? render_tool_prompt(ctx.renderer, messages_json, r.tools, format)
+                      : ctx.renderer.render(messages, /*add_generation_prompt=*/true);
   if (!rendered.ok()) {
     return bad_request("the chat template cannot render these messages: " +
                        rendered.error().message);
   }
   out = std::move(*rendered);
+  if (prefill) out += r.messages.back().content;
   return {};
 }
 

@@ -180,3 +180,22 @@ def test_echo_with_logprobs_is_a_400_naming_both(server):
     status, r = server.post(COMPLETIONS, {"prompt": PROMPT, "echo": True, "logprobs": 2})
     assert status == 400, r
     assert "'echo'" in r["error"]["message"] and "'logprobs'" in r["error"]["message"]
+
+
+def test_a_final_assistant_message_is_continued_as_the_same_text_completion(server):
+    user = [{"role": "user", "content": "Tell me one fact about France."}]
+    prefill = "The capital of France is"
+    status, rendered = server.post("/v1/chat/completions/render", {"messages": user})
+    assert status == 200, rendered
+    text = rendered["prompt"] + prefill
+    want = complete(server, prompt=text, temperature=0, max_tokens=12)["choices"][0]["text"]
+    msgs = user + [{"role": "assistant", "content": prefill}]
+    got = chat(server, messages=msgs, temperature=0, max_tokens=12)
+    assert got["choices"][0]["message"]["content"] == want
+    assert want and not want.startswith(prefill)
+    # The prompt is the open turn: no end-of-turn after the prefill.
+    status, open_turn = server.post("/v1/chat/completions/render", {"messages": msgs})
+    assert status == 200 and open_turn["prompt"] == text
+    texts, _, _, _ = stream_texts(server, CHAT, {"messages": msgs, "temperature": 0,
+                                                 "max_tokens": 12})
+    assert texts[0] == want
