@@ -325,15 +325,29 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
     if (!state.ok()) return reject(bad_request(state.error().message));
     jobs.push_back(Job{.prompt = prompt, .state = std::move(*state)});
   }
-  // In order: once choice 0 is admitted, a later choice admitted after its prefill shares
-  // its prompt cells (Scheduler::admit).
+  // Choice 0 first; the others once its prompt is prefilled (its first event is there):
+  // admitted then, they share its prompt cells copy-on-write (Scheduler::admit) instead
+  // of each prefilling the prompt side by side.
   out.choices.clear();
-  for (Job& job : jobs) {
+  auto cancel_all = [&] {
+    for (auto& s : out.choices) s->cancel();
+    out.choices.clear();
+  };
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (i == 1) {
+      ClientWatch client(request_log().req);
+      while (!out.choices[0]->wait(std::chrono::milliseconds(50))) {
+        if (client.gone()) {
+          cancel_all();
+          request_log().status = 499;
+          return ApiError{.status = 499, .type = "cancelled", .message = "the client left"};
+        }
+      }
+    }
     auto stream = std::make_shared<JobStream>();
-    job.stream = stream;
-    if (auto e = submit_refusal(ctx, ctx.scheduler.submit(std::move(job)))) {
-      for (auto& s : out.choices) s->cancel();  // all or none
-      out.choices.clear();
+    jobs[i].stream = stream;
+    if (auto e = submit_refusal(ctx, ctx.scheduler.submit(std::move(jobs[i])))) {
+      cancel_all();  // all or none
       return e;
     }
     out.choices.push_back(std::move(stream));

@@ -71,6 +71,8 @@ class JobStream {
   void push(JobEvent ev);
   // Waits up to `timeout` for an event; false when none came.
   bool pop(JobEvent& out, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` until an event is there, leaving it for pop; false when none.
+  bool wait(std::chrono::milliseconds timeout);
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
   bool full() const { return pending_bytes() >= max_pending_; }

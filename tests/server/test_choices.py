@@ -122,6 +122,20 @@ def test_n_choices_share_a_cached_prompt_prefill(server):
     assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == n_prompt - 1
 
 
+def test_n_choices_of_a_new_prompt_prefill_it_once(server):
+    # Choice 0 prefills the prompt; the others are admitted after that prefill and take
+    # its cells (n_prompt - 1 each: the last prompt token is always decoded).
+    prompt = "Zebras 7391 quietly juggle violet teapots while"
+    m1 = server.metrics()
+    r = complete(server, prompt=prompt, max_tokens=4, temperature=0, n=3)
+    m2 = server.metrics()
+    n_prompt = r["usage"]["prompt_tokens"]
+    assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    reused = m2["minfer_prefix_reused_tokens_total"] - m1["minfer_prefix_reused_tokens_total"]
+    assert reused == 2 * (n_prompt - 1), (reused, n_prompt)
+    assert m2["minfer_prompt_tokens_total"] - m1["minfer_prompt_tokens_total"] == 3 * n_prompt
+
+
 @pytest.mark.parametrize("n,word", [(5, "at most 4"), (0, "'n' must be in"),
                                      (1.5, "'n' must be an integer"), ("2", "'n'")])
 def test_bad_n_is_a_400_naming_it(server, n, word):
