@@ -390,7 +390,7 @@ std::optional<ApiError> parse_completion_json(const json& j, Endpoint endpoint, 
   }
   int64_t n = 1;
   if (auto e = integer(j, "n", 1, 128, n)) return e;
-  if (n != 1) return bad_request("only n = 1 is supported");
+  out.n = static_cast<int32_t>(n);
   if (auto e = parse_constraint(j, out.grammar)) return e;
 
   engine::SequenceOptions& seq = out.seq;
@@ -446,6 +446,12 @@ std::optional<ApiError> parse_completion_json(const json& j, Endpoint endpoint, 
     if (auto e = integer(j, "logprobs", 0, kMaxTopLogprobs, top)) return e;
     out.logprobs = top >= 0;
     if (out.logprobs) seq.top_logprobs = static_cast<int32_t>(top);
+    if (auto e = boolean(j, "echo", out.echo)) return e;
+    // OpenAI and llama-server give the echoed prompt's tokens logprobs too; that needs
+    // the prompt's logits, which the prefill does not keep.
+    if (out.echo && out.logprobs) {
+      return bad_request("'echo' with 'logprobs' is not supported (prompt token logprobs)");
+    }
   }
   if (auto st = s.validate_for_vocab(n_vocab); !st.ok()) return bad_request(st.error().message);
 

@@ -77,6 +77,10 @@ struct CompletionRequest {
   ToolRequest tools;
   std::optional<std::string> prompt;   // completions: text
   std::vector<int32_t> prompt_tokens;  // completions: token ids instead of text
+  // Choices (separate sequences of the one prompt, choice i seeded seed + i); at most
+  // the server's slots (the route checks: parsing knows no server).
+  int32_t n = 1;
+  bool echo = false;  // completions: the prompt text starts each choice's text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;

@@ -74,8 +74,13 @@ struct OpenAiStream {
   int64_t created = 0;
   bool logprobs = false;
   bool include_usage = false;
-  TextLogprobs text_lp;
-  std::unique_ptr<ToolCallParser> tools;  // tools in play: content and calls split
+  // Per choice (the request's n): its text offset for logprobs, its tool-call parser
+  // (tools in play: content and calls split).
+  std::vector<TextLogprobs> text_lp;
+  std::vector<std::unique_ptr<ToolCallParser>> tools;
+  std::string echo;  // completions with echo: the prompt text, each choice's first chunk
+  int32_t n_finished = 0;
+  JobEvent total;  // the finished choices' counts (usage)
 };
 
 json tool_calls_json(const std::vector<ToolCall>& calls) {
@@ -105,6 +110,8 @@ std::string sse(const json& j) {
 std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
   std::string out;
   const bool chat = s.endpoint == Endpoint::kChat;
+  const auto idx = static_cast<size_t>(ev.choice);
+  std::unique_ptr<ToolCallParser>& tools = s.tools[idx];
   if (!ev.error.empty()) {
     return sse(
         error_body(ApiError{.status = ev.error_status,
@@ -115,20 +122,20 @@ std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
   // delta.reasoning_content), so a client sees it end before the answer begins.
   if (chat && !ev.reasoning.empty()) {
     json c = chunk_base(s);
-    c["choices"] = json::array({json{{"index", 0},
+    c["choices"] = json::array({json{{"index", idx},
                                      {"delta", {{"reasoning_content", ev.reasoning}}},
                                      {"logprobs", nullptr},
                                      {"finish_reason", nullptr}}});
     out += sse(c);
   }
-  std::string text = s.tools ? s.tools->feed(ev.text) : ev.text;
-  if (s.tools && ev.final) {
-    text += s.tools->finish();
-    if (!s.tools->calls().empty() && blank(text)) text.clear();
+  std::string text = tools ? tools->feed(ev.text) : ev.text;
+  if (tools && ev.final) {
+    text += tools->finish();
+    if (!tools->calls().empty() && blank(text)) text.clear();
   }
   if (!text.empty() || !ev.logprobs.empty()) {
     json c = chunk_base(s);
-    json choice{{"index", 0}};
+    json choice{{"index", idx}};
     if (chat) {
       choice["delta"] = {{"content", text}};
       if (s.logprobs) {
@@ -142,9 +149,9 @@ std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
       choice["text"] = text;
       if (s.logprobs) {
         TextLogprobs lp;
-        lp.offset = s.text_lp.offset;
+        lp.offset = s.text_lp[idx].offset;
         lp.append(ev.logprobs);
-        s.text_lp.offset = lp.offset;
+        s.text_lp[idx].offset = lp.offset;
         choice["logprobs"] = lp.to_json();
       } else {
         choice["logprobs"] = nullptr;
@@ -154,11 +161,11 @@ std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
     c["choices"] = json::array({std::move(choice)});
     out += sse(c);
   }
-  const bool called = s.tools && !s.tools->calls().empty();
+  const bool called = tools && !tools->calls().empty();
   if (ev.final && called) {
     // As OpenAI streams a call: its id, type and name with empty arguments, then the
     // arguments (here in one piece: they are known once the call is parsed).
-    const std::vector<ToolCall>& calls = s.tools->calls();
+    const std::vector<ToolCall>& calls = tools->calls();
     for (size_t i = 0; i < calls.size(); ++i) {
       json head{{"index", i},
                 {"id", calls[i].id},
@@ -167,7 +174,7 @@ std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
       json args{{"index", i}, {"function", {{"arguments", calls[i].arguments}}}};
       for (json* tc : {&head, &args}) {
         json c = chunk_base(s);
-        c["choices"] = json::array({json{{"index", 0},
+        c["choices"] = json::array({json{{"index", idx},
                                          {"delta", {{"tool_calls", json::array({*tc})}}},
                                          {"logprobs", nullptr},
                                          {"finish_reason", nullptr}}});
@@ -177,7 +184,7 @@ std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
   }
   if (ev.final) {
     json c = chunk_base(s);
-    json choice{{"index", 0}};
+    json choice{{"index", idx}};
     if (chat) {
       choice["delta"] = json::object();
     } else {
@@ -187,10 +194,18 @@ std::string frames_for(OpenAiStream& s, const JobEvent& ev) {
     choice["finish_reason"] = called ? "tool_calls" : finish_reason(ev.stop);
     c["choices"] = json::array({std::move(choice)});
     out += sse(c);
-    if (s.include_usage) {
+    // Usage once, after the last choice: the prompt once, the completions summed.
+    if (s.n_finished == 0) {
+      s.total.n_prompt = ev.n_prompt;
+      s.total.n_reused = ev.n_reused;
+    }
+    s.total.n_generated += ev.n_generated;
+    s.total.n_reasoning += ev.n_reasoning;
+    ++s.n_finished;
+    if (s.include_usage && s.n_finished == static_cast<int32_t>(s.tools.size())) {
       json u = chunk_base(s);
       u["choices"] = json::array();
-      u["usage"] = usage_json_with_reasoning(ev);
+      u["usage"] = usage_json_with_reasoning(s.total);
       out += sse(u);
     }
   }
@@ -201,17 +216,27 @@ class OpenAiSse final : public SseWriter {
  public:
   explicit OpenAiSse(OpenAiStream s) : s_(std::move(s)) {}
   std::string head() override {
-    if (s_.endpoint != Endpoint::kChat) return {};
-    json c = chunk_base(s_);
-    c["choices"] = json::array({json{{"index", 0},
-                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                     {"logprobs", nullptr},
-                                     {"finish_reason", nullptr}}});
-    return sse(c);
+    std::string out;
+    for (size_t i = 0; i < s_.tools.size(); ++i) {
+      json c = chunk_base(s_);
+      if (s_.endpoint == Endpoint::kChat) {
+        c["choices"] = json::array({json{{"index", i},
+                                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}});
+      } else if (!s_.echo.empty()) {
+        c["choices"] = json::array({json{
+            {"index", i}, {"text", s_.echo}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+      } else {
+        continue;
+      }
+      out += sse(c);
+    }
+    return out;
   }
   std::string frames(const JobEvent& ev) override {
     std::string out = frames_for(s_, ev);
-    if (ev.final) out += "data: [DONE]\n\n";
+    if (s_.n_finished == static_cast<int32_t>(s_.tools.size())) out += "data: [DONE]\n\n";
     return out;
   }
 
@@ -237,6 +262,12 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
+  // echo (completions): the prompt's text starts each choice's text.
+  std::string echo;
+  if (endpoint == Endpoint::kCompletion && r.echo) {
+    echo = r.prompt ? *r.prompt : ctx.tok.decode(r.prompt_tokens);
+  }
+  const size_t n = job.choices.size();
   if (r.stream) {
     OpenAiStream st{.endpoint = endpoint,
                     .id = id,
@@ -244,27 +275,37 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
                     .created = created,
                     .logprobs = r.logprobs,
                     .include_usage = r.include_usage,
-                    .text_lp = {},
-                    .tools = nullptr};
-    if (endpoint == Endpoint::kChat && r.tools.active()) {
-      st.tools = std::make_unique<ToolCallParser>(format, true);
+                    .text_lp = std::vector<TextLogprobs>(n),
+                    .tools = {},
+                    .echo = echo};
+    for (size_t i = 0; i < n; ++i) {
+      st.tools.push_back(endpoint == Endpoint::kChat && r.tools.active()
+                             ? std::make_unique<ToolCallParser>(format, true)
+                             : nullptr);
     }
-    return reply_stream(ctx, res, std::move(job.stream),
+    return reply_stream(ctx, res, std::move(job.choices),
                         std::make_unique<OpenAiSse>(std::move(st)));
   }
 
-  // Non-streaming: collect every event, then one response.
-  std::string text, reasoning;
-  json chat_lp = json::array();
-  TextLogprobs text_lp;
-  const JobEvent ev = collect_events(*job.stream, [&](const JobEvent& e) {
-    text += e.text;
-    reasoning += e.reasoning;
+  // Non-streaming: collect every choice's events, then one response.
+  struct Choice {
+    std::string text, reasoning;
+    json chat_lp = json::array();
+    TextLogprobs text_lp;
+    engine::SeqStop stop = engine::SeqStop::kNone;
+  };
+  std::vector<Choice> acc(n);
+  ChoiceStreams streams(std::move(job.choices));
+  const JobEvent ev = collect_choices(streams, [&](const JobEvent& e) {
+    Choice& c = acc[static_cast<size_t>(e.choice)];
+    c.text += e.text;
+    c.reasoning += e.reasoning;
+    if (e.final) c.stop = e.stop;
     if (r.logprobs) {
       if (endpoint == Endpoint::kChat) {
-        append_chat_logprobs(chat_lp, e.logprobs);
+        append_chat_logprobs(c.chat_lp, e.logprobs);
       } else {
-        text_lp.append(e.logprobs);
+        c.text_lp.append(e.logprobs);
       }
     }
   });
@@ -274,32 +315,38 @@ void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string&
                       .type = ev.error_status == 503 ? "unavailable_error" : "server_error",
                       .message = ev.error});
   }
-  json choice{{"index", 0}};
-  std::vector<ToolCall> calls;
-  if (endpoint == Endpoint::kChat && r.tools.active()) {
-    ToolCallParser parser(format, true);
-    text = parser.feed_all(text);
-    calls = parser.calls();
+  json choices = json::array();
+  for (size_t i = 0; i < n; ++i) {
+    Choice& c = acc[i];
+    std::string& text = c.text;
+    json choice{{"index", i}};
+    std::vector<ToolCall> calls;
+    if (endpoint == Endpoint::kChat && r.tools.active()) {
+      ToolCallParser parser(format, true);
+      text = parser.feed_all(text);
+      calls = parser.calls();
+    }
+    if (endpoint == Endpoint::kChat && !calls.empty()) {
+      choice["message"] = {{"role", "assistant"},
+                           {"content", blank(text) ? json(nullptr) : json(text)},
+                           {"tool_calls", tool_calls_json(calls)}};
+      choice["logprobs"] = r.logprobs ? json{{"content", std::move(c.chat_lp)}} : json(nullptr);
+    } else if (endpoint == Endpoint::kChat) {
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+      choice["logprobs"] = r.logprobs ? json{{"content", std::move(c.chat_lp)}} : json(nullptr);
+    } else {
+      choice["text"] = echo + text;
+      choice["logprobs"] = r.logprobs ? c.text_lp.to_json() : json(nullptr);
+    }
+    if (!c.reasoning.empty()) choice["message"]["reasoning_content"] = c.reasoning;
+    choice["finish_reason"] = calls.empty() ? finish_reason(c.stop) : "tool_calls";
+    choices.push_back(std::move(choice));
   }
-  if (endpoint == Endpoint::kChat && !calls.empty()) {
-    choice["message"] = {{"role", "assistant"},
-                         {"content", blank(text) ? json(nullptr) : json(text)},
-                         {"tool_calls", tool_calls_json(calls)}};
-    choice["logprobs"] = r.logprobs ? json{{"content", std::move(chat_lp)}} : json(nullptr);
-  } else if (endpoint == Endpoint::kChat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-    choice["logprobs"] = r.logprobs ? json{{"content", std::move(chat_lp)}} : json(nullptr);
-  } else {
-    choice["text"] = text;
-    choice["logprobs"] = r.logprobs ? text_lp.to_json() : json(nullptr);
-  }
-  if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
-  choice["finish_reason"] = calls.empty() ? finish_reason(ev.stop) : "tool_calls";
   json body{{"id", id},
             {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
             {"created", created},
             {"model", model},
-            {"choices", json::array({std::move(choice)})},
+            {"choices", std::move(choices)},
             {"usage", usage_json_with_reasoning(ev)}};
   reply_json(res, body);
 }

@@ -22,32 +22,105 @@ using Clock = std::chrono::steady_clock;
 // status 499 (nginx's "client closed request"). A job cancelled while still queued
 // gets no event; its line then says what was known (the prompt, no completion), and
 // the event returned is a made-up final one.
-JobEvent client_gone(JobStream& stream) {
-  stream.cancel();
+JobEvent client_gone(ChoiceStreams& choices) {
+  choices.cancel();
   request_log().status = 499;
   const auto deadline = Clock::now() + std::chrono::seconds(2);
   JobEvent ev;
-  while (Clock::now() < deadline) {
-    if (stream.pop(ev, std::chrono::milliseconds(50)) && ev.final) {
-      note_counts(ev);
-      return ev;
-    }
+  while (!choices.done() && Clock::now() < deadline) {
+    (void)choices.pop(ev, std::chrono::milliseconds(50));
+  }
+  if (choices.done()) {
+    JobEvent total = choices.total();
+    note_counts(total);
+    return total;
   }
   return JobEvent{.final = true, .error = "cancelled", .error_status = 499};
 }
 
 // Everything a streaming response needs across content-provider calls.
 struct StreamState {
-  std::shared_ptr<JobStream> stream;
+  explicit StreamState(std::vector<std::shared_ptr<JobStream>> streams)
+      : choices(std::move(streams)) {}
+  ChoiceStreams choices;
   std::unique_ptr<SseWriter> writer;
   bool sent_head = false;
-  bool finished = false;
+  bool finished = false;                         // every choice's final event written
   std::atomic<int32_t>* open_streams = nullptr;  // ServerContext::open_streams
   ClientWatch client{nullptr};
   std::chrono::milliseconds stall_timeout{0};  // --stream-timeout
 };
 
 }  // namespace
+
+ChoiceStreams::ChoiceStreams(std::vector<std::shared_ptr<JobStream>> streams)
+    : streams_(std::move(streams)), finals_(streams_.size()), finished_(streams_.size(), false) {}
+
+bool ChoiceStreams::take(size_t i, JobEvent& ev, std::chrono::milliseconds timeout) {
+  if (finished_[i] || !streams_[i]->pop(ev, timeout)) return false;
+  ev.choice = static_cast<int32_t>(i);
+  next_ = (i + 1) % streams_.size();
+  if (ev.final) {
+    finished_[i] = true;
+    ++n_done_;
+    finals_[i] = JobEvent{.final = true,
+                          .stop = ev.stop,
+                          .error = ev.error,
+                          .error_status = ev.error_status,
+                          .n_prompt = ev.n_prompt,
+                          .n_generated = ev.n_generated,
+                          .n_reasoning = ev.n_reasoning,
+                          .n_reused = ev.n_reused,
+                          .choice = ev.choice};
+  }
+  return true;
+}
+
+bool ChoiceStreams::pop(JobEvent& ev, std::chrono::milliseconds timeout) {
+  if (streams_.size() == 1) return take(0, ev, timeout);
+  // Each unfinished choice looked at in turn without waiting; then a short wait on one,
+  // until the timeout (JobStream has no wait on several).
+  constexpr auto kWait = std::chrono::milliseconds(2);
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    for (size_t k = 0; k < streams_.size(); ++k) {
+      if (take((next_ + k) % streams_.size(), ev, std::chrono::milliseconds(0))) return true;
+    }
+    if (done() || Clock::now() >= deadline) return false;
+    for (size_t k = 0; k < streams_.size(); ++k) {
+      const size_t i = (next_ + k) % streams_.size();
+      if (finished_[i]) continue;
+      if (take(i, ev, kWait)) return true;
+      break;
+    }
+  }
+}
+
+void ChoiceStreams::cancel() {
+  for (auto& s : streams_) s->cancel();
+}
+
+JobEvent ChoiceStreams::total() const {
+  JobEvent t{.final = true};
+  bool first = true;
+  for (size_t i = 0; i < finals_.size(); ++i) {
+    if (!finished_[i]) continue;
+    const JobEvent& f = finals_[i];
+    if (first) {
+      t.stop = f.stop;
+      t.n_prompt = f.n_prompt;
+      t.n_reused = f.n_reused;
+      first = false;
+    }
+    if (t.error.empty() && !f.error.empty()) {
+      t.error = f.error;
+      t.error_status = f.error_status;
+    }
+    t.n_generated += f.n_generated;
+    t.n_reasoning += f.n_reasoning;
+  }
+  return t;
+}
 
 void note_counts(const JobEvent& ev) {
   RequestLog& log = request_log();
@@ -98,14 +171,30 @@ std::string request_scoped_id(const char* prefix) {
 
 std::optional<ApiError> render_chat_prompt(ServerContext& ctx, const CompletionRequest& r,
                                            ToolFormat format, std::string& out) {
+  // A last assistant message (without tool calls) is a prefill, continued rather than
+  // answered (llama-server's and Anthropic's behaviour): the turns before it rendered
+  // with the generation prompt, then its content as the reply's start. A template
+  // renders a closed assistant turn with its end-of-turn; this way none follows the
+  // prefill whatever the template, and the reply holds only the continuation.
+  const json* last = r.messages_json.empty() ? nullptr : &r.messages_json.back();
+  const bool prefill = last != nullptr && !r.messages.empty() &&
+                       r.messages.back().role == "assistant" &&
+                       field(*last, "tool_calls") == nullptr;
+  std::span<const chat::Message> messages(r.messages);
+  json messages_json = r.messages_json;
+  if (prefill) {
+    messages = messages.first(messages.size() - 1);
+    messages_json.erase(messages_json.end() - 1);
+  }
   auto rendered = r.tools.active() || r.tool_history
-                      ? render_tool_prompt(ctx.renderer, r.messages_json, r.tools, format)
-                      : ctx.renderer.render(r.messages, /*add_generation_prompt=*/true);
+                      ? render_tool_prompt(ctx.renderer, messages_json, r.tools, format)
+                      : ctx.renderer.render(messages, /*add_generation_prompt=*/true);
   if (!rendered.ok()) {
     return bad_request("the chat template cannot render these messages: " +
                        rendered.error().message);
   }
   out = std::move(*rendered);
+  if (prefill) out += r.messages.back().content;
   return {};
 }
 
@@ -191,6 +280,13 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
   const uint32_t server_n_ctx = ctx.scheduler.options().n_ctx;
   const uint32_t n_ctx = r.n_ctx > 0 ? std::min(r.n_ctx, server_n_ctx) : server_n_ctx;
   if (prompt.empty()) return reject(bad_request("the prompt has no tokens"));
+  const uint32_t n_slots = ctx.scheduler.options().n_slots;
+  if (r.n < 1 || static_cast<uint32_t>(r.n) > n_slots) {
+    return reject(bad_request(fmt::format(
+        "'n' is {}; this server decodes at most {} choices of a request side by side (its "
+        "--slots)",
+        r.n, n_slots)));
+  }
   if (prompt.size() >= n_ctx) {
     return reject(ApiError{
         .status = 400,
@@ -209,44 +305,101 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
     if (!c.ok()) return reject(bad_request("invalid grammar: " + c.error().message));
     constraint = std::move(*c);
   }
-  auto state = engine::SequenceState::create(ctx.tok, ctx.scheduler.token_bytes(), r.seq,
-                                             std::move(constraint));
-  if (!state.ok()) return reject(bad_request(state.error().message));
-
-  out.stream = std::make_shared<JobStream>();
-  if (auto e = submit_refusal(ctx, ctx.scheduler.submit(Job{.prompt = std::move(prompt),
-                                                            .state = std::move(*state),
-                                                            .stream = out.stream}))) {
-    return e;
+  // Choice i is its own sequence seeded seed + i: a seeded request is reproducible, and
+  // its choice 0 is the n = 1 answer. Each gets its own constraint (grammar state) and
+  // all are built before any is queued, so a bad one queues none.
+  std::vector<Job> jobs;
+  for (int32_t i = 0; i < r.n; ++i) {
+    std::unique_ptr<engine::TokenConstraint> own;
+    if (i == 0) {
+      own = std::move(constraint);
+    } else if (!r.grammar.empty()) {
+      auto c = make_grammar_constraint(r.grammar, ctx.vocab);
+      if (!c.ok()) return reject(bad_request("invalid grammar: " + c.error().message));
+      own = std::move(*c);
+    }
+    engine::SequenceOptions seq = r.seq;
+    seq.sampler.seed = r.seq.sampler.seed + static_cast<uint64_t>(i);
+    auto state =
+        engine::SequenceState::create(ctx.tok, ctx.scheduler.token_bytes(), seq, std::move(own));
+    if (!state.ok()) return reject(bad_request(state.error().message));
+    jobs.push_back(Job{.prompt = prompt, .state = std::move(*state)});
   }
+  // Choice 0 first; the others once its prompt is prefilled (its first event is there):
+  // admitted then, they share its prompt cells copy-on-write (Scheduler::admit) instead
+  // of each prefilling the prompt side by side.
+  out.choices.clear();
+  auto cancel_all = [&] {
+    for (auto& s : out.choices) s->cancel();
+    out.choices.clear();
+  };
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (i == 1) {
+      ClientWatch client(request_log().req);
+      while (!out.choices[0]->wait(std::chrono::milliseconds(50))) {
+        if (client.gone()) {
+          cancel_all();
+          request_log().status = 499;
+          return ApiError{.status = 499, .type = "cancelled", .message = "the client left"};
+        }
+      }
+    }
+    auto stream = std::make_shared<JobStream>();
+    jobs[i].stream = stream;
+    if (auto e = submit_refusal(ctx, ctx.scheduler.submit(std::move(jobs[i])))) {
+      cancel_all();  // all or none
+      return e;
+    }
+    out.choices.push_back(std::move(stream));
+  }
+  out.stream = out.choices.front();
   ctx.metrics.requests_total.fetch_add(1, std::memory_order_relaxed);
   return {};
 }
 
-JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event) {
+JobEvent collect_choices(ChoiceStreams& choices,
+                         const std::function<void(const JobEvent&)>& on_event) {
   // Looked for on a clock, not only when no event comes: a fast generation never
   // leaves the pop waiting.
   constexpr auto kClientPoll = std::chrono::milliseconds(50);
   ClientWatch client(request_log().req);
   auto next_look = Clock::now() + kClientPoll;
   JobEvent ev;
-  for (;;) {
-    const bool got = stream.pop(ev, kClientPoll);
-    if (got) on_event(ev);
-    if (got && ev.final) break;
+  while (!choices.done()) {
+    if (choices.pop(ev, kClientPoll)) on_event(ev);
+    if (choices.done()) break;
     if (Clock::now() >= next_look) {
-      if (client.gone()) return client_gone(stream);
+      if (client.gone()) return client_gone(choices);
       next_look = Clock::now() + kClientPoll;
     }
   }
-  note_counts(ev);
-  return ev;
+  JobEvent total = choices.total();
+  note_counts(total);
+  return total;
+}
+
+JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event) {
+  // Not owned here: the caller's stream outlives the call.
+  ChoiceStreams one({std::shared_ptr<JobStream>(&stream, [](JobStream*) {})});
+  JobEvent last;
+  JobEvent total = collect_choices(one, [&](const JobEvent& ev) {
+    if (ev.final) last = ev;
+    on_event(ev);
+  });
+  // The final event as it came (its stop string and text), the counts noted.
+  return last.final ? last : total;
 }
 
 void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
                   std::unique_ptr<SseWriter> writer, const char* content_type) {
-  auto st = std::make_shared<StreamState>();
-  st->stream = std::move(stream);
+  reply_stream(ctx, res, std::vector<std::shared_ptr<JobStream>>{std::move(stream)},
+               std::move(writer), content_type);
+}
+
+void reply_stream(ServerContext& ctx, httplib::Response& res,
+                  std::vector<std::shared_ptr<JobStream>> streams,
+                  std::unique_ptr<SseWriter> writer, const char* content_type) {
+  auto st = std::make_shared<StreamState>(std::move(streams));
   st->writer = std::move(writer);
   st->open_streams = ctx.open_streams;
   // The request outlives its response's writes (httplib writes within process_request).
@@ -263,47 +416,48 @@ void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<Jo
           st->sent_head = true;
           const std::string f = st->writer->head();
           if (!f.empty() && !sink.write(f.data(), f.size())) {
-            client_gone(*st->stream);
+            client_gone(st->choices);
             return false;
           }
           return true;
         }
         JobEvent ev;
-        if (!st->stream->pop(ev, std::chrono::milliseconds(200))) {
+        if (!st->choices.pop(ev, std::chrono::milliseconds(200))) {
           if (sink.is_writable()) return true;
-          client_gone(*st->stream);
+          client_gone(st->choices);
           return false;
         }
         const std::string frames = st->writer->frames(ev);
-        if (ev.final) note_counts(ev);
+        // The stream ends with the last choice's final event.
+        const bool last = ev.final && st->choices.done();
+        if (last) note_counts(st->choices.size() == 1 ? ev : st->choices.total());
         // A client that stops reading: its frames wait here once kMaxUnsent bytes are
         // unsent (the scheduler pauses the sequence once the stream is full too), until
         // it has taken no bytes for --stream-timeout; then the job is cancelled and the
         // connection closed.
         constexpr size_t kMaxUnsent = size_t{64} << 10;
-        if (!frames.empty() && !ev.final &&
-            !st->client.drained_within(kMaxUnsent, st->stall_timeout)) {
+        if (!frames.empty() && !last && !st->client.drained_within(kMaxUnsent, st->stall_timeout)) {
           std::fprintf(stderr, "[server] a stream took no bytes for %lld s: cancelled\n",
                        static_cast<long long>(st->stall_timeout.count() / 1000));
-          client_gone(*st->stream);
+          client_gone(st->choices);
           return false;
         }
         if (!frames.empty() && !sink.write(frames.data(), frames.size())) {
-          if (ev.final) {
+          if (last) {
             request_log().status = 499;  // the counts are noted: the request had ended
           } else {
-            client_gone(*st->stream);
+            client_gone(st->choices);
           }
           return false;
         }
-        if (ev.final) {
+        if (last) {
           st->finished = true;
           sink.done();
         }
         return true;
       },
       [st](bool /*success*/) {
-        if (!st->finished) st->stream->cancel();
+        if (!st->finished) st->choices.cancel();
         if (st->open_streams != nullptr) st->open_streams->fetch_sub(1, std::memory_order_acq_rel);
       });
 }

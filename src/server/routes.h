@@ -122,14 +122,17 @@ std::optional<ApiError> render_chat_prompt(ServerContext& ctx, const CompletionR
 
 // A request taken by the scheduler.
 struct SubmittedJob {
-  std::shared_ptr<JobStream> stream;
+  std::shared_ptr<JobStream> stream;  // choice 0
+  // Every choice's (the request's n; choices[0] is `stream`).
+  std::vector<std::shared_ptr<JobStream>> choices;
   ToolFormat format = ToolFormat::kGeneric;  // the template's tool-call format
   int32_t n_prompt = 0;
 };
 // A queue's answer as the client sees it: nothing when queued, 429 when full (counted),
 // 503 while the server drains.
 std::optional<ApiError> submit_refusal(ServerContext& ctx, SubmitResult result);
-// Tool grammar, prompt, grammar constraint and sequence state, then the scheduler.
+// Tool grammar, prompt, grammar constraint and sequence state, then the scheduler: one
+// job per choice (r.n, at most the server's slots), choice i seeded r's seed + i.
 // An error (counted as rejected; a full queue is 429, a drain 503) means nothing runs.
 std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest& r,
                                           SubmittedJob& out);
@@ -145,19 +148,53 @@ void note_counts(const JobEvent& ev);
 // logged as 499 with the tokens generated so far.
 JobEvent collect_events(JobStream& stream, const std::function<void(const JobEvent&)>& on_event);
 
+// A request's choices (one job each) read as one stream of events, each event's
+// `choice` saying whose; the choices are taken in turn so none starves the others.
+class ChoiceStreams {
+ public:
+  explicit ChoiceStreams(std::vector<std::shared_ptr<JobStream>> streams);
+  size_t size() const { return streams_.size(); }
+  bool done() const { return n_done_ == streams_.size(); }
+  // The next event of a choice not yet finished, within `timeout`; false when none came.
+  bool pop(JobEvent& ev, std::chrono::milliseconds timeout);
+  void cancel();  // every choice
+  // The finished choices' counts as one final event: the prompt once (choice 0's, and
+  // its cached tokens), the completions' tokens summed; the first error, if any.
+  JobEvent total() const;
+
+ private:
+  bool take(size_t i, JobEvent& ev, std::chrono::milliseconds timeout);
+  std::vector<std::shared_ptr<JobStream>> streams_;
+  std::vector<JobEvent> finals_;  // per choice: its final event (text dropped)
+  std::vector<bool> finished_;
+  size_t n_done_ = 0;
+  size_t next_ = 0;
+};
+// collect_events for every choice: `on_event` sees each event (its `choice` set); the
+// total (ChoiceStreams::total) is returned and noted for the request log.
+JobEvent collect_choices(ChoiceStreams& choices,
+                         const std::function<void(const JobEvent&)>& on_event);
+
 // A streaming response's frames in one dialect.
 class SseWriter {
  public:
   virtual ~SseWriter() = default;
   // Written before the first event.
   virtual std::string head() = 0;
-  // The frames of one event; for the final event, everything up to the stream's end.
+  // The frames of one event; for the final event, everything up to the stream's end
+  // (with several choices: each choice's final event, the last one ending the stream).
   virtual std::string frames(const JobEvent& ev) = 0;
 };
 // Streams the job's events through `writer` as a chunked body of `content_type`
 // (server-sent events; Ollama's dialect writes NDJSON lines); a client that leaves
 // cancels the job.
 void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
+                  std::unique_ptr<SseWriter> writer,
+                  const char* content_type = "text/event-stream");
+// The same for every choice of a request, interleaved; a client that leaves cancels them
+// all.
+void reply_stream(ServerContext& ctx, httplib::Response& res,
+                  std::vector<std::shared_ptr<JobStream>> streams,
                   std::unique_ptr<SseWriter> writer,
                   const char* content_type = "text/event-stream");
 

@@ -55,6 +55,11 @@ bool JobStream::pop(JobEvent& out, std::chrono::milliseconds timeout) {
   return true;
 }
 
+bool JobStream::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, timeout, [this] { return !events_.empty(); });
+}
+
 Scheduler::Scheduler(engine::Context& engine, const SchedulerOptions& options, Metrics& metrics,
                      VizState* viz)
     : engine_(engine),

@@ -52,6 +52,9 @@ struct JobEvent {
   int32_t n_generated = 0;
   int32_t n_reasoning = 0;  // of n_generated, sampled inside a thinking block
   int32_t n_reused = 0;     // prompt tokens taken from cached cells
+  // Which of the request's choices (n > 1) the event is of: set where the HTTP thread
+  // reads them as one stream (ChoiceStreams); the scheduler knows no choices.
+  int32_t choice = 0;
 };
 
 // The channel between one request's HTTP thread and the inference thread.
@@ -68,6 +71,8 @@ class JobStream {
   void push(JobEvent ev);
   // Waits up to `timeout` for an event; false when none came.
   bool pop(JobEvent& out, std::chrono::milliseconds timeout);
+  // Waits up to `timeout` until an event is there, leaving it for pop; false when none.
+  bool wait(std::chrono::milliseconds timeout);
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
   bool full() const { return pending_bytes() >= max_pending_; }

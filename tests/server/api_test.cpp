@@ -42,7 +42,7 @@ TEST(Api, bad_fields_are_400s_naming_the_field) {
       {"{" + kMsg + R"(, "top_p": -1})", "top_p"},
       {"{" + kMsg + R"(, "top_k": 1.5})", "top_k"},
       {"{" + kMsg + R"(, "max_tokens": -2})", "max_tokens"},
-      {"{" + kMsg + R"(, "n": 3})", "n = 1"},
+      {"{" + kMsg + R"(, "n": 0})", "'n' must be in [1, 128]"},
       {"{" + kMsg + R"(, "stop": [1]})", "stop"},
       {"{" + kMsg + R"(, "seed": "x"})", "seed"},
       {"{" + kMsg + R"(, "logit_bias": {"1000": 1}})", "1000"},

@@ -33,7 +33,7 @@ CASES = [
     ("presence_penalty_range", CHAT, {"messages": MSG, "presence_penalty": 3}, None, 400),
     ("max_tokens_string", CHAT, {"messages": MSG, "max_tokens": "ten"}, None, 400),
     ("max_tokens_negative", CHAT, {"messages": MSG, "max_tokens": -5}, None, 400),
-    ("n_two", CHAT, {"messages": MSG, "n": 2}, None, 400),
+    ("n_beyond_slots", CHAT, {"messages": MSG, "n": 64}, None, 400),
     ("stop_wrong_type", CHAT, {"messages": MSG, "stop": 5}, None, 400),
     ("seed_float", CHAT, {"messages": MSG, "seed": 1.5}, None, 400),
     ("logit_bias_bad_key", CHAT, {"messages": MSG, "logit_bias": {"abc": 1}}, None, 400),
