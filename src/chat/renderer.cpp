@@ -51,7 +51,8 @@ Result<std::string> ChatMlRenderer::render(std::span<const Message> messages,
 
 Result<std::string> ChatMlRenderer::render_json(const nlohmann::ordered_json& messages,
                                                 const nlohmann::ordered_json& /*tools*/,
-                                                bool add_generation_prompt) const {
+                                                bool add_generation_prompt,
+                                                const nlohmann::ordered_json& /*vars*/) const {
   MINFER_TRY(std::vector<Message> m, messages_from_json(messages));
   return render(m, add_generation_prompt);
 }

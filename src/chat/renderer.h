@@ -37,11 +37,18 @@ class ChatRenderer {
   // A one-word description for notices ("model template", "ChatML fallback").
   virtual std::string name() const = 0;
   // OpenAI-shaped messages as the template sees them (assistant `tool_calls`, tool
-  // `tool_call_id` kept) and the template's `tools` variable (null: left undefined).
-  // The ChatML renderer ignores both extras.
+  // `tool_call_id` kept), the template's `tools` variable (null: left undefined) and
+  // further variables `vars` (an object: a request's chat_template_kwargs, set over the
+  // renderer's own kwargs). The ChatML renderer ignores the extras.
   virtual Result<std::string> render_json(const nlohmann::ordered_json& messages,
                                           const nlohmann::ordered_json& tools,
-                                          bool add_generation_prompt) const = 0;
+                                          bool add_generation_prompt,
+                                          const nlohmann::ordered_json& vars) const = 0;
+  Result<std::string> render_json(const nlohmann::ordered_json& messages,
+                                  const nlohmann::ordered_json& tools,
+                                  bool add_generation_prompt) const {
+    return render_json(messages, tools, add_generation_prompt, nlohmann::ordered_json::object());
+  }
   // The Jinja source ("" for the built-in ChatML): what the server reads the template's
   // tool-call format from.
   virtual std::string_view source() const { return {}; }
@@ -53,9 +60,10 @@ class ChatMlRenderer final : public ChatRenderer {
   Result<std::string> render(std::span<const Message> messages,
                              bool add_generation_prompt) const override;
   std::string name() const override { return "ChatML fallback"; }
+  using ChatRenderer::render_json;
   Result<std::string> render_json(const nlohmann::ordered_json& messages,
-                                  const nlohmann::ordered_json& tools,
-                                  bool add_generation_prompt) const override;
+                                  const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                  const nlohmann::ordered_json& vars) const override;
 };
 
 // A Jinja chat template (tokenizer.chat_template or a file) rendered by

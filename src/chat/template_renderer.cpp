@@ -34,9 +34,10 @@ class TemplateRenderer final : public ChatRenderer {
     if (spec_.kwargs.is_object()) ctx.extra = spec_.kwargs;
     return compiled_->render(ctx);
   }
+  using ChatRenderer::render_json;
   Result<std::string> render_json(const nlohmann::ordered_json& messages,
-                                  const nlohmann::ordered_json& tools,
-                                  bool add_generation_prompt) const override {
+                                  const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                  const nlohmann::ordered_json& vars) const override {
     if (!compiled_) return compile_error_;
     chat_template::ChatContext ctx;
     ctx.messages = messages;
@@ -44,6 +45,9 @@ class TemplateRenderer final : public ChatRenderer {
     ctx.bos_token = spec_.bos_token;
     ctx.eos_token = spec_.eos_token;
     if (spec_.kwargs.is_object()) ctx.extra = spec_.kwargs;
+    if (vars.is_object()) {
+      for (const auto& [k, v] : vars.items()) ctx.extra[k] = v;
+    }
     if (!tools.is_null()) ctx.extra["tools"] = tools;
     return compiled_->render(ctx);
   }
@@ -64,8 +68,9 @@ class TemplateRenderer final : public ChatRenderer {
   Result<std::string> render(std::span<const Message>, bool) const override {
     return make_error("this build has no Jinja chat-template interpreter (src/chat/template)");
   }
+  using ChatRenderer::render_json;
   Result<std::string> render_json(const nlohmann::ordered_json&, const nlohmann::ordered_json&,
-                                  bool) const override {
+                                  bool, const nlohmann::ordered_json&) const override {
     return make_error("this build has no Jinja chat-template interpreter (src/chat/template)");
   }
   std::string name() const override { return "model template"; }

@@ -380,8 +380,15 @@ std::optional<ApiError> parse_completion_json(const json& j, Endpoint endpoint, 
   if (endpoint == Endpoint::kChat) {
     if (auto e = parse_messages(j, out.messages, out.messages_json, out.tool_history)) return e;
     if (auto e = parse_tools(j, out.tools)) return e;
+    if (const json* k = field(j, "chat_template_kwargs")) {
+      if (!k->is_object()) return bad_request("'chat_template_kwargs' must be an object");
+      out.chat_template_kwargs = *k;
+    }
   } else {
     if (auto e = parse_prompt(j, n_vocab, out)) return e;
+    if (field(j, "chat_template_kwargs") != nullptr) {
+      return bad_request("'chat_template_kwargs' applies to chat messages only");
+    }
   }
   if (auto e = boolean(j, "stream", out.stream)) return e;
   if (const json* so = field(j, "stream_options")) {

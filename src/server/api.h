@@ -75,6 +75,11 @@ struct CompletionRequest {
   json messages_json = json::array();
   bool tool_history = false;
   ToolRequest tools;
+  // chat: further template variables for this request (chat_template_kwargs, as
+  // llama-server and vLLM take them, e.g. {"enable_thinking": false}), set over the
+  // server's --chat-template-kwargs; the template's own variables (messages, tools,
+  // add_generation_prompt, bos_token, eos_token) are not overridden.
+  json chat_template_kwargs = json::object();
   std::optional<std::string> prompt;   // completions: text
   std::vector<int32_t> prompt_tokens;  // completions: token ids instead of text
   // Choices (separate sequences of the one prompt, choice i seeded seed + i); at most

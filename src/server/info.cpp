@@ -148,20 +148,11 @@ void tokenize_vllm(ServerContext& ctx, const json& j, httplib::Response& res) {
       return reply_error(res, bad_request("'continue_final_message' needs "
                                           "'add_generation_prompt': false"));
     }
-    if (const json* k = field(j, "chat_template_kwargs")) {
-      if (!k->is_object()) {
-        return reply_error(res, bad_request("'chat_template_kwargs' must be an object"));
-      }
-      // The template's variables are fixed when the server starts; a request's would be
-      // ignored, and the count would not be the one a completion decodes.
-      if (!k->empty()) {
-        return reply_error(res, bad_request("'chat_template_kwargs' is not supported: the "
-                                            "template's variables are fixed at server start"));
-      }
-    }
-    // The messages and tools as /v1/chat/completions parses them.
+    // The messages, tools and template variables as /v1/chat/completions parses them.
     json chat{{"messages", j["messages"]}};
     if (j.contains("tools")) chat["tools"] = j["tools"];
+    if (j.contains("chat_template_kwargs"))
+      chat["chat_template_kwargs"] = j["chat_template_kwargs"];
     CompletionRequest r;
     if (auto e = parse_completion_json(chat, Endpoint::kChat, ctx.tok.n_vocab(), r)) {
       return reply_error(res, *e);
@@ -173,7 +164,8 @@ void tokenize_vllm(ServerContext& ctx, const json& j, httplib::Response& res) {
       }
     } else {
       auto rendered = ctx.renderer.render_json(
-          r.messages_json, r.tools.tools.empty() ? json(nullptr) : r.tools.tools_json, false);
+          r.messages_json, r.tools.tools.empty() ? json(nullptr) : r.tools.tools_json, false,
+          r.chat_template_kwargs);
       if (!rendered.ok()) {
         return reply_error(res, bad_request("the chat template cannot render these messages: " +
                                             rendered.error().message));

@@ -186,9 +186,12 @@ std::optional<ApiError> render_chat_prompt(ServerContext& ctx, const CompletionR
     messages = messages.first(messages.size() - 1);
     messages_json.erase(messages_json.end() - 1);
   }
-  auto rendered = r.tools.active() || r.tool_history
-                      ? render_tool_prompt(ctx.renderer, messages_json, r.tools, format)
-                      : ctx.renderer.render(messages, /*add_generation_prompt=*/true);
+  auto rendered =
+      r.tools.active() || r.tool_history
+          ? render_tool_prompt(ctx.renderer, messages_json, r.tools, format, r.chat_template_kwargs)
+      : r.chat_template_kwargs.empty()
+          ? ctx.renderer.render(messages, /*add_generation_prompt=*/true)
+          : ctx.renderer.render_json(messages_json, nullptr, true, r.chat_template_kwargs);
   if (!rendered.ok()) {
     return bad_request("the chat template cannot render these messages: " +
                        rendered.error().message);

@@ -274,7 +274,8 @@ Opt check_history_tool_calls(const json& calls, size_t index) {
 }
 
 Result<std::string> render_tool_prompt(const chat::ChatRenderer& renderer, const json& messages,
-                                       const ToolRequest& tools, ToolFormat format) {
+                                       const ToolRequest& tools, ToolFormat format,
+                                       const json& vars) {
   json msgs = json::array();
   for (const json& m : messages) {
     json c = m;
@@ -330,9 +331,9 @@ Result<std::string> render_tool_prompt(const chat::ChatRenderer& renderer, const
         msgs.insert(msgs.begin(), json{{"role", "system"}, {"content", text}});
       }
     }
-    return renderer.render_json(msgs, nullptr, true);
+    return renderer.render_json(msgs, nullptr, true, vars);
   }
-  return renderer.render_json(msgs, tools.active() ? tools.tools_json : json(nullptr), true);
+  return renderer.render_json(msgs, tools.active() ? tools.tools_json : json(nullptr), true, vars);
 }
 
 Result<std::string> tool_grammar(const ToolRequest& r, ToolFormat format) {

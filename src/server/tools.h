@@ -49,8 +49,10 @@ std::optional<ApiError> check_history_tool_calls(const json& calls, size_t index
 // arguments of history calls become objects (what tool templates index into); for
 // the generic format, the tool list and answer format go into the system message and
 // history calls become the JSON the model would have written.
+// `vars`: the request's chat_template_kwargs.
 Result<std::string> render_tool_prompt(const chat::ChatRenderer& renderer, const json& messages,
-                                       const ToolRequest& tools, ToolFormat format);
+                                       const ToolRequest& tools, ToolFormat format,
+                                       const json& vars = json::object());
 
 // GBNF the output must match, or "" (auto on hermes / llama3: unconstrained).
 Result<std::string> tool_grammar(const ToolRequest& tools, ToolFormat format);

@@ -144,6 +144,36 @@ def test_json_schema_applies_after_the_thinking_block_with_the_qwen3_template():
         s.kill()
 
 
+def test_request_chat_template_kwargs_reach_the_template():
+    """Qwen3's template writes an empty closed block for enable_thinking false: the
+    request's kwargs reach it (render, tokenize and the completion agree), the reply has
+    no reasoning; without them the model's block (never closed by this fixture) is all
+    reasoning. Not an object, or on /v1/completions: 400."""
+    s = Server("--chat-template-file", QWEN3_TEMPLATE, "--n-ctx", 512, "-t", 2, model=MODEL)
+    try:
+        off = {"chat_template_kwargs": {"enable_thinking": False}}
+        status, rendered = s.post("/v1/chat/completions/render", {"messages": MSG, **off})
+        assert status == 200, rendered
+        assert rendered["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        status, plain = s.post("/v1/chat/completions/render", {"messages": MSG})
+        assert status == 200 and plain["prompt"].endswith("<|im_start|>assistant\n")
+        status, tok = s.post("/tokenize", {"model": "m", "messages": MSG, **off})
+        assert status == 200 and tok["tokens"] == rendered["token_ids"]
+        status, r = s.post(CHAT, {"messages": MSG, "temperature": 0, "max_tokens": 12, **off})
+        assert status == 200, r
+        assert r["usage"]["prompt_tokens"] == rendered["count"]
+        assert not r["choices"][0]["message"].get("reasoning_content")
+        assert r["usage"].get("completion_tokens_details", {}).get("reasoning_tokens", 0) == 0
+        assert r["choices"][0]["message"]["content"]  # the answer starts at once
+        for body, path in (({"messages": MSG, "chat_template_kwargs": [1]}, CHAT),
+                           ({"messages": MSG, "chat_template_kwargs": "x"}, "/tokenize"),
+                           ({"prompt": "hi", "chat_template_kwargs": {}}, "/v1/completions")):
+            status, err = s.post(path, body)
+            assert status == 400 and "chat_template_kwargs" in err["error"]["message"], err
+    finally:
+        s.kill()
+
+
 # --- Anthropic's Messages API (the official SDK) -----------------------------------
 
 def test_anthropic_thinking_blocks_before_the_text_stream_and_not():
