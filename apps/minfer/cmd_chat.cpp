@@ -178,13 +178,20 @@ int run_chat(RunArgs& a) {
   const uint32_t ctx = *ctx_or;
   if (auto st = e.set_n_ctx(ctx); !st.ok()) return fail(st.error().message);
   if (auto st = finish_sampler(a, e, ctx); !st.ok()) return fail(st.error().message);
+  // A thinking block's text goes to stderr (as single-shot prints it), the answer to
+  // stdout; --reasoning-format none keeps it all on stdout.
+  ThoughtPrinter thought;
   chat::ConversationOptions opts{.n_predict = a.n_predict,
                                  .stop = a.stop,
                                  .sampler = a.sampler,
                                  .system = a.system,
                                  .ignore_eos = a.ignore_eos,
                                  .n_batch = a.n_batch,
-                                 .make_constraint = constraint_factory(a, e.tokenizer())};
+                                 .make_constraint = constraint_factory(a, e.tokenizer()),
+                                 .thinking = true,
+                                 .reasoning_split = a.reasoning_split,
+                                 .reasoning_budget = a.reasoning_budget,
+                                 .on_reasoning = [&](std::string_view t) { thought.print(t); }};
   auto conv_or = chat::Conversation::create(e, *choice->renderer, std::move(opts));
   if (!conv_or) return fail(conv_or.error().message);
   chat::Conversation& conv = **conv_or;
@@ -217,7 +224,8 @@ int run_chat(RunArgs& a) {
   const bool tty = isatty(fileno(stdin)) != 0;
   if (tty) using_history();
   const bool color = a.color && isatty(fileno(stdout));
-  auto sink = [color](std::string_view text) {
+  auto sink = [color, &thought](std::string_view text) {
+    thought.end();
     if (color) std::fputs("\x1b[32m", stdout);
     std::fwrite(text.data(), 1, text.size(), stdout);
     if (color) std::fputs("\x1b[0m", stdout);
@@ -282,6 +290,7 @@ int run_chat(RunArgs& a) {
       r = conv.user_turn(in, sink);
       if (r) n_turns++;
     }
+    thought.end();
     if (!r) {
       refuse(r.error().message);
       continue;

@@ -218,16 +218,10 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   if (auto st = finish_sampler(a, e, ctx); !st.ok()) return fail(st.error().message);
   gen.sampler = a.sampler;
   gen.make_constraint = constraint_factory(a, e.tokenizer());
-  if (thinking.track) {
-    auto close =
-        e.tokenizer().encode(chat::kThinkingClose, {.add_special = false, .parse_special = true});
-    if (!close) return fail(close.error().message);
-    gen.reasoning = {.track = true,
-                     .split = a.reasoning_split,
-                     .forced_open = thinking.forced_open,
-                     .budget = a.reasoning_budget,
-                     .close_tokens = std::move(*close)};
-  }
+  auto reasoning =
+      chat::reasoning_options(thinking, e.tokenizer(), a.reasoning_split, a.reasoning_budget);
+  if (!reasoning) return fail(reasoning.error().message);
+  gen.reasoning = std::move(*reasoning);
   if (a.verbose) {
     const sample::SamplerConfig& sc = gen.sampler;
     fmt::print(stderr,
@@ -293,23 +287,11 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
     wrote = true;
     last = text.back();
   };
-  // A thinking block's text goes to stderr (dimmed on a terminal), so stdout carries the
-  // answer alone.
-  const bool err_tty = isatty(fileno(stderr)) != 0;
-  bool thought = false;
-  gen.reasoning_sink = [&](std::string_view text) {
-    if (err_tty && !thought) std::fputs("\x1b[2m", stderr);
-    std::fwrite(text.data(), 1, text.size(), stderr);
-    std::fflush(stderr);
-    thought = true;
-  };
-  auto end_thought = [&] {
-    if (!thought) return;
-    std::fputs(err_tty ? "\x1b[0m\n" : "\n", stderr);
-    thought = false;
-  };
+  // A thinking block's text goes to stderr, so stdout carries the answer alone.
+  ThoughtPrinter thought;
+  gen.reasoning_sink = [&](std::string_view text) { thought.print(text); };
   auto sink = [&](std::string_view text) {
-    end_thought();
+    thought.end();
     answer_sink(text);
   };
   auto gen_or = engine::Generator::create(e, gen, sink);
@@ -342,7 +324,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
     if (!*more) break;
   }
   g.finish();
-  end_thought();
+  thought.end();
   e.set_profile_hook(nullptr);
   if (color && wrote) std::fputs("\x1b[0m", stdout);
   if (out_tty && last != '\n') std::fputc('\n', stdout);

@@ -5,10 +5,12 @@
 
 #include <fmt/core.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -535,6 +537,22 @@ Status finish_sampler(RunArgs& a, const engine::Context& e, uint32_t n_ctx) {
   }
   MINFER_TRY_STATUS(sc.validate());
   return sc.validate_for_vocab(e.tokenizer().n_vocab());
+}
+
+ThoughtPrinter::ThoughtPrinter() : tty_(isatty(fileno(stderr)) != 0) {}
+
+void ThoughtPrinter::print(std::string_view text) {
+  if (text.empty()) return;
+  if (tty_ && !open_) std::fputs("\x1b[2m", stderr);
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+  open_ = true;
+}
+
+void ThoughtPrinter::end() {
+  if (!open_) return;
+  std::fputs(tty_ ? "\x1b[0m\n" : "\n", stderr);
+  open_ = false;
 }
 
 }  // namespace minfer::cli

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "args.h"
@@ -111,5 +112,19 @@ Result<uint32_t> run_context(const RunArgs& a, const engine::Context& e, uint32_
 // --dry-penalty-last-n) become n_ctx, DRY breakers are tokenized, and the config is
 // checked against the vocabulary.
 Status finish_sampler(RunArgs& a, const engine::Context& e, uint32_t n_ctx);
+
+// A thinking block's text on stderr (dimmed when stderr is a terminal), so stdout
+// carries the answer alone. end() closes a block that was printed (the dim off, a
+// newline) — before the answer's first bytes and at the end of a reply.
+class ThoughtPrinter {
+ public:
+  ThoughtPrinter();
+  void print(std::string_view text);
+  void end();
+
+ private:
+  bool tty_;
+  bool open_ = false;
+};
 
 }  // namespace minfer::cli

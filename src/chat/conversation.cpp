@@ -119,10 +119,19 @@ Status Conversation::decode_one(TokenId id) {
   return Ok{};
 }
 
+Result<std::vector<TokenId>> Conversation::prompt_tokens() {
+  MINFER_TRY(std::string text, render(true));
+  thinking_ = {};
+  if (options_.thinking) {
+    thinking_ = plan_thinking(renderer_.source(), text, options_.reasoning_budget,
+                              static_cast<bool>(options_.make_constraint));
+  }
+  return tokenize(text);
+}
+
 Status Conversation::prefill_turn(TurnStats& stats) {
   const uint32_t n_ctx = engine_.n_ctx();
-  MINFER_TRY(std::string text, render(true));
-  MINFER_TRY(std::vector<TokenId> tokens, tokenize(text));
+  MINFER_TRY(std::vector<TokenId> tokens, prompt_tokens());
   // Overflow policy (file comment): drop the oldest turns, system prompt kept.
   const size_t first_turn = !messages_.empty() && messages_[0].role == "system" ? 1 : 0;
   while (tokens.size() + reply_reserve() > n_ctx) {
@@ -133,8 +142,7 @@ Status Conversation::prefill_turn(TurnStats& stats) {
     messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first_turn),
                     messages_.begin() + static_cast<std::ptrdiff_t>(end));
     stats.n_dropped_turns++;
-    MINFER_TRY(text, render(true));
-    MINFER_TRY(tokens, tokenize(text));
+    MINFER_TRY(tokens, prompt_tokens());
   }
   if (tokens.size() >= n_ctx) {
     // The hint never names a context the model cannot have.
@@ -177,6 +185,9 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
   // UTF-8 emitter, -n / end-of-generation / context gates.
   sample::SamplerConfig sc = options_.sampler;
   sc.seed = reply_seed(sc.seed, stats.turn, stats.attempt);
+  MINFER_TRY(engine::ReasoningOptions reasoning,
+             reasoning_options(thinking_, engine_.tokenizer(), options_.reasoning_split,
+                               options_.reasoning_budget));
   MINFER_TRY(std::unique_ptr<engine::SequenceState> state,
              engine::SequenceState::create(
                  engine_.tokenizer(), token_bytes_,
@@ -186,7 +197,8 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
                   .n_ctx = engine_.n_ctx(),
                   .ignore_eos = options_.ignore_eos,
                   .feed_last = true,
-                  .context_gate_first = true},
+                  .context_gate_first = true,
+                  .reasoning = std::move(reasoning)},
                  options_.make_constraint ? options_.make_constraint() : nullptr));
   // The penalty window starts with the tail of the whole KV stream (llama.cpp feeds
   // the prompt to the sampler), seeded after the delta is in; the cursor is its end.
@@ -199,17 +211,26 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
     reply.append(text);
     if (!text.empty()) sink(text);
   };
+  // A split thinking block's text (empty unless the reply is split).
+  std::string thought;
+  auto emit_thought = [&](std::string_view text) {
+    thought.append(text);
+    if (!text.empty() && options_.on_reasoning) options_.on_reasoning(text);
+  };
   const auto t0 = Clock::now();
   for (;;) {
     // Ctrl-C at the loop head ends the turn cleanly; what was held back is text. (The
     // full-context gate is the state's, before it samples: context_gate_first.)
     if (interrupted_.load(std::memory_order_relaxed)) {
-      emit(state->flush());
+      const std::string_view rest = state->flush();
+      emit_thought(state->flushed_reasoning());
+      emit(rest);
       stats.end = ReplyEnd::kInterrupted;
       break;
     }
     if (options_.n_predict != 0 && options_.on_logits) options_.on_logits(logits_);
     MINFER_TRY(const engine::SeqEvent ev, state->next(logits_));
+    emit_thought(ev.reasoning);
     emit(ev.text);
     stats.n_generated = state->n_generated();
     if (ev.feed) MINFER_TRY_STATUS(decode_one(ev.token));  // the n-th token too (feed_last)
@@ -237,6 +258,14 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
   }
   stats.decode_s = seconds(Clock::now() - t0);
   need_seam_ = stats.end != ReplyEnd::kEog;
+  if (!thought.empty()) {
+    // The history keeps the whole reply: the block as the template frames it (open tag
+    // unless the prompt opened it; the close tag once the answer began), then the answer.
+    std::string whole = thinking_.forced_open ? std::string() : std::string("<think>\n");
+    whole += thought;
+    if (state->in_answer()) whole += kThinkingClose;
+    reply = whole + reply;
+  }
   return Ok{};
 }
 

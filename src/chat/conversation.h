@@ -43,6 +43,15 @@ struct ConversationOptions {
   // Called with the raw logits (F32 [n_vocab]) each time a reply samples, before the
   // sampler — step 0 is the last token of the turn's delta. Tests and tracing.
   std::function<void(std::span<const float>)> on_logits;
+  // A thinking template's block: each reply's turn render is planned with
+  // chat::plan_thinking (budget 0 closes the block in the prompt), the block is bounded
+  // by `reasoning_budget` (-1: no limit) and, with `reasoning_split`, its text goes to
+  // `on_reasoning` instead of the reply's sink. The history keeps the whole reply, block
+  // included (the template decides what a later render shows of it).
+  bool thinking = false;
+  bool reasoning_split = true;
+  int32_t reasoning_budget = -1;
+  engine::TextSink on_reasoning;
 };
 
 // Why a reply ended. Every end except kEog leaves the reply without the template's
@@ -146,6 +155,9 @@ class Conversation {
   Status decode_one(TokenId id);
   // The reply loop: sample → gates → forward, appending EOG to the KV.
   Status decode_reply(TurnStats& stats, const engine::TextSink& sink);
+  // The canonical render with the generation prompt, planned for a thinking block
+  // (thinking_ set), tokenized.
+  Result<std::vector<TokenId>> prompt_tokens();
   // Tokens kept free for the reply when the overflow policy trims the history.
   uint32_t reply_reserve() const;
 
@@ -160,6 +172,7 @@ class Conversation {
   int32_t n_turns_ = 0;            // user turns since start / clear
   int32_t attempt_ = 0;            // draw index of the last reply
   bool need_seam_ = false;         // the last reply ended without EOG
+  ThinkingPlan thinking_;          // the last turn render's thinking block
   engine::Batch batch_;            // one sequence's rows, reused every step
   std::span<const float> logits_;  // the last decode's last row (valid until the next)
   std::atomic<bool> interrupted_{false};

@@ -115,6 +115,21 @@ ThinkingPlan plan_thinking(std::string_view template_source, std::string& prompt
   return {.track = true, .forced_open = forced_open};
 }
 
+Result<engine::ReasoningOptions> reasoning_options(const ThinkingPlan& plan,
+                                                   const tokenizer::Tokenizer& tok, bool split,
+                                                   int32_t budget) {
+  if (!plan.track) return engine::ReasoningOptions{};
+  auto close = tok.encode(kThinkingClose, {.add_special = false, .parse_special = true});
+  if (!close) {
+    return make_error("cannot tokenize the thinking block's close tag: " + close.error().message);
+  }
+  return engine::ReasoningOptions{.track = true,
+                                  .split = split,
+                                  .forced_open = plan.forced_open,
+                                  .budget = budget,
+                                  .close_tokens = std::move(*close)};
+}
+
 Result<std::vector<tokenizer::TokenId>> tokenize_prompt(const tokenizer::Tokenizer& tok,
                                                         const std::string& text) {
   const tokenizer::SpecialIds& sp = tok.special();

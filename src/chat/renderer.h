@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "engine/sequence.h"
 #include "tokenizer/tokenizer.h"
 
 namespace minfer::chat {
@@ -117,5 +118,11 @@ ThinkingPlan plan_thinking(std::string_view template_source, std::string& prompt
 // The text a reasoning budget feeds to close the block: the tag with the newlines the
 // templates above put around it.
 inline constexpr std::string_view kThinkingClose = "\n</think>\n\n";
+// The generation's reasoning options for a plan: nothing tracked when the plan has no
+// block; otherwise tracked, split as asked, bounded by `budget` (-1: no limit) with
+// kThinkingClose's tokens to close it. Error: the close tag does not tokenize.
+Result<engine::ReasoningOptions> reasoning_options(const ThinkingPlan& plan,
+                                                   const tokenizer::Tokenizer& tok, bool split,
+                                                   int32_t budget);
 
 }  // namespace minfer::chat

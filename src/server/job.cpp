@@ -148,17 +148,10 @@ std::optional<ApiError> plan_reasoning(ServerContext& ctx, const CompletionReque
   const int32_t budget = r.reasoning_budget.value_or(ctx.options.reasoning_budget);
   const chat::ThinkingPlan plan =
       chat::plan_thinking(ctx.renderer.source(), text, budget, !r.grammar.empty());
-  out = {};
-  if (!plan.track) return {};
-  auto close = ctx.tok.encode(chat::kThinkingClose, {.add_special = false, .parse_special = true});
-  if (!close.ok()) {
-    return bad_request("cannot tokenize the thinking block's close tag: " + close.error().message);
-  }
-  out = {.track = true,
-         .split = r.reasoning_split.value_or(ctx.options.reasoning_split),
-         .forced_open = plan.forced_open,
-         .budget = budget,
-         .close_tokens = std::move(*close)};
+  auto options = chat::reasoning_options(
+      plan, ctx.tok, r.reasoning_split.value_or(ctx.options.reasoning_split), budget);
+  if (!options.ok()) return bad_request(options.error().message);
+  out = std::move(*options);
   return {};
 }
 
