@@ -1,6 +1,7 @@
 """Stage 18 tests (CLI generation path) for reasoning models: `minfer MODEL PROMPT` on a
 thinking template prints the thinking block on stderr and the answer alone on stdout;
---reasoning-format none keeps it all on stdout; --reasoning-budget closes the block.
+--reasoning-format none keeps it all on stdout; --reasoning-budget closes the block. The
+conversation mode (-cnv) splits each reply the same way.
 The model is a random-weight Qwen3-shaped fixture whose thinking never ends by itself;
 the template is DeepSeek-R1-Distill-Llama's (its prompt ends inside an open block)."""
 import os
@@ -66,3 +67,50 @@ def test_budget_zero_means_no_thinking():
 def test_bad_reasoning_flags_are_usage_errors(flag, value):
     r = subprocess.run([BIN, MODEL, "hi", flag, str(value)], capture_output=True, timeout=60)
     assert r.returncode != 0 and flag in r.stderr.decode()
+
+
+def conversation(*args):
+    # Two turns through stdin; each reply is 12 tokens, its thinking closed after 4.
+    cmd = [BIN, MODEL, "-cnv", "--chat-template-file", R1, "--reasoning-budget", 4, "-n", 12,
+           "--temp", 0, "-t", 2, *args]
+    r = subprocess.run(list(map(str, cmd)), input=b"What is two plus two?\nAnd three plus three?\n",
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    return r.stdout.decode(), r.stderr.decode()
+
+
+def turn_thoughts(err):
+    # Each turn's thinking is the stderr text just before its "[turn N] prefill" line.
+    lines = err.splitlines()
+    ends = [i for i, l in enumerate(lines) if l.startswith("[turn ") and " prefill " in l]
+    starts = [next(i for i, l in enumerate(lines) if "/help for commands" in l) + 1] + ends[:-1]
+    return ["\n".join(l for l in lines[s:e] if not l.startswith("[turn ")).strip()
+            for s, e in zip(starts, ends)]
+
+
+def test_conversation_puts_each_turns_thinking_on_stderr_and_the_answers_on_stdout():
+    out, err = conversation()
+    thoughts = turn_thoughts(err)
+    assert len(thoughts) == 2 and all(thoughts), err
+    answers = out.splitlines()
+    assert len(answers) == 2 and all(a.strip() for a in answers), out
+    assert "think>" not in out and "think>" not in err
+    for t in thoughts:
+        assert t not in out
+    assert "\x1b[" not in err  # stderr is a pipe here: no ANSI
+
+
+def test_conversation_with_reasoning_format_none_prints_each_block_on_stdout():
+    split_out, split_err = conversation()
+    out, err = conversation("--reasoning-format", "none")
+    assert turn_thoughts(err) == ["", ""]
+    assert out.count("</think>") == 2
+    # Turn by turn, the block before the tag is the thinking the split run printed on
+    # stderr, the text after it the split run's answer.
+    blocks = out.split("</think>")
+    thoughts = turn_thoughts(split_err)
+    assert blocks[0].strip() == thoughts[0]
+    answers = split_out.splitlines()
+    assert blocks[1].strip().startswith(answers[0].strip())
+    assert blocks[1].strip().endswith(thoughts[1])
+    assert blocks[2].strip() == answers[1].strip()
