@@ -333,5 +333,65 @@ TEST(Conversation, ReplySeedIsTheRunSeedForTheFirstReplyAndDistinctAfter) {
   EXPECT_EQ(Conversation::reply_seed(42, 3, 2), Conversation::reply_seed(42, 3, 2));
 }
 
+// ChatML whose generation prompt opens a thinking block, as DeepSeek-R1's templates do
+// (the model starts inside it); past replies are rendered whole.
+class ThinkingChatMl final : public ChatRenderer {
+ public:
+  Result<std::string> render(std::span<const Message> messages,
+                             bool add_generation_prompt) const override {
+    MINFER_TRY(std::string text, kChatMl.render(messages, add_generation_prompt));
+    if (add_generation_prompt) text += "<think>\n";
+    return text;
+  }
+  std::string name() const override { return "thinking ChatML"; }
+  using ChatRenderer::render_json;
+  Result<std::string> render_json(const nlohmann::ordered_json& messages,
+                                  const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                  const nlohmann::ordered_json& vars) const override {
+    return kChatMl.render_json(messages, tools, add_generation_prompt, vars);
+  }
+  std::string_view source() const override { return "</think>"; }
+};
+
+TEST(Conversation, ThinkingReplySplitsTheBlockOffTheSinkAndKeepsItInTheHistory) {
+  auto t = chat_engine(512, "chat-think");
+  ASSERT_TRUE(t.engine);
+  const ThinkingChatMl renderer;
+  ConversationOptions o = pinned(*t, " a", 10);
+  o.thinking = true;
+  o.reasoning_budget = 2;  // two " a" inside the block, then the close tag is fed
+  std::string thought;
+  o.on_reasoning = [&](std::string_view s) { thought.append(s); };
+  auto c = make_conversation(*t, renderer, o);
+  ASSERT_TRUE(c);
+  for (int k = 1; k <= 2; ++k) {
+    thought.clear();
+    std::string shown;
+    const TurnStats s = turn(*c, "question " + std::to_string(k), &shown);
+    EXPECT_EQ(s.n_generated, 10);
+    EXPECT_EQ(thought, "a a") << "turn " << k;
+    EXPECT_FALSE(shown.empty());
+    EXPECT_EQ(shown.find("think"), std::string::npos) << shown;
+    EXPECT_EQ(shown.find_first_not_of("a "), std::string::npos) << shown;
+    EXPECT_EQ(s.reply, "a a\n</think>\n\n" + shown);
+    EXPECT_EQ(c->messages().back().content, s.reply);
+    EXPECT_EQ(c->cursor(), c->stream().size());
+  }
+  // Not split: the block is reply text, as before.
+  ConversationOptions whole = pinned(*t, " a", 10);
+  whole.thinking = true;
+  whole.reasoning_split = false;
+  whole.reasoning_budget = 2;
+  thought.clear();
+  whole.on_reasoning = [&](std::string_view s) { thought.append(s); };
+  auto d = make_conversation(*t, renderer, whole);
+  ASSERT_TRUE(d);
+  std::string shown;
+  const TurnStats s = turn(*d, "question", &shown);
+  EXPECT_TRUE(thought.empty());
+  EXPECT_TRUE(shown.starts_with(" a a\n</think>\n\n")) << shown;
+  EXPECT_EQ(s.reply, shown);
+}
+
 }  // namespace
 }  // namespace minfer::chat
