@@ -3,10 +3,11 @@
 // the overflow policy and session files (seed design §2.6; minfer-features §3).
 // Invariants (KV consistency): cursor() == stream().size() always; positions
 // [0, cursor) of the KV hold exactly stream(), and after every turn's prefill stream()
-// is a prefix of tokenize(render(messages)) — so the next-token logits equal those of
-// a fresh engine that prefills the canonical full render in one go (tests/chat proves
-// it bit for bit). KV contents past the cursor are garbage and never read: attention
-// windows end at the query's position (ARCHITECTURE §2.3).
+// is a prefix of tokenize(render(messages)) (with a thinking block planned, of the
+// planned render: plan_thinking may close or open the block after it) — so the
+// next-token logits equal those of a fresh engine that prefills the canonical full
+// render in one go (tests/chat proves it bit for bit). KV contents past the cursor are garbage and
+// never read: attention windows end at the query's position (ARCHITECTURE §2.3).
 #pragma once
 
 #include <atomic>
