@@ -110,21 +110,11 @@ int run_serve(const std::vector<std::string>& args) {
   p.string_opt("--chat-template-file", "PATH",
                "Jinja chat template file instead of the model's (its tool-call format too)",
                template_file);
-  p.option(
-      "--reasoning-format", "FORMAT",
-      "a thinking template's <think> block: deepseek (default) returns it as\n"
-      "reasoning_content apart from content; none leaves it in the content",
-      [&](const std::string& v) -> Status {
-        if (v != "none" && v != "deepseek" && v != "auto") {
-          return make_error("--reasoning-format must be none, deepseek or auto, got '" + v + "'");
-        }
-        o.reasoning_split = v != "none";
-        return Ok{};
-      });
-  p.int_opt("--reasoning-budget", "N",
-            "reasoning tokens at most, then the server closes the block (-1: no limit; 0: no\n"
-            "thinking)",
-            o.reasoning_budget, -1, int64_t{1} << 30);
+  add_reasoning_flags(p, o.reasoning_split, o.reasoning_budget,
+                      "a thinking template's <think> block: deepseek (default) returns it as\n"
+                      "reasoning_content apart from content; none leaves it in the content",
+                      "reasoning tokens at most, then the server closes the block (-1: no limit; "
+                      "0: no\nthinking)");
   p.flag("--jinja", "accepted for llama.cpp compatibility: templates are always Jinja", [] {});
   std::string api_key_file;
   p.string_opt("--api-key-file", "PATH", "read the API key from the first line of this file",

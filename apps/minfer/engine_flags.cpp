@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "core/config.h"
+#include "engine/reasoning.h"
 #include "files.h"
 #include "graph/params.h"
 #include "kv/cells.h"
@@ -35,6 +36,17 @@ void add_kv_flags(ArgParser& p, KvFlags& flags) {
                "the devices to run on besides the CPU, in order (minfer --list-devices names\n"
                "them; none or cpu: the CPU alone, the default)",
                flags.device);
+}
+
+void add_reasoning_flags(ArgParser& p, bool& split, int32_t& budget, const std::string& format_help,
+                         const std::string& budget_help) {
+  p.option("--reasoning-format", "FORMAT", format_help, [&split](const std::string& v) -> Status {
+    const auto s = engine::reasoning_split_for(v);
+    if (!s) return make_error("--reasoning-format must be none, deepseek or auto, got '" + v + "'");
+    split = *s;
+    return Ok{};
+  });
+  p.int_opt("--reasoning-budget", "N", budget_help, budget, -1, int64_t{1} << 30);
 }
 
 void add_compat_flags(ArgParser& p, std::vector<std::string>& notices, bool& mlock) {

@@ -27,6 +27,11 @@ void add_kv_flags(ArgParser& p, KvFlags& flags);
 // --no-mmap; and --mlock (sets `mlock`: lock_memory() once the model is open).
 void add_compat_flags(ArgParser& p, std::vector<std::string>& notices, bool& mlock);
 
+// --reasoning-format (none | deepseek | auto: `split`) and --reasoning-budget N (-1 no
+// limit, 0 no thinking: `budget`), with each command's own words for where the block goes.
+void add_reasoning_flags(ArgParser& p, bool& split, int32_t& budget, const std::string& format_help,
+                         const std::string& budget_help);
+
 // --mlock: mlockall(MCL_CURRENT) over the mapped model; a refusal is a warning on
 // stderr (the model stays pageable), never an error.
 void lock_memory();

@@ -145,21 +145,12 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
                "extra template variables, a JSON object (llama.cpp's flag), e.g.\n"
                "'{\"enable_thinking\": false}' for Qwen3's no-thinking turns",
                a.chat_template_kwargs);
-  p.option(
-      "--reasoning-format", "FORMAT",
+  add_reasoning_flags(
+      p, a.reasoning_split, a.reasoning_budget,
       "a thinking template's <think> block: deepseek (default) prints it on stderr\n"
       "(dimmed on a terminal), the answer on stdout; none prints it all on stdout",
-      [&a](const std::string& v) -> Status {
-        if (v != "none" && v != "deepseek" && v != "auto") {
-          return make_error("--reasoning-format must be none, deepseek or auto, got '" + v + "'");
-        }
-        a.reasoning_split = v != "none";
-        return Ok{};
-      });
-  p.int_opt("--reasoning-budget", "N",
-            "reasoning tokens at most, then the block is closed and the answer follows (-1: no\n"
-            "limit; 0: no thinking)",
-            a.reasoning_budget, -1, int64_t{1} << 30);
+      "reasoning tokens at most, then the block is closed and the answer follows "
+      "(-1: no\nlimit; 0: no thinking)");
   p.flag("--jinja", "accepted for llama.cpp compatibility: templates are always Jinja", [] {});
 
   p.section("conversation");

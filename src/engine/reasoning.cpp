@@ -113,4 +113,10 @@ void ThinkSplitter::flush(std::string& reasoning, std::string& content) {
   ws_.clear();
 }
 
+std::optional<bool> reasoning_split_for(std::string_view format) {
+  if (format == "none") return false;
+  if (format == "deepseek" || format == "auto") return true;
+  return std::nullopt;
+}
+
 }  // namespace minfer::engine

@@ -6,10 +6,16 @@
 // there), so the split parts read as llama-server's `reasoning_content` and `content`.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace minfer::engine {
+
+// llama-server's reasoning formats (--reasoning-format, a request's reasoning_format):
+// "deepseek" and "auto" split the block out (true), "none" leaves it in the text
+// (false); another value: nullopt.
+std::optional<bool> reasoning_split_for(std::string_view format);
 
 class ThinkSplitter {
  public:

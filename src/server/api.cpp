@@ -465,12 +465,9 @@ std::optional<ApiError> parse_completion_json(const json& j, Endpoint endpoint, 
   // Reasoning (llama-server's reasoning_format and thinking_budget_tokens; OpenAI's
   // reasoning_effort): a thinking template's block split out, and its length bounded.
   if (const json* rf = field(j, "reasoning_format")) {
-    const std::string v = rf->is_string() ? rf->get<std::string>() : "";
-    if (v == "none") {
-      out.reasoning_split = false;
-    } else if (v == "deepseek" || v == "auto") {
-      out.reasoning_split = true;
-    } else {
+    out.reasoning_split =
+        engine::reasoning_split_for(rf->is_string() ? rf->get<std::string>() : "");
+    if (!out.reasoning_split) {
       return bad_request(fmt::format(
           "'reasoning_format' must be \"none\", \"deepseek\" or \"auto\", got {}", dump(*rf)));
     }
