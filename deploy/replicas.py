@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 
 def free_port():
@@ -166,3 +167,36 @@ class Deployment:
             if ns:
                 ns.close()
         self.replicas, self.namespaces = [], []
+
+
+# Router policies by short name: (router, policy) as bench/scale-out and the tests run them.
+POLICIES = {"vllm-rr": ("vllm-router", "round_robin"), "vllm-cache": ("vllm-router", "cache_aware"),
+            "vllm-kv": ("vllm-router", "kv_aware"), "sglang-cache": ("sglang-router", "cache_aware")}
+
+
+def find_router(name):
+    """A router executable: on PATH, or in scripts/setup.sh's venv $MINFER_CACHE/routers."""
+    cache = Path(os.environ.get("MINFER_CACHE_DIR") or os.environ.get("MINFER_CACHE")
+                 or Path.home() / ".cache" / "minfer")
+    venv = cache / "routers" / "bin" / name
+    return shutil.which(name) or (str(venv) if venv.exists() else None)
+
+
+def router_argv(policy, replicas, model, block=16):
+    """The router command line (without --host/--port: Router adds them) for a policy of
+    POLICIES in front of `replicas`; None when that router is not installed. vllm-kv
+    subscribes to each replica's KV events and replay socket (blocks of `block` tokens)."""
+    exe_name, name = POLICIES[policy]
+    exe = find_router(exe_name)
+    if not exe:
+        return None
+    urls = [r.url for r in replicas]
+    if exe_name == "sglang-router":
+        return [exe, "launch", "--policy", name, "--worker-urls", *urls]
+    argv = [exe, "--policy", name, "--worker-urls", *urls]
+    if policy == "vllm-kv":
+        argv += ["--kv-event-block-size", str(block), "--kv-event-model", model]
+        for r in replicas:
+            argv += ["--kv-event-source", f"{r.url}={r.events}",
+                     "--kv-event-replay-source", f"{r.url}={r.replay}"]
+    return argv
