@@ -263,6 +263,33 @@ def test_cancelled_request_removes_its_blocks_and_completed_one_keeps_them(
     settle(server, sub, set(chain(kept)))
 
 
+def test_slot_erase_and_restore_are_published(make_server, tmp_path, zctx):
+    """POST /slots/{id}?action=erase drops the slot's blocks from the published set;
+    restoring the saved file (the inference thread imports the cells) publishes them again."""
+    save_dir = tmp_path / "slots"
+    save_dir.mkdir()
+    server, pub, rep = start(make_server, tmp_path, "--slot-save-path", save_dir)
+    sub = Subscriber(zctx, pub)
+    time.sleep(0.3)
+    rng = random.Random(23)
+    prompt = [rng.randrange(1000, 40000) for _ in range(40)]
+    complete(server, prompt)
+    settle(server, sub, set(chain(prompt)))
+    status, raw = server.request("GET", "/slots")
+    assert status == 200
+    held = [s["id"] for s in json.loads(raw) if s["n_cached_tokens"] > 0]
+    assert len(held) == 1, raw
+    slot = held[0]
+    status, body = server.post(f"/slots/{slot}?action=save", {"filename": "p.bin"})
+    assert status == 200, body
+    status, body = server.post(f"/slots/{slot}?action=erase", {})
+    assert status == 200, body
+    settle(server, sub, set())
+    status, body = server.post(f"/slots/{slot}?action=restore", {"filename": "p.bin"})
+    assert status == 200, body
+    settle(server, sub, set(chain(prompt)))
+
+
 def test_late_subscriber_replays_missed_batches_and_continues_live(make_server, tmp_path, zctx):
     server, pub, rep = start(make_server, tmp_path)
     early = Subscriber(zctx, pub)
