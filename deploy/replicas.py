@@ -121,13 +121,15 @@ class Replica:
 
 class Router:
     """A router process (argv without its --host/--port, which are added here) on a
-    loopback port; ready once its /health answers."""
+    loopback port; ready once its /health answers. Its Prometheus exporter gets a free
+    port too: both routers default to 29000, so two routers on one machine would clash."""
 
     def __init__(self, argv, logdir, name="router", timeout=60):
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
         self.log = open(os.path.join(logdir, f"{name}.log"), "w")
-        self.proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port)],
+        self.proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port),
+                                      "--prometheus-port", str(free_port())],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.time()
         while True:
