@@ -205,6 +205,9 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(make_server):
     for t in ts:
         t.start()
     s.wait_metric("minfer_requests_running", lambda v: v >= 2)
+    # The third queued too (on a loaded machine its HTTP thread may still be reading it;
+    # a request that reaches the scheduler after the signal is refused, by design).
+    s.wait_metric("minfer_queue_depth", lambda v: v >= 1)
     s.terminate()
     for t in ts:
         t.join(120)
