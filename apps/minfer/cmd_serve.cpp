@@ -21,7 +21,8 @@ int run_serve(const std::vector<std::string>& args) {
   ArgParser p("minfer serve MODEL [flags]");
   std::string model_arg;
   server::ServerOptions o;
-  int32_t n_threads = 0, slots = 4, n_ctx = 0, port = o.port, max_queue = 64, step = 512;
+  int32_t n_threads = 0, slots = 4, n_ctx = 0, ctx_total = 0, port = o.port, max_queue = 64,
+          step = 512;
   int32_t drain_ms = o.drain_ms;
   p.string_opt("-m,--model", "PATH", "GGUF path or a file name in the model cache", model_arg);
   p.string_opt("--host", "ADDR", "address to bind (127.0.0.1: loopback only)", o.host);
@@ -29,10 +30,14 @@ int run_serve(const std::vector<std::string>& args) {
             65535);
   p.int_opt("--slots,--n-slots,-np,--parallel", "N",
             "requests decoded together, one KV sequence each (4)", slots, 1, kv::kMaxSeqs);
-  p.int_opt("-c,--n-ctx,--ctx-size", "N",
+  p.int_opt("--n-ctx", "N",
             "positions one request may use, prompt + completion; the KV arena holds "
             "slots x N cells (2048; an embedding model: its context_length)",
             n_ctx, 2, INT32_MAX);
+  p.int_opt("-c,--ctx-size", "N",
+            "llama-server's meaning: the KV arena's cells in all, split evenly across the "
+            "slots (a request may use N / slots positions); instead of --n-ctx",
+            ctx_total, 2, INT32_MAX);
   p.string_opt("--api-key", "KEY", "require 'Authorization: Bearer KEY' (all but /health)",
                o.api_key);
   p.string_opt("--cors-origin", "ORIGIN",
@@ -182,6 +187,17 @@ int run_serve(const std::vector<std::string>& args) {
   o.max_connections = static_cast<size_t>(max_connections);
   o.responses_max = static_cast<size_t>(responses_max);
   o.scheduler.n_slots = static_cast<uint32_t>(slots);
+  if (ctx_total > 0) {
+    if (n_ctx > 0) {
+      return fail("serve: give -c/--ctx-size (all slots) or --n-ctx (per request), not both");
+    }
+    if (ctx_total / slots < 2) {
+      return fail("serve: -c " + std::to_string(ctx_total) + " split across " +
+                  std::to_string(slots) + " slots leaves " + std::to_string(ctx_total / slots) +
+                  " positions per request; give at least " + std::to_string(2 * slots));
+    }
+    n_ctx = ctx_total / slots;
+  }
   if (pooling != "model") {
     auto pp = engine::parse_pooling(pooling);
     if (!pp) return fail("serve: --pooling: " + pp.error().message);
@@ -223,8 +239,12 @@ int run_serve(const std::vector<std::string>& args) {
     so.scheduler.n_ctx = n_ctx > 0 ? static_cast<uint32_t>(n_ctx)
                                    : (encoder && n_ctx_train > 0 ? n_ctx_train : 2048U);
     if (n_ctx_train > 0 && so.scheduler.n_ctx > n_ctx_train) {
-      return make_error("serve: --n-ctx " + std::to_string(so.scheduler.n_ctx) +
-                        " is past the model's context length " + std::to_string(n_ctx_train));
+      return make_error((ctx_total > 0
+                             ? "serve: -c " + std::to_string(ctx_total) + " over " +
+                                   std::to_string(slots) + " slots gives " +
+                                   std::to_string(so.scheduler.n_ctx) + " positions per request, "
+                             : "serve: --n-ctx " + std::to_string(so.scheduler.n_ctx) + " is ") +
+                        "past the model's context length " + std::to_string(n_ctx_train));
     }
     if (so.model_id.empty()) so.model_id = std::filesystem::path(*path).filename().string();
     so.model_path = *path;

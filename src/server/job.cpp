@@ -287,10 +287,10 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
     return reject(ApiError{
         .status = 400,
         .type = "exceed_context_size_error",
-        .message =
-            fmt::format("the prompt has {} tokens; a request may use {} positions "
-                        "(prompt + completion), see {}",
-                        prompt.size(), n_ctx, n_ctx < server_n_ctx ? "num_ctx" : "--n-ctx")});
+        .message = fmt::format("the prompt has {} tokens; a request may use {} positions "
+                               "(prompt + completion), see {}",
+                               prompt.size(), n_ctx,
+                               n_ctx < server_n_ctx ? "num_ctx" : "the server's --n-ctx or -c")});
   }
   out.n_prompt = static_cast<int32_t>(prompt.size());
   request_log().n_prompt = out.n_prompt;

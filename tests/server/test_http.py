@@ -327,6 +327,36 @@ def test_api_key_file_errors_exit_1(tmp_path, content, extra, message):
     assert message in r.stderr or (message == "missing" and str(key) in r.stderr), r.stderr
 
 
+@needs_model
+def test_ctx_size_is_llama_servers_total_split_across_slots(make_server):
+    # -c 1024 with 4 slots: 256 positions per request (llama-server's -c), an arena of 1024.
+    s = make_server("--slots", 4, "-c", 1024, "-t", 1)
+    st, body = s.request("GET", "/props")
+    assert st == 200 and json.loads(body)["default_generation_settings"]["n_ctx"] == 256
+    st, body = s.request("GET", "/slots")
+    assert st == 200 and [x["n_ctx"] for x in json.loads(body)] == [256] * 4
+    # 300 prompt tokens do not fit one request's 256 positions: a 400 naming the context.
+    st, body = s.post(COMP, {"prompt": [1] * 300, "max_tokens": 1})
+    assert st == 400 and "a request may use 256 positions" in body["error"]["message"], body
+    st, body = s.post(COMP, {"prompt": [1] * 200, "max_tokens": 1})
+    assert st == 200 and body["usage"]["prompt_tokens"] == 200
+
+
+@needs_model
+@pytest.mark.parametrize("flags,message", [
+    (["-c", "1024", "--n-ctx", "256"], "not both"),
+    (["-c", "6", "--slots", "4"], "leaves 1 positions per request; give at least 8"),
+    (["--ctx-size", "999999", "--slots", "2"], "past the model's context length"),
+])
+def test_ctx_size_errors_exit_1(flags, message):
+    import subprocess
+    from conftest import BIN, MODEL
+    r = subprocess.run([BIN, "serve", str(MODEL), "--port", "0", *flags],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert message in r.stderr, r.stderr
+
+
 def parse_prometheus(text):
     """name{labels} -> value, by hand (the text format's sample lines)."""
     out, types = {}, {}
