@@ -19,7 +19,7 @@ std::string read_path(int fd, int ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
   std::string head;
   char buf[1024];
-  while (head.find("\r\n") == std::string::npos && head.size() < 8192) {
+  while (!LoadingResponder::head_complete(head)) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return "";
@@ -29,23 +29,11 @@ std::string read_path(int fd, int ms) {
     if (n <= 0) return "";
     head.append(buf, static_cast<size_t>(n));
   }
-  // "GET /health HTTP/1.1": the second word, without a query.
-  const size_t a = head.find(' ');
-  if (a == std::string::npos) return "";
-  const size_t b = head.find_first_of(" ?\r", a + 1);
-  return head.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+  return LoadingResponder::request_path(head);
 }
 
 void answer(int fd, const std::string& path) {
-  const std::string body =
-      path == "/health"
-          ? std::string(R"({"status":"loading model"})")
-          : std::string(
-                R"({"error":{"message":"loading model","type":"unavailable_error","code":503}})");
-  const std::string res = fmt::format(
-      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-      "Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{}",
-      body.size(), body);
+  const std::string res = LoadingResponder::response(path);
   size_t sent = 0;
   while (sent < res.size()) {
     const ssize_t n = ::send(fd, res.data() + sent, res.size() - sent, MSG_NOSIGNAL);
@@ -62,6 +50,31 @@ void answer(int fd, const std::string& path) {
 }
 
 }  // namespace
+
+bool LoadingResponder::head_complete(std::string_view head) {
+  return head.find("\r\n") != std::string_view::npos || head.size() >= kMaxHeadBytes;
+}
+
+std::string LoadingResponder::request_path(std::string_view head) {
+  // "GET /health HTTP/1.1": the second word, without a query.
+  const size_t a = head.find(' ');
+  if (a == std::string_view::npos) return "";
+  const size_t b = head.find_first_of(" ?\r", a + 1);
+  return std::string(
+      head.substr(a + 1, b == std::string_view::npos ? std::string_view::npos : b - a - 1));
+}
+
+std::string LoadingResponder::response(std::string_view path) {
+  const std::string body =
+      path == "/health"
+          ? std::string(R"({"status":"loading model"})")
+          : std::string(
+                R"({"error":{"message":"loading model","type":"unavailable_error","code":503}})");
+  return fmt::format(
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{}",
+      body.size(), body);
+}
 
 LoadingResponder::LoadingResponder(int listen_fd) : listen_fd_(listen_fd) {
   thread_ = std::thread([this] { run(); });

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
+#include <string>
+#include <string_view>
 #include <thread>
 
 namespace minfer::server {
@@ -23,6 +26,19 @@ class LoadingResponder {
 
   // Stops accepting (within ~50 ms) and joins the thread.
   void stop();
+
+  // The request reading and the answer without the socket (pure: the unit test and the
+  // fuzz target drive them). The responder reads until head_complete() on what it has,
+  // then answers response(request_path(head)).
+  static constexpr size_t kMaxHeadBytes = 8192;
+  // The request line has ended (a CRLF) or kMaxHeadBytes bytes have come without one.
+  static bool head_complete(std::string_view head);
+  // The request line's path: from after its first space up to the next space, '?' or
+  // CR, or to the end ("GET /health?x HTTP/1.1" → "/health"); "" without a space.
+  static std::string request_path(std::string_view head);
+  // The whole HTTP response for `path`: 503 with {"status":"loading model"} for
+  // "/health", the OpenAI error shape for any other path.
+  static std::string response(std::string_view path);
 
  private:
   void run();

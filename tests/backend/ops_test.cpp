@@ -402,6 +402,105 @@ TEST(Attention, GgmlF16NumericsAreThreadInvariantBatchInvariantUnder64RowsAndNea
   EXPECT_LT(worst, 5e-3);  // f16 inputs (2^-11) and ~T f16 accumulations of |v| <= 1
 }
 
+// llama.cpp's f16 flash attention (ggml_f16) on `rig` for head size `hd`: 9 tokens
+// causal over an f16 cache, 2 query heads on 1 KV head, scale 1/16, Q K V from seeds
+// `seed`, +1, +2. Beside the kernel's output, the two reference loops over llama.cpp's
+// rounding points — Q rounded to f16, scores from ggml_dot_f16_vec_scalar, the V
+// accumulator in f16 — one per form of ggml's f16 helpers:
+//   f16_arith: over the 128-element steps (i < hd & ~127) one fused f16 multiply-add
+//     per element with the weight rounded to f16 and rescaling by an f16 factor, f32
+//     arithmetic over the leftovers (an AVX512-FP16 build);
+//   f32_arith: every element as f16(fma(v, w, acc)) and rescaled as f16(acc · ms), the
+//     weight never rounded to f16 (x86 builds without AVX512-FP16).
+struct GgmlF16Attention {
+  static constexpr int kT = 9, kNh = 2;
+  bool ran = false;              // the graph executed
+  std::vector<float> got;        // F32 [hd, kNh, kT], the kernel's output
+  std::vector<float> f16_arith;  // F32 [hd, kNh, kT]
+  std::vector<float> f32_arith;  // F32 [hd, kNh, kT]
+};
+
+GgmlF16Attention ggml_f16_attention(CpuRig& rig, int hd, uint32_t seed) {
+  const int T = GgmlF16Attention::kT, nh = GgmlF16Attention::kNh, nkv = 1, n_ctx = 16;
+  GraphBuilder b;
+  NodeId q = b.input("q", DType::kF32, {hd, nh, T});
+  NodeId k = b.input("k", DType::kF32, {hd * nkv, T});
+  NodeId v = b.input("v", DType::kF32, {hd * nkv, T});
+  NodeId cells = b.input("cells", DType::kI32, {T});
+  NodeId win = b.input("win", DType::kI32, {2, T});
+  NodeId rk = b.kv_region(0, KvKind::kK, DType::kF16, {hd * nkv, n_ctx});
+  NodeId rv = b.kv_region(0, KvKind::kV, DType::kF16, {hd * nkv, n_ctx});
+  NodeId out = b.attention(q, b.kv_store(rk, k, cells), b.kv_store(rv, v, cells), win,
+                           {.n_head = nh,
+                            .n_head_kv = nkv,
+                            .scale = 0.0625f,
+                            .causal = true,
+                            .layer = 0,
+                            .ggml_f16 = true});
+  b.mark_output(out);
+  const auto& g = rig.load(b.finish(), 1, n_ctx);
+  const auto vq = random_floats(T * nh * hd, seed, -3.0f, 3.0f);
+  const auto vk = random_floats(T * nkv * hd, seed + 1, -3.0f, 3.0f);
+  const auto vv = random_floats(T * nkv * hd, seed + 2, -8.0f, 8.0f);
+  std::vector<int32_t> cl(T), wl(2 * T);
+  for (int t = 0; t < T; ++t) {
+    cl[t] = t;
+    wl[2 * t] = 0;
+    wl[2 * t + 1] = t + 1;
+  }
+  rig.fill_f32(g, "q", vq);
+  rig.fill_f32(g, "k", vk);
+  rig.fill_f32(g, "v", vv);
+  rig.fill_i32(g, "cells", cl);
+  rig.fill_i32(g, "win", wl);
+  GgmlF16Attention r;
+  r.ran = rig.run(g).ok();
+  if (!r.ran) return r;
+  r.got = rig.read(g, out);
+  r.f16_arith.resize(r.got.size());
+  r.f32_arith.resize(r.got.size());
+  const int np = hd & ~127;
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < nh; ++h) {
+      std::vector<uint16_t> q16(hd), acc16(hd, 0), acc32(hd, 0);
+      for (int i = 0; i < hd; ++i) q16[i] = fp32_to_fp16(vq[(t * nh + h) * hd + i]);
+      float m = -INFINITY, l = 0.0f;
+      for (int c = 0; c <= t; ++c) {
+        std::vector<uint16_t> k16(hd), v16(hd);
+        for (int i = 0; i < hd; ++i) {
+          k16[i] = fp32_to_fp16(vk[c * hd + i]);
+          v16[i] = fp32_to_fp16(vv[c * hd + i]);
+        }
+        const float sc = ggml_dot_f16_vec_scalar(hd, k16.data(), q16.data()) * 0.0625f;
+        float ms = 1.0f, vs = 1.0f;
+        if (sc > m) {
+          ms = std::exp(m - sc);
+          m = sc;
+          for (int i = 0; i < hd; ++i) {
+            const float f16_ms = i < np ? fp16_to_fp32(fp32_to_fp16(ms)) : ms;
+            acc16[i] = fp32_to_fp16(fp16_to_fp32(acc16[i]) * f16_ms);
+            acc32[i] = fp32_to_fp16(fp16_to_fp32(acc32[i]) * ms);
+          }
+        } else {
+          vs = std::exp(sc - m);
+        }
+        for (int i = 0; i < hd; ++i) {
+          acc16[i] = i < np
+                         ? fma_f16_exact(v16[i], fp32_to_fp16(vs), acc16[i])
+                         : fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(acc16[i])));
+          acc32[i] = fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(acc32[i])));
+        }
+        l = std::fma(l, ms, vs);
+      }
+      for (int i = 0; i < hd; ++i) {
+        r.f16_arith[(t * nh + h) * hd + i] = fp16_to_fp32(acc16[i]) * (1.0f / l);
+        r.f32_arith[(t * nh + h) * hd + i] = fp16_to_fp32(acc32[i]) * (1.0f / l);
+      }
+    }
+  }
+  return r;
+}
+
 // llama.cpp's f16 flash attention as its native build runs it on an AVX512-FP16 CPU:
 // ggml's f16 helpers work in f16 arithmetic over 128-element steps (V accumulation as
 // one fused f16 multiply-add per element with the weight rounded to f16, rescaling by
@@ -410,80 +509,19 @@ TEST(Attention, GgmlF16NumericsAreThreadInvariantBatchInvariantUnder64RowsAndNea
 // the same rounding points (scores from ggml_dot_f16_vec_scalar, Q rounded to f16).
 TEST(Attention, GgmlF16NumericsUseF16ArithmeticOver128ElementSteps_bitwise) {
   for (const int hd : {256, 160, 64}) {
-    const int T = 9, nh = 2, nkv = 1, n_ctx = 16;
-    GraphBuilder b;
-    NodeId q = b.input("q", DType::kF32, {hd, nh, T});
-    NodeId k = b.input("k", DType::kF32, {hd * nkv, T});
-    NodeId v = b.input("v", DType::kF32, {hd * nkv, T});
-    NodeId cells = b.input("cells", DType::kI32, {T});
-    NodeId win = b.input("win", DType::kI32, {2, T});
-    NodeId rk = b.kv_region(0, KvKind::kK, DType::kF16, {hd * nkv, n_ctx});
-    NodeId rv = b.kv_region(0, KvKind::kV, DType::kF16, {hd * nkv, n_ctx});
-    NodeId out = b.attention(q, b.kv_store(rk, k, cells), b.kv_store(rv, v, cells), win,
-                             {.n_head = nh,
-                              .n_head_kv = nkv,
-                              .scale = 0.0625f,
-                              .causal = true,
-                              .layer = 0,
-                              .ggml_f16 = true});
-    b.mark_output(out);
     CpuRig rig(2);
-    const auto& g = rig.load(b.finish(), 1, n_ctx);
-    const auto vq = random_floats(T * nh * hd, 51, -3.0f, 3.0f);
-    const auto vk = random_floats(T * nkv * hd, 52, -3.0f, 3.0f);
-    const auto vv = random_floats(T * nkv * hd, 53, -8.0f, 8.0f);
-    std::vector<int32_t> cl(T), wl(2 * T);
-    for (int t = 0; t < T; ++t) {
-      cl[t] = t;
-      wl[2 * t] = 0;
-      wl[2 * t + 1] = t + 1;
-    }
-    rig.fill_f32(g, "q", vq);
-    rig.fill_f32(g, "k", vk);
-    rig.fill_f32(g, "v", vv);
-    rig.fill_i32(g, "cells", cl);
-    rig.fill_i32(g, "win", wl);
-    ASSERT_TRUE(rig.run(g).ok());
-    const auto got = rig.read(g, out);
+    const GgmlF16Attention a = ggml_f16_attention(rig, hd, 51);
+    ASSERT_TRUE(a.ran) << "hd " << hd;
+    const int T = GgmlF16Attention::kT, nh = GgmlF16Attention::kNh;
     const int np = hd & ~127;
     int differ_from_f32_steps = 0;
     for (int t = 0; t < T; ++t) {
       for (int h = 0; h < nh; ++h) {
-        std::vector<uint16_t> q16(hd), acc(hd, 0), acc32(hd, 0);
-        for (int i = 0; i < hd; ++i) q16[i] = fp32_to_fp16(vq[(t * nh + h) * hd + i]);
-        float m = -INFINITY, l = 0.0f;
-        for (int c = 0; c <= t; ++c) {
-          std::vector<uint16_t> k16(hd), v16(hd);
-          for (int i = 0; i < hd; ++i) {
-            k16[i] = fp32_to_fp16(vk[c * hd + i]);
-            v16[i] = fp32_to_fp16(vv[c * hd + i]);
-          }
-          const float sc = ggml_dot_f16_vec_scalar(hd, k16.data(), q16.data()) * 0.0625f;
-          float ms = 1.0f, vs = 1.0f;
-          if (sc > m) {
-            ms = std::exp(m - sc);
-            m = sc;
-            for (int i = 0; i < hd; ++i) {
-              const float f = i < np ? fp16_to_fp32(fp32_to_fp16(ms)) : ms;
-              acc[i] = fp32_to_fp16(fp16_to_fp32(acc[i]) * f);
-              acc32[i] = fp32_to_fp16(fp16_to_fp32(acc32[i]) * ms);
-            }
-          } else {
-            vs = std::exp(sc - m);
-          }
-          for (int i = 0; i < hd; ++i) {
-            acc[i] = i < np
-                         ? fma_f16_exact(v16[i], fp32_to_fp16(vs), acc[i])
-                         : fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(acc[i])));
-            acc32[i] = fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(acc32[i])));
-          }
-          l = std::fma(l, ms, vs);
-        }
         for (int i = 0; i < hd; ++i) {
-          const float want = fp16_to_fp32(acc[i]) * (1.0f / l);
-          ASSERT_EQ(fp32_to_bits(got[(t * nh + h) * hd + i]), fp32_to_bits(want))
+          const size_t at = (t * nh + h) * hd + i;
+          ASSERT_EQ(fp32_to_bits(a.got[at]), fp32_to_bits(a.f16_arith[at]))
               << "hd " << hd << " t " << t << " h " << h << " i " << i;
-          differ_from_f32_steps += want != fp16_to_fp32(acc32[i]) * (1.0f / l);
+          differ_from_f32_steps += a.f16_arith[at] != a.f32_arith[at];
         }
       }
     }
@@ -574,83 +612,22 @@ TEST(Attention, GgmlF16F32ArithHelpersAvx2TwinsEqualScalar_bitwise) {
 TEST(Attention, LlamaCppNumericsAccumulateHalvesInF32Arithmetic_bitwise) {
   if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   for (const int hd : {256, 160, 64}) {
-    const int T = 9, nh = 2, nkv = 1, n_ctx = 16;
-    GraphBuilder b;
-    NodeId q = b.input("q", DType::kF32, {hd, nh, T});
-    NodeId k = b.input("k", DType::kF32, {hd * nkv, T});
-    NodeId v = b.input("v", DType::kF32, {hd * nkv, T});
-    NodeId cells = b.input("cells", DType::kI32, {T});
-    NodeId win = b.input("win", DType::kI32, {2, T});
-    NodeId rk = b.kv_region(0, KvKind::kK, DType::kF16, {hd * nkv, n_ctx});
-    NodeId rv = b.kv_region(0, KvKind::kV, DType::kF16, {hd * nkv, n_ctx});
-    NodeId out = b.attention(q, b.kv_store(rk, k, cells), b.kv_store(rv, v, cells), win,
-                             {.n_head = nh,
-                              .n_head_kv = nkv,
-                              .scale = 0.0625f,
-                              .causal = true,
-                              .layer = 0,
-                              .ggml_f16 = true});
-    b.mark_output(out);
     CpuRig rig(CpuBackendOptions{.n_threads = 2,
                                  .isa = CpuIsa::kAvx2,
                                  .llamacpp_numerics = true,
                                  .llamacpp_fa_f16_arith = false});
-    const auto& g = rig.load(b.finish(), 1, n_ctx);
-    const auto vq = random_floats(T * nh * hd, 71, -3.0f, 3.0f);
-    const auto vk = random_floats(T * nkv * hd, 72, -3.0f, 3.0f);
-    const auto vv = random_floats(T * nkv * hd, 73, -8.0f, 8.0f);
-    std::vector<int32_t> cl(T), wl(2 * T);
-    for (int t = 0; t < T; ++t) {
-      cl[t] = t;
-      wl[2 * t] = 0;
-      wl[2 * t + 1] = t + 1;
-    }
-    rig.fill_f32(g, "q", vq);
-    rig.fill_f32(g, "k", vk);
-    rig.fill_f32(g, "v", vv);
-    rig.fill_i32(g, "cells", cl);
-    rig.fill_i32(g, "win", wl);
-    ASSERT_TRUE(rig.run(g).ok());
-    const auto got = rig.read(g, out);
+    const GgmlF16Attention a = ggml_f16_attention(rig, hd, 71);
+    ASSERT_TRUE(a.ran) << "hd " << hd;
+    const int T = GgmlF16Attention::kT, nh = GgmlF16Attention::kNh;
     const int np = hd & ~127;
     int differ_from_f16_arith = 0;
     for (int t = 0; t < T; ++t) {
       for (int h = 0; h < nh; ++h) {
-        std::vector<uint16_t> q16(hd), acc(hd, 0), acc16(hd, 0);
-        for (int i = 0; i < hd; ++i) q16[i] = fp32_to_fp16(vq[(t * nh + h) * hd + i]);
-        float m = -INFINITY, l = 0.0f;
-        for (int c = 0; c <= t; ++c) {
-          std::vector<uint16_t> k16(hd), v16(hd);
-          for (int i = 0; i < hd; ++i) {
-            k16[i] = fp32_to_fp16(vk[c * hd + i]);
-            v16[i] = fp32_to_fp16(vv[c * hd + i]);
-          }
-          const float sc = ggml_dot_f16_vec_scalar(hd, k16.data(), q16.data()) * 0.0625f;
-          float ms = 1.0f, vs = 1.0f;
-          if (sc > m) {
-            ms = std::exp(m - sc);
-            m = sc;
-            for (int i = 0; i < hd; ++i) {
-              const float f16_ms = i < np ? fp16_to_fp32(fp32_to_fp16(ms)) : ms;
-              acc[i] = fp32_to_fp16(fp16_to_fp32(acc[i]) * ms);
-              acc16[i] = fp32_to_fp16(fp16_to_fp32(acc16[i]) * f16_ms);
-            }
-          } else {
-            vs = std::exp(sc - m);
-          }
-          for (int i = 0; i < hd; ++i) {
-            acc[i] = fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(acc[i])));
-            acc16[i] =
-                i < np ? fma_f16_exact(v16[i], fp32_to_fp16(vs), acc16[i])
-                       : fp32_to_fp16(std::fma(fp16_to_fp32(v16[i]), vs, fp16_to_fp32(acc16[i])));
-          }
-          l = std::fma(l, ms, vs);
-        }
         for (int i = 0; i < hd; ++i) {
-          const float want = fp16_to_fp32(acc[i]) * (1.0f / l);
-          ASSERT_EQ(fp32_to_bits(got[(t * nh + h) * hd + i]), fp32_to_bits(want))
+          const size_t at = (t * nh + h) * hd + i;
+          ASSERT_EQ(fp32_to_bits(a.got[at]), fp32_to_bits(a.f32_arith[at]))
               << "hd " << hd << " t " << t << " h " << h << " i " << i;
-          differ_from_f16_arith += want != fp16_to_fp32(acc16[i]) * (1.0f / l);
+          differ_from_f16_arith += a.f32_arith[at] != a.f16_arith[at];
         }
       }
     }
