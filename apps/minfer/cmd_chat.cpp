@@ -118,6 +118,11 @@ void report(const chat::TurnStats& s) {
                "rewound and re-prefilled\n",
                s.turn, s.n_reused, s.n_rewound);
   }
+  if (s.n_shifts > 0) {
+    fmt::print(stderr,
+               "[turn {}] context shift: {} time(s), {} token(s) discarded, the first {} kept\n",
+               s.turn, s.n_shifts, s.n_discarded, s.n_keep);
+  }
   fmt::print(stderr,
              "[turn {}{}] prefill {} tokens ({} reused) in {:.3f} s ({:.1f} tok/s), generated {} "
              "tokens in {:.3f} s ({:.1f} tok/s), {}\n",
@@ -191,7 +196,9 @@ int run_chat(RunArgs& a) {
                                  .thinking = true,
                                  .reasoning_split = a.reasoning_split,
                                  .reasoning_budget = a.reasoning_budget,
-                                 .on_reasoning = [&](std::string_view t) { thought.print(t); }};
+                                 .on_reasoning = [&](std::string_view t) { thought.print(t); },
+                                 .context_shift = a.context_shift,
+                                 .keep = a.keep};
   auto conv_or = chat::Conversation::create(e, *choice->renderer, std::move(opts));
   if (!conv_or) return fail(conv_or.error().message);
   chat::Conversation& conv = **conv_or;

@@ -217,6 +217,14 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   if (auto st = e.set_n_ctx(ctx); !st.ok()) return fail(st.error().message);
   if (auto st = finish_sampler(a, e, ctx); !st.ok()) return fail(st.error().message);
   gen.sampler = a.sampler;
+  gen.context_shift = a.context_shift;
+  gen.n_keep = engine::keep_count(a.keep, *ids, e.tokenizer());
+  if (gen.context_shift && engine::shift_discard(static_cast<int32_t>(ctx), gen.n_keep) == 0) {
+    fmt::print(stderr,
+               "notice: --context-shift: --keep keeps {} of the {} positions, none left to "
+               "discard; a full context ends the run\n",
+               gen.n_keep, ctx);
+  }
   gen.make_constraint = constraint_factory(a, e.tokenizer());
   auto reasoning =
       chat::reasoning_options(thinking, e.tokenizer(), a.reasoning_split, a.reasoning_budget);
@@ -341,6 +349,10 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   }
   fmt::print(stderr, "Generated: {} tokens in {:.3f} s ({:.1f} tok/s), stop: {}\n", s.n_generated,
              s.decode_s, rate(s.n_generated, s.decode_s), engine::stop_reason_name(s.stop));
+  if (gen.context_shift) {
+    fmt::print(stderr, "context shifts: {} ({} tokens discarded, the first {} kept)\n", s.n_shifts,
+               s.n_discarded, gen.n_keep);
+  }
   fmt::print(stderr, "rebuilds: {}, reuses: {}\n", s.decode_rebuilds, s.decode_reuses);
   if (trace) {
     if (auto st = trace->write(a.dump_trace); !st.ok()) return fail(st.error().message);

@@ -196,6 +196,19 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
       /*repeatable=*/true);
   p.flag("--ignore-eos", "keep generating past end-of-generation tokens",
          [&a] { a.ignore_eos = true; });
+  p.flag("--context-shift",
+         "at a full context, discard the oldest half of the tokens after --keep's and go\n"
+         "on (recomputed; default: a full context ends the run)",
+         [&a] { a.context_shift = true; });
+  p.flag("--no-context-shift", "a full context ends the run (the default)",
+         [&a] { a.context_shift = false; });
+  p.option("--keep", "N",
+           "prompt tokens a context shift keeps, after its BOS (0); -1: the whole prompt",
+           [&a](const std::string& v) -> Status {
+             MINFER_TRY_STATUS(set_int(v, "--keep", -1, kI32Max, a.keep));
+             a.keep_given = true;
+             return Ok{};
+           });
   add_kv_flags(p, a.kv);
 
   p.section("constrained output");
@@ -418,6 +431,10 @@ Status prepare_run(RunArgs& a) {
   // Every usage error that needs no model comes before the model is looked for.
   if (auto o = engine_options(a.n_threads, a.kv); !o.ok()) return o.error();
   MINFER_TRY_STATUS(check_template_flags(a));
+  if (a.keep_given && !a.context_shift) {
+    a.notices.push_back(fmt::format(
+        "--keep {}: no effect without --context-shift (a full context ends the run)", a.keep));
+  }
   for (const std::string& n : a.notices) fmt::print(stderr, "notice: {}\n", n);
   return Ok{};
 }
