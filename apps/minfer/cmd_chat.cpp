@@ -20,6 +20,7 @@
 #include "chat/conversation.h"
 #include "chat/renderer.h"
 #include "commands.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "files.h"
 #include "run_flags.h"
@@ -108,22 +109,25 @@ std::optional<std::string> read_message(bool tty, bool multiline) {
 // Notices about a turn come before its stats line.
 void report(const chat::TurnStats& s) {
   if (s.n_dropped_turns > 0) {
-    fmt::print(stderr,
-               "[turn {}] context full: dropped the oldest {} turn(s), system prompt kept\n",
-               s.turn, s.n_dropped_turns);
+    log_info("[turn {}] context full: dropped the oldest {} turn(s), system prompt kept", s.turn,
+             s.n_dropped_turns);
   }
   if (s.n_rewound > 0 && s.n_dropped_turns == 0) {
-    fmt::print(stderr,
-               "[turn {}] the template render differs from the KV after token {}: {} token(s) "
-               "rewound and re-prefilled\n",
-               s.turn, s.n_reused, s.n_rewound);
+    log_info(
+        "[turn {}] the template render differs from the KV after token {}: {} token(s) "
+        "rewound and re-prefilled",
+        s.turn, s.n_reused, s.n_rewound);
   }
-  fmt::print(stderr,
-             "[turn {}{}] prefill {} tokens ({} reused) in {:.3f} s ({:.1f} tok/s), generated {} "
-             "tokens in {:.3f} s ({:.1f} tok/s), {}\n",
-             s.turn, s.regen ? fmt::format(" regen {}", s.attempt) : "", s.n_prefilled, s.n_reused,
-             s.prefill_s, rate(s.n_prefilled, s.prefill_s), s.n_generated, s.decode_s,
-             rate(s.n_generated, s.decode_s), chat::reply_end_name(s.end));
+  if (s.n_shifts > 0) {
+    log_info("[turn {}] context shift: {} time(s), {} token(s) discarded, the first {} kept",
+             s.turn, s.n_shifts, s.n_discarded, s.n_keep);
+  }
+  log_info(
+      "[turn {}{}] prefill {} tokens ({} reused) in {:.3f} s ({:.1f} tok/s), generated {} "
+      "tokens in {:.3f} s ({:.1f} tok/s), {}",
+      s.turn, s.regen ? fmt::format(" regen {}", s.attempt) : "", s.n_prefilled, s.n_reused,
+      s.prefill_s, rate(s.n_prefilled, s.prefill_s), s.n_generated, s.decode_s,
+      rate(s.n_generated, s.decode_s), chat::reply_end_name(s.end));
 }
 
 void install(int sig, void (*handler)(int)) {
@@ -191,28 +195,28 @@ int run_chat(RunArgs& a) {
                                  .thinking = true,
                                  .reasoning_split = a.reasoning_split,
                                  .reasoning_budget = a.reasoning_budget,
-                                 .on_reasoning = [&](std::string_view t) { thought.print(t); }};
+                                 .on_reasoning = [&](std::string_view t) { thought.print(t); },
+                                 .context_shift = a.context_shift,
+                                 .keep = a.keep};
   auto conv_or = chat::Conversation::create(e, *choice->renderer, std::move(opts));
   if (!conv_or) return fail(conv_or.error().message);
   chat::Conversation& conv = **conv_or;
-  fmt::print(stderr, "{} — n_ctx {}, threads {}; /help for commands\n",
-             model::describe(e.hparams()), ctx, e.n_threads());
+  log_info("{} — n_ctx {}, threads {}; /help for commands", model::describe(e.hparams()), ctx,
+           e.n_threads());
 
   if (!a.session.empty()) {
     struct stat st {};
     const bool exists = ::stat(a.session.c_str(), &st) == 0;
     if (exists && st.st_size == 0) {
-      fmt::print(stderr, "[session] '{}' is empty: a new session\n", a.session);
+      log_info("[session] '{}' is empty: a new session", a.session);
     } else if (exists) {
       auto info = conv.load(a.session);
       if (!info) return fail(info.error().message);
-      fmt::print(stderr,
-                 "[session] resumed {} message(s) and {} KV row(s) from {} — 0 tokens "
-                 "prefilled\n",
-                 info->n_messages, info->n_kv_tokens, a.session);
+      log_info("[session] resumed {} message(s) and {} KV row(s) from {} — 0 tokens prefilled",
+               info->n_messages, info->n_kv_tokens, a.session);
       if (!a.system.empty() &&
           (conv.messages().empty() || conv.messages()[0].content != a.system)) {
-        fmt::print(stderr, "[session] note: --system ignored; the session keeps its own\n");
+        log_info("[session] note: --system ignored; the session keeps its own");
       }
     }
   }
@@ -265,7 +269,7 @@ int run_chat(RunArgs& a) {
       }
       if (cmd == "/clear") {
         conv.clear();
-        std::fputs("[history cleared]\n", stderr);
+        log_info("[history cleared]");
         save();
         continue;
       }
@@ -298,20 +302,20 @@ int run_chat(RunArgs& a) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
     report(*r);
-    if (r->end == chat::ReplyEnd::kInterrupted && !g_quit) fmt::print(stderr, "[reply stopped]\n");
+    if (r->end == chat::ReplyEnd::kInterrupted && !g_quit) log_info("[reply stopped]");
     save();
     if (a.single_turn) break;
   }
   g_conversation = nullptr;
   if (g_quit) {
-    fmt::print(stderr, "[signal {}] ending the conversation\n", static_cast<int>(g_quit));
+    log_info("[signal {}] ending the conversation", static_cast<int>(g_quit));
   }
   if (!a.session.empty() && save()) {
-    fmt::print(stderr, "[session] saved {} message(s) and {} KV row(s) to {}\n",
-               conv.messages().size(), conv.cursor(), a.session);
+    log_info("[session] saved {} message(s) and {} KV row(s) to {}", conv.messages().size(),
+             conv.cursor(), a.session);
   }
-  fmt::print(stderr, "conversation ended after {} turn(s){}\n", n_turns,
-             n_regens > 0 ? fmt::format(" and {} regen(s)", n_regens) : "");
+  log_info("conversation ended after {} turn(s){}", n_turns,
+           n_regens > 0 ? fmt::format(" and {} regen(s)", n_regens) : "");
   if (g_quit) return 128 + static_cast<int>(g_quit);
   return exit_code;
 }

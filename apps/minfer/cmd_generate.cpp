@@ -21,6 +21,7 @@
 #include "chat/renderer.h"
 #include "commands.h"
 #include "core/config.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/trace.h"
@@ -55,7 +56,7 @@ struct OpTotals {
   }
   void print() const {
     if (steps == 0) {
-      fmt::print(stderr, "[MINFER_OP_TIMING] no decode step ran\n");
+      log_info("[MINFER_OP_TIMING] no decode step ran");
       return;
     }
     uint64_t in_ops = 0;
@@ -66,17 +67,14 @@ struct OpTotals {
     }
     std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return ns[x] > ns[y]; });
     const double n = static_cast<double>(steps);
-    fmt::print(stderr,
-               "[MINFER_OP_TIMING] over {} decode steps: {:.3f} ms per step, {:.3f} ms of it in "
-               "ops\n",
-               steps, 1e-6 * static_cast<double>(step_ns) / n,
-               1e-6 * static_cast<double>(in_ops) / n);
+    log_info("[MINFER_OP_TIMING] over {} decode steps: {:.3f} ms per step, {:.3f} ms of it in ops",
+             steps, 1e-6 * static_cast<double>(step_ns) / n,
+             1e-6 * static_cast<double>(in_ops) / n);
     for (size_t i : order) {
-      fmt::print(
-          stderr, "[MINFER_OP_TIMING]   {:<14} {:>5} nodes/step {:>9.3f} ms/step {:>5.1f}%\n",
-          graph::op_name(static_cast<graph::Op>(i)), nodes[i] / steps,
-          1e-6 * static_cast<double>(ns[i]) / n,
-          in_ops > 0 ? 100.0 * static_cast<double>(ns[i]) / static_cast<double>(in_ops) : 0.0);
+      log_info("[MINFER_OP_TIMING]   {:<14} {:>5} nodes/step {:>9.3f} ms/step {:>5.1f}%",
+               graph::op_name(static_cast<graph::Op>(i)), nodes[i] / steps,
+               1e-6 * static_cast<double>(ns[i]) / n,
+               in_ops > 0 ? 100.0 * static_cast<double>(ns[i]) / static_cast<double>(in_ops) : 0.0);
     }
   }
 };
@@ -103,6 +101,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(parser, args, parsed)) return *done;
   a.positionals = std::move(parsed.positionals);
+  if (a.log_disable) set_log_enabled(false);  // before the first line a run prints
   if (ollama_run && a.mode == RunMode::kAuto && !a.prompt && a.prompt_file.empty() &&
       a.positionals.size() == (a.model_opt.empty() ? 1u : 0u) && isatty(fileno(stdin))) {
     a.mode = RunMode::kConversation;
@@ -112,8 +111,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
     return run_chat(a);
   }
   if (!a.session.empty()) return fail("--session needs the conversation mode (-cnv)");
-  if (a.multiline)
-    fmt::print(stderr, "notice: -mli only applies to the conversation mode (-cnv)\n");
+  if (a.multiline) log_info("notice: -mli only applies to the conversation mode (-cnv)");
   engine::GenerateOptions gen;
   const bool& no_template = a.no_template;
   const std::string& dump_dot = a.dump_dot;
@@ -153,7 +151,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
       prompt = std::move(*text);
     } else {
       if (isatty(fileno(stdin))) {
-        fmt::print(stderr, "reading the prompt from stdin; Ctrl-D to end\n");
+        log_info("reading the prompt from stdin; Ctrl-D to end");
       }
       prompt.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     }
@@ -172,9 +170,9 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   if (!eng) return fail(eng.error().message);
   engine::Engine& e = **eng;
   if (Status st = require_generative(e, "generate"); !st.ok()) return fail(st.error().message);
-  fmt::print(stderr, "Model loaded in {:.2f} s: {}\n",
-             std::chrono::duration<double>(Clock::now() - t_load).count(),
-             model::describe(e.hparams()));
+  log_info("Model loaded in {:.2f} s: {}",
+           std::chrono::duration<double>(Clock::now() - t_load).count(),
+           model::describe(e.hparams()));
 
   chat::ThinkingPlan thinking;
   if (!no_template) {
@@ -191,8 +189,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   } else if (!a.chat_template.empty() || !a.template_file.empty()) {
     return fail("--chat-template needs the chat template (drop --no-template)");
   }
-  if (a.verbose)
-    fmt::print(stderr, "[verbose] prompt text:\n{}\n[verbose] end of prompt\n", prompt);
+  if (a.verbose) log_info("[verbose] prompt text:\n{}\n[verbose] end of prompt", prompt);
   // parse_special: control-token text in a raw prompt (e.g. <|im_start|>) becomes those
   // tokens, as llama.cpp's completion tool does; a rendered prompt gets BOS unless the
   // template wrote it.
@@ -205,9 +202,9 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
     // A BOS typed into a raw prompt on a vocabulary that adds one: llama.cpp's warning.
     const tokenizer::SpecialIds& sp = e.tokenizer().special();
     if (sp.add_bos && ids->size() >= 2 && (*ids)[0] == sp.bos && (*ids)[1] == sp.bos) {
-      fmt::print(stderr,
-                 "warning: the prompt starts with two BOS tokens (the model adds one and the "
-                 "prompt has one); drop it from the prompt\n");
+      log_info(
+          "warning: the prompt starts with two BOS tokens (the model adds one and the "
+          "prompt has one); drop it from the prompt");
     }
   }
   // n_ctx is decided once for the run: prefill and decode size the same KV regions.
@@ -217,6 +214,14 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   if (auto st = e.set_n_ctx(ctx); !st.ok()) return fail(st.error().message);
   if (auto st = finish_sampler(a, e, ctx); !st.ok()) return fail(st.error().message);
   gen.sampler = a.sampler;
+  gen.context_shift = a.context_shift;
+  gen.n_keep = engine::keep_count(a.keep, *ids, e.tokenizer());
+  if (gen.context_shift && engine::shift_discard(static_cast<int32_t>(ctx), gen.n_keep) == 0) {
+    log_info(
+        "notice: --context-shift: --keep keeps {} of the {} positions, none left to discard; a "
+        "full context ends the run",
+        gen.n_keep, ctx);
+  }
   gen.make_constraint = constraint_factory(a, e.tokenizer());
   auto reasoning =
       chat::reasoning_options(thinking, e.tokenizer(), a.reasoning_split, a.reasoning_budget);
@@ -224,17 +229,16 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   gen.reasoning = std::move(*reasoning);
   if (a.verbose) {
     const sample::SamplerConfig& sc = gen.sampler;
-    fmt::print(stderr,
-               "[verbose] sampler: seed {} temp {} top_k {} top_p {} min_p {} typical {} "
-               "repeat_penalty {} (last {}) frequency {} presence {} mirostat {} (tau {} eta {}) "
-               "dry {} (base {} allowed {} last {}) xtc {} (threshold {}) logit_bias {}\n",
-               sc.seed, sc.temp, sc.top_k, sc.top_p, sc.min_p, sc.typical_p, sc.repeat_penalty,
-               sc.repeat_last_n, sc.frequency_penalty, sc.presence_penalty,
-               static_cast<int>(sc.mirostat), sc.mirostat_tau, sc.mirostat_eta, sc.dry_multiplier,
-               sc.dry_base, sc.dry_allowed_length, sc.dry_penalty_last_n, sc.xtc_probability,
-               sc.xtc_threshold, sc.logit_bias.size());
+    log_info(
+        "[verbose] sampler: seed {} temp {} top_k {} top_p {} min_p {} typical {} "
+        "repeat_penalty {} (last {}) frequency {} presence {} mirostat {} (tau {} eta {}) "
+        "dry {} (base {} allowed {} last {}) xtc {} (threshold {}) logit_bias {}",
+        sc.seed, sc.temp, sc.top_k, sc.top_p, sc.min_p, sc.typical_p, sc.repeat_penalty,
+        sc.repeat_last_n, sc.frequency_penalty, sc.presence_penalty, static_cast<int>(sc.mirostat),
+        sc.mirostat_tau, sc.mirostat_eta, sc.dry_multiplier, sc.dry_base, sc.dry_allowed_length,
+        sc.dry_penalty_last_n, sc.xtc_probability, sc.xtc_threshold, sc.logit_bias.size());
   }
-  fmt::print(stderr, "Prompt: {} tokens, n_ctx {}, threads {}\n", ids->size(), ctx, e.n_threads());
+  log_info("Prompt: {} tokens, n_ctx {}, threads {}", ids->size(), ctx, e.n_threads());
 
   if (!dump_dot.empty() || !dump_json.empty()) {
     // The graph the first forward of this prompt would run (prefill; decode for a
@@ -246,13 +250,13 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
     if (!dump_dot.empty()) {
       if (auto st = write_text(dump_dot, graph::to_dot(*g)); !st.ok())
         return fail(st.error().message);
-      fmt::print(stderr, "wrote {} graph ({} nodes) to {}\n", kind, g->size(), dump_dot);
+      log_info("wrote {} graph ({} nodes) to {}", kind, g->size(), dump_dot);
     }
     if (!dump_json.empty()) {
       if (auto st = write_text(dump_json, graph::to_json(*g, 1)); !st.ok()) {
         return fail(st.error().message);
       }
-      fmt::print(stderr, "wrote {} graph ({} nodes) to {}\n", kind, g->size(), dump_json);
+      log_info("wrote {} graph ({} nodes) to {}", kind, g->size(), dump_json);
     }
     return 0;
   }
@@ -312,8 +316,8 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   if (auto st = g.prefill(*ids); !st.ok()) return fail(st.error().message);
   phase = "decode";
   const engine::GenerateStats& s = g.stats();
-  fmt::print(stderr, "Prefill: {} tokens in {:.3f} s ({:.1f} tok/s)\n", s.n_prompt, s.prefill_s,
-             rate(s.n_prompt, s.prefill_s));
+  log_info("Prefill: {} tokens in {:.3f} s ({:.1f} tok/s)", s.n_prompt, s.prefill_s,
+           rate(s.n_prompt, s.prefill_s));
   Status loop = Ok{};
   for (;;) {
     auto more = g.step();
@@ -339,24 +343,27 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
     if (auto st = write_text(a.dump_json, j.dump() + "\n"); !st.ok())
       return fail(st.error().message);
   }
-  fmt::print(stderr, "Generated: {} tokens in {:.3f} s ({:.1f} tok/s), stop: {}\n", s.n_generated,
-             s.decode_s, rate(s.n_generated, s.decode_s), engine::stop_reason_name(s.stop));
-  fmt::print(stderr, "rebuilds: {}, reuses: {}\n", s.decode_rebuilds, s.decode_reuses);
+  log_info("Generated: {} tokens in {:.3f} s ({:.1f} tok/s), stop: {}", s.n_generated, s.decode_s,
+           rate(s.n_generated, s.decode_s), engine::stop_reason_name(s.stop));
+  if (gen.context_shift) {
+    log_info("context shifts: {} ({} tokens discarded, the first {} kept)", s.n_shifts,
+             s.n_discarded, gen.n_keep);
+  }
+  log_info("rebuilds: {}, reuses: {}", s.decode_rebuilds, s.decode_reuses);
   if (trace) {
     if (auto st = trace->write(a.dump_trace); !st.ok()) return fail(st.error().message);
-    fmt::print(stderr, "wrote trace ({} forwards, {} op spans) to {}\n", trace->n_steps(),
-               trace->n_spans(), a.dump_trace);
+    log_info("wrote trace ({} forwards, {} op spans) to {}", trace->n_steps(), trace->n_spans(),
+             a.dump_trace);
   }
   if (config.op_timing) op_totals.print();
   if (config.timing && s.n_samples > 0) {
     const double n = s.n_samples;
     const double total = s.decode_s > 0 ? s.decode_s : 1.0;
-    fmt::print(stderr,
-               "[MINFER_TIMING] over {} tokens: sample {:.3f} ms/tok ({:.1f}%), forward {:.3f} "
-               "ms/tok ({:.1f}%)\n",
-               s.n_samples, 1e3 * s.sample_s / n, 100.0 * s.sample_s / total,
-               s.n_forwards > 0 ? 1e3 * s.forward_s / s.n_forwards : 0.0,
-               100.0 * s.forward_s / total);
+    log_info(
+        "[MINFER_TIMING] over {} tokens: sample {:.3f} ms/tok ({:.1f}%), forward {:.3f} "
+        "ms/tok ({:.1f}%)",
+        s.n_samples, 1e3 * s.sample_s / n, 100.0 * s.sample_s / total,
+        s.n_forwards > 0 ? 1e3 * s.forward_s / s.n_forwards : 0.0, 100.0 * s.forward_s / total);
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include <system_error>
 
 #include "core/config.h"
+#include "core/log.h"
 #include "engine/reasoning.h"
 #include "files.h"
 #include "graph/params.h"
@@ -73,8 +74,8 @@ void add_compat_flags(ArgParser& p, std::vector<std::string>& notices, bool& mlo
 
 void lock_memory() {
   if (::mlockall(MCL_CURRENT) != 0) {
-    fmt::print(stderr, "warning: --mlock: mlockall failed: {} (the model stays pageable)\n",
-               std::strerror(errno));
+    log_info("warning: --mlock: mlockall failed: {} (the model stays pageable)",
+             std::strerror(errno));
   }
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "core/log.h"
 #include "model_path.h"
 
 namespace minfer::cli {
@@ -226,9 +227,7 @@ Status download(const std::string& endpoint, const std::string& repo, const Remo
     }
     fs::remove(part, ec);
   }
-  if (!quiet)
-    std::fprintf(stderr, "hf:%s: %s (%llu bytes) -> %s\n", repo.c_str(), f.path.c_str(),
-                 static_cast<unsigned long long>(size), dest.c_str());
+  if (!quiet) log_info("hf:{}: {} ({} bytes) -> {}", repo, f.path, size, dest);
   return Ok{};
 }
 
@@ -417,8 +416,7 @@ Result<std::string> fetch_pypi(const std::string& ref, bool quiet) {
       }
     }
     fs::remove_all(work, ec);
-    if (!quiet)
-      std::fprintf(stderr, "pypi:%s: %s -> %s\n", spec.c_str(), base.c_str(), dest.c_str());
+    if (!quiet) log_info("pypi:{}: {} -> {}", spec, base, dest);
     return dest;
   };
   if (ggufs.size() == 1) return install(out_dir + "/" + ggufs[0], ggufs[0]);

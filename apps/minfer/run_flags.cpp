@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "core/log.h"
 #include "files.h"
 #include "grammar/json_schema.h"
 #include "model_path.h"
@@ -108,7 +109,7 @@ int32_t resolve_threads(int32_t requested) {
   const auto cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   if (requested <= 0) return cores;
   if (requested > cores) {
-    fmt::print(stderr, "notice: -t {} capped at {} (the CPU cores)\n", requested, cores);
+    log_info("notice: -t {} capped at {} (the CPU cores)", requested, cores);
     return cores;
   }
   return requested;
@@ -196,6 +197,19 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
       /*repeatable=*/true);
   p.flag("--ignore-eos", "keep generating past end-of-generation tokens",
          [&a] { a.ignore_eos = true; });
+  p.flag("--context-shift",
+         "at a full context, discard the oldest half of the tokens after --keep's and go\n"
+         "on (recomputed; default: a full context ends the run)",
+         [&a] { a.context_shift = true; });
+  p.flag("--no-context-shift", "a full context ends the run (the default)",
+         [&a] { a.context_shift = false; });
+  p.option("--keep", "N",
+           "prompt tokens a context shift keeps, after its BOS (0); -1: the whole prompt",
+           [&a](const std::string& v) -> Status {
+             MINFER_TRY_STATUS(set_int(v, "--keep", -1, kI32Max, a.keep));
+             a.keep_given = true;
+             return Ok{};
+           });
   add_kv_flags(p, a.kv);
 
   p.section("constrained output");
@@ -292,6 +306,10 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
   p.section("output and debugging");
   p.flag("-v,--verbose", "print the rendered prompt and the sampler settings on stderr",
          [&a] { a.verbose = true; });
+  p.flag("--log-disable",
+         "no informational lines on stderr (load lines, notices, timings); errors still\n"
+         "print",
+         [&a] { a.log_disable = true; });
   p.flag("--color", "colour the generated text when standard output is a terminal",
          [&a] { a.color = true; });
   p.string_opt("--dump-graph", "FILE", "write the runtime graph as Graphviz DOT, then exit",
@@ -392,8 +410,7 @@ Status prepare_run(RunArgs& a) {
   if (a.seed_random) {
     std::random_device rd;
     a.sampler.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    fmt::print(stderr, "seed: {} (random; -s {} repeats this run)\n", a.sampler.seed,
-               a.sampler.seed);
+    log_info("seed: {} (random; -s {} repeats this run)", a.sampler.seed, a.sampler.seed);
   }
   if (a.n_threads_batch && *a.n_threads_batch != a.n_threads) {
     a.notices.push_back(
@@ -418,14 +435,18 @@ Status prepare_run(RunArgs& a) {
   // Every usage error that needs no model comes before the model is looked for.
   if (auto o = engine_options(a.n_threads, a.kv); !o.ok()) return o.error();
   MINFER_TRY_STATUS(check_template_flags(a));
-  for (const std::string& n : a.notices) fmt::print(stderr, "notice: {}\n", n);
+  if (a.keep_given && !a.context_shift) {
+    a.notices.push_back(fmt::format(
+        "--keep {}: no effect without --context-shift (a full context ends the run)", a.keep));
+  }
+  for (const std::string& n : a.notices) log_info("notice: {}", n);
   return Ok{};
 }
 
 Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a,
                                                     const std::string& model_arg) {
   MINFER_TRY(const std::string path, resolve_model_path(model_arg));
-  fmt::print(stderr, "Loading model: {}\n", path);
+  log_info("Loading model: {}", path);
   MINFER_TRY(const engine::EngineOptions options, engine_options(a.n_threads, a.kv));
   MINFER_TRY(std::unique_ptr<engine::Engine> e, open_engine(path, options));
   if (!e->has_tokenizer()) {
@@ -476,8 +497,7 @@ Result<chat::RendererChoice> choose_renderer(const RunArgs& a, const tokenizer::
   }
   chat::RendererChoice choice = chat::renderer_for(tok, source, std::move(kwargs));
   if (choice.fallback) {
-    fmt::print(stderr, "Notice: this GGUF has no tokenizer.chat_template; using {}\n",
-               choice.fallback_name);
+    log_info("Notice: this GGUF has no tokenizer.chat_template; using {}", choice.fallback_name);
   }
   MINFER_TRY_STATUS(chat::validate_renderer(*choice.renderer));
   return choice;
@@ -489,8 +509,7 @@ Result<uint32_t> run_context(const RunArgs& a, const engine::Context& e, uint32_
   if (a.n_ctx) {
     ctx = *a.n_ctx == 0 ? model_ctx : *a.n_ctx;
     if (ctx > model_ctx) {
-      fmt::print(stderr, "notice: -c {} capped at {} (the model's context length)\n", ctx,
-                 model_ctx);
+      log_info("notice: -c {} capped at {} (the model's context length)", ctx, model_ctx);
       ctx = model_ctx;
     }
   } else {

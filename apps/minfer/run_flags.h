@@ -51,6 +51,10 @@ struct RunArgs {
   int32_t n_batch = 0, n_ubatch = 0;       // 0: the whole prompt in one forward
   bool greedy = false, no_template = false, ignore_eos = false, verbose = false, color = false,
        mlock = false;
+  bool context_shift = false;  // --context-shift / --no-context-shift
+  int32_t keep = 0;            // --keep: llama.cpp's n_keep (-1: the whole prompt)
+  bool keep_given = false;
+  bool log_disable = false;  // --log-disable: log_info prints nothing (errors still print)
   RunMode mode = RunMode::kAuto;
   bool single_turn = false, multiline = false;
   bool escape = false;               // -e: \n \t ... in the prompt, system prompt and stop strings

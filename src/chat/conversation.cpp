@@ -6,9 +6,17 @@
 // the system prompt always kept, until it fits. The render then diverges from the KV
 // right after the system prompt, so the common-prefix rule below keeps the system
 // prompt's KV rows and re-prefills the rest once — the KV always equals a prefix of
-// the canonical render, no re-roped rows with stale context (unlike a context shift,
-// which keeps rows computed while the dropped turns were visible). Only
+// the canonical render, no re-roped rows with stale context (unlike llama.cpp's
+// context shift, which keeps rows computed while the dropped turns were visible). Only
 // [system?, new message] not fitting even without the reserve is an error.
+//
+// Context shift (--context-shift, within one reply): a reply that reaches n_ctx drops
+// half of the positions after the first n_keep and recomputes the rest
+// (engine::shift_context), so the KV again holds only rows a fresh prefill of the kept
+// tokens would hold. The mirror loses the same tokens; the next turn's common prefix
+// with the render then ends at the shift at the latest and the rest is re-prefilled.
+// A shift (and its check) happens right before the forward that needs the position,
+// which is why the reply loop calls make_room before every decode_one.
 #include "chat/conversation.h"
 
 #include <fmt/format.h>
@@ -18,6 +26,7 @@
 #include <limits>
 
 #include "chat/session_file.h"
+#include "engine/generate.h"
 #include "engine/sequence.h"
 #include "sample/sampler.h"
 
@@ -119,6 +128,19 @@ Status Conversation::decode_one(TokenId id) {
   return Ok{};
 }
 
+Status Conversation::make_room(engine::SequenceState& state, int32_t n_keep, TurnStats& stats) {
+  if (!state.options().context_shift || stream_.size() < engine_.n_ctx()) return Ok{};
+  MINFER_TRY(const int32_t n,
+             engine::shift_context(engine_, batch_, stream_, n_keep, options_.n_batch));
+  MINFER_CHECK(n > 0, "context shift discarded nothing (n_keep %d)", n_keep);
+  state.discard(n);
+  // /regen's rewind point: positions from n_keep on now hold other tokens.
+  turn_pos_ = std::min(turn_pos_, static_cast<uint32_t>(n_keep));
+  stats.n_shifts++;
+  stats.n_discarded += n;
+  return Ok{};
+}
+
 Result<std::vector<TokenId>> Conversation::prompt_tokens() {
   MINFER_TRY(std::string text, render(true));
   thinking_ = {};
@@ -188,6 +210,11 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
   MINFER_TRY(engine::ReasoningOptions reasoning,
              reasoning_options(thinking_, engine_.tokenizer(), options_.reasoning_split,
                                options_.reasoning_budget));
+  // --keep counts from the start of the turn's prompt (the whole KV stream so far).
+  const int32_t n_keep = engine::keep_count(options_.keep, stream_, engine_.tokenizer());
+  const bool shift = options_.context_shift &&
+                     engine::shift_discard(static_cast<int32_t>(engine_.n_ctx()), n_keep) > 0;
+  stats.n_keep = n_keep;
   MINFER_TRY(std::unique_ptr<engine::SequenceState> state,
              engine::SequenceState::create(
                  engine_.tokenizer(), token_bytes_,
@@ -198,6 +225,7 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
                   .ignore_eos = options_.ignore_eos,
                   .feed_last = true,
                   .context_gate_first = true,
+                  .context_shift = shift,
                   .reasoning = std::move(reasoning)},
                  options_.make_constraint ? options_.make_constraint() : nullptr));
   // The penalty window starts with the tail of the whole KV stream (llama.cpp feeds
@@ -233,12 +261,16 @@ Status Conversation::decode_reply(TurnStats& stats, const engine::TextSink& sink
     emit_thought(ev.reasoning);
     emit(ev.text);
     stats.n_generated = state->n_generated();
-    if (ev.feed) MINFER_TRY_STATUS(decode_one(ev.token));  // the n-th token too (feed_last)
+    if (ev.feed) {  // the n-th token too (feed_last)
+      MINFER_TRY_STATUS(make_room(*state, n_keep, stats));
+      MINFER_TRY_STATUS(decode_one(ev.token));
+    }
     if (!state->done()) continue;
     switch (ev.stop) {
       case engine::SeqStop::kEog:
         // Unlike single-shot, the end-of-generation token joins the KV: the next turn's
         // canonical render contains it (seed design §3.3, "two stop policies").
+        MINFER_TRY_STATUS(make_room(*state, n_keep, stats));
         MINFER_TRY_STATUS(decode_one(ev.token));
         stats.end = ReplyEnd::kEog;
         break;

@@ -1,8 +1,10 @@
 // Stage 16 (sessions): a multi-turn conversation on one append-only KV — the host
 // mirror of the KV token stream, the write cursor, delta prefill, /regen rollback,
-// the overflow policy and session files (seed design §2.6; minfer-features §3).
+// the overflow policy, the context shift and session files (seed design §2.6;
+// minfer-features §3).
 // Invariants (KV consistency): cursor() == stream().size() always; positions
-// [0, cursor) of the KV hold exactly stream(), and after every turn's prefill stream()
+// [0, cursor) of the KV hold exactly stream() (a context shift during a reply drops
+// tokens from both), and after every turn's prefill stream()
 // is a prefix of tokenize(render(messages)) (with a thinking block planned, of the
 // planned render: plan_thinking may close or open the block after it) — so the
 // next-token logits equal those of a fresh engine that prefills the canonical full
@@ -53,6 +55,13 @@ struct ConversationOptions {
   bool reasoning_split = true;
   int32_t reasoning_budget = -1;
   engine::TextSink on_reasoning;
+  // --context-shift: a reply that reaches n_ctx goes on — the oldest half of the
+  // positions after the first `keep` tokens of its turn's prompt is discarded and the
+  // rest prefilled again (engine::shift_context). `keep` is llama.cpp's --keep N
+  // (engine::keep_count against the turn's prompt: the whole conversation rendered up
+  // to the reply; -1: all of it). Off: the reply ends at a full context (kContext).
+  bool context_shift = false;
+  int32_t keep = 0;
 };
 
 // Why a reply ended. Every end except kEog leaves the reply without the template's
@@ -71,6 +80,9 @@ struct TurnStats {
   int32_t n_dropped_turns = 0;  // oldest turns dropped by the overflow policy
   bool seam = false;            // the delta starts by closing a reply that ended without EOG
   int32_t n_generated = 0;      // reply tokens (the EOG token is not counted)
+  int32_t n_shifts = 0;         // context shifts during the reply (context_shift)
+  int32_t n_discarded = 0;      // positions they discarded
+  int32_t n_keep = 0;           // positions each shift kept
   ReplyEnd end = ReplyEnd::kEog;
   double prefill_s = 0.0;
   double decode_s = 0.0;  // sampling + forwards of the reply, EOG decode included
@@ -154,6 +166,9 @@ class Conversation {
   Status decode_run(std::span<const TokenId> tokens, int32_t pos0);
   // Decode one token at the cursor and append it to the mirror.
   Status decode_one(TokenId id);
+  // Before decode_one during a reply: at a full context with a shift on, shift it
+  // (engine::shift_context) and move `state`'s cursor back.
+  Status make_room(engine::SequenceState& state, int32_t n_keep, TurnStats& stats);
   // The reply loop: sample → gates → forward, appending EOG to the KV.
   Status decode_reply(TurnStats& stats, const engine::TextSink& sink);
   // The canonical render with the generation prompt, planned for a thinking block

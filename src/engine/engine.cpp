@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/check.h"
 #include "core/config.h"
+#include "core/log.h"
 #include "graph/fusion.h"
 #include "graph/input_names.h"
 
@@ -176,9 +177,8 @@ Status Context::init(const EngineOptions& options) {
         backend::Backend* b = self->sched_.backend(id);
         return b != nullptr ? b->name() : std::string_view("?");
       });
-      std::fprintf(stderr, "[graph] execute %llu%s: %s\n",
-                   static_cast<unsigned long long>(t.execute_index),
-                   t.planned_now ? " (planned)" : "", text.c_str());
+      log_info("[graph] execute {}{}: {}", t.execute_index, t.planned_now ? " (planned)" : "",
+               text);
     });
   }
   return Ok{};
@@ -291,11 +291,11 @@ Status Context::rebuild(const graph::GraphParams& params) {
   const double alloc_ms = ms_since(t2);
   stats_.rebuilds++;
   if (options_.rebuild_trace) {
-    std::fprintf(stderr,
-                 "rebuild uid %llu (%s): %zu nodes, %d fused; build %.3f ms, assign+fuse %.3f "
-                 "ms, alloc %.3f ms\n",
-                 static_cast<unsigned long long>(cached->uid()), graph::to_string(params).c_str(),
-                 n_nodes, fused.rms_norm_mul, build_ms, assign_ms, alloc_ms);
+    log_info(
+        "rebuild uid {} ({}): {} nodes, {} fused; build {:.3f} ms, assign+fuse {:.3f} ms, "
+        "alloc {:.3f} ms",
+        cached->uid(), graph::to_string(params), n_nodes, fused.rms_norm_mul, build_ms, assign_ms,
+        alloc_ms);
   }
   return Ok{};
 }

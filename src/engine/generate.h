@@ -55,6 +55,13 @@ struct GenerateOptions {
   // sampler sees them — step 0 is the last prompt position; the step that samples an
   // end-of-generation token is included. For golden dumps and tracing.
   std::function<void(std::span<const float>)> on_logits;
+  // --context-shift: when the next token has no position left, the oldest half of the
+  // positions after the first `n_keep` is discarded and the rest prefilled again at its
+  // new positions (shift_context); the run goes on until -n, end-of-generation or a
+  // stop string. Off, or with fewer than two positions after n_keep: a full context
+  // ends the run (kContext).
+  bool context_shift = false;
+  int32_t n_keep = 0;  // positions a shift keeps (keep_count); at most the prompt
 };
 
 struct GenerateStats {
@@ -71,8 +78,32 @@ struct GenerateStats {
   uint64_t prefill_builds = 0;
   uint64_t decode_rebuilds = 0;
   uint64_t decode_reuses = 0;
+  int32_t n_shifts = 0;     // context shifts (--context-shift)
+  int32_t n_discarded = 0;  // positions they discarded
   StopReason stop = StopReason::kNone;
 };
+
+// llama.cpp's --keep N against a prompt: N < 0 or past the prompt: the whole prompt;
+// otherwise N tokens after a leading BOS, which is kept too (llama.cpp adds the BOS to
+// N: "always keep the BOS token").
+int32_t keep_count(int32_t keep, std::span<const TokenId> prompt, const tokenizer::Tokenizer& tok);
+
+// The positions a context shift of a full sequence discards: half of those after the
+// first n_keep (llama.cpp's n_discard = (n_past - n_keep) / 2); 0: no shift is possible.
+inline int32_t shift_discard(int32_t n_past, int32_t n_keep) {
+  return n_past > n_keep ? (n_past - n_keep) / 2 : 0;
+}
+
+// A context shift by recompute (not llama.cpp's re-rotation of the cached K): sequence
+// 0's cells from position n_keep on are freed, shift_discard(n_past, n_keep) tokens
+// after the first n_keep are dropped from `tokens` — the sequence's KV mirror, positions
+// [0, n_past) — and the tokens after them are prefilled again from position n_keep
+// (chunks of n_batch; 0: at once) through Context::decode. The KV then holds what a
+// fresh prefill of the kept tokens holds, bit for bit (batch invariance). Returns the
+// positions discarded (0: none, nothing changed). On an error `tokens` ends where the
+// KV does.
+Result<int32_t> shift_context(Context& engine, Batch& batch, std::vector<TokenId>& tokens,
+                              int32_t n_keep, int32_t n_batch);
 
 class Generator {
  public:
@@ -92,6 +123,9 @@ class Generator {
 
   const GenerateStats& stats() const { return stats_; }
   const std::vector<TokenId>& generated() const { return state_->generated(); }
+  // The tokens in the KV, positions [0, cursor): the prompt and the fed tokens, less
+  // what context shifts discarded.
+  const std::vector<TokenId>& kv_tokens() const { return tokens_; }
 
  private:
   Generator(Context& engine, const GenerateOptions& options, TextSink sink);
@@ -106,6 +140,8 @@ class Generator {
   TextSink sink_;
   GenerateStats stats_;
 
+  std::vector<TokenId> tokens_;    // the KV mirror (kv_tokens), reserved to n_ctx
+  int32_t n_keep_ = 0;             // positions a context shift keeps
   Batch batch_;                    // one sequence's rows, reused every step
   std::span<const float> logits_;  // the last decode's last row
   EngineStats after_prefill_;

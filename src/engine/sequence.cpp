@@ -79,6 +79,13 @@ void SequenceState::reset(std::span<const TokenId> prompt) {
   stop_ = SeqStop::kNone;
 }
 
+void SequenceState::discard(int32_t n) {
+  MINFER_CHECK(options_.context_shift && n >= 0 && n <= pos_,
+               "discard %d positions: context_shift %d, cursor %d", n,
+               static_cast<int>(options_.context_shift), pos_);
+  pos_ -= n;
+}
+
 bool SequenceState::push_bytes(std::string_view bytes) {
   // A thinking block first: its bytes go to the reasoning (their own UTF-8 emitter), the
   // answer's on to the stop strings. Not split: the splitter only tracks the phase.
@@ -159,7 +166,8 @@ Result<SeqEvent> SequenceState::next(std::span<const float> logits) {
   // driver asked for that gate before sampling.
   if (options_.n_predict >= 0 && n_generated_ >= options_.n_predict) {
     stop_ = SeqStop::kNPredict;
-  } else if (options_.context_gate_first && static_cast<uint32_t>(pos_) >= options_.n_ctx) {
+  } else if (options_.context_gate_first && !options_.context_shift &&
+             static_cast<uint32_t>(pos_) >= options_.n_ctx) {
     stop_ = SeqStop::kContext;
   }
   if (stop_ != SeqStop::kNone) {
@@ -251,11 +259,12 @@ SeqEvent SequenceState::step_token(std::span<const float> logits, TokenId id, bo
   } else if (options_.n_predict >= 0 && n_generated_ >= options_.n_predict) {
     stop_ = SeqStop::kNPredict;  // stop now: the forward of this token would be wasted
     finish_text();
-    if (options_.feed_last && static_cast<uint32_t>(pos_) < options_.n_ctx) {
+    if (options_.feed_last &&
+        (options_.context_shift || static_cast<uint32_t>(pos_) < options_.n_ctx)) {
       ev.feed = true;  // ... unless the driver keeps the whole reply in the KV
       ev.pos = pos_++;
     }
-  } else if (static_cast<uint32_t>(pos_) >= options_.n_ctx) {
+  } else if (!options_.context_shift && static_cast<uint32_t>(pos_) >= options_.n_ctx) {
     stop_ = SeqStop::kContext;  // the KV cannot take this token's position
     finish_text();
   } else {

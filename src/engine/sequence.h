@@ -60,6 +60,10 @@ struct SequenceOptions {
   // and nothing is sampled — the chat, whose reply stays whole in its KV. Off: that
   // token is sampled and emitted, then the run ends (single-shot, the server).
   bool context_gate_first = false;
+  // The driver shifts the context (--context-shift, shift_context in engine/generate.h):
+  // neither full-context gate ends the run; an event may then ask to feed at position
+  // n_ctx, and the driver frees room before that forward and calls discard().
+  bool context_shift = false;
   ReasoningOptions reasoning;
 };
 
@@ -140,6 +144,9 @@ class SequenceState {
     return !options_.reasoning.track || splitter_.phase() == ThinkSplitter::Phase::kContent;
   }
   int32_t cursor() const { return pos_; }  // position of the next fed token
+  // The driver shifted the context: n positions of the sequence were discarded, so the
+  // cursor (and the pending event's position) move back by n. Needs context_shift.
+  void discard(int32_t n);
   const std::vector<TokenId>& generated() const { return generated_; }
   const SequenceOptions& options() const { return options_; }
 

@@ -3,6 +3,9 @@
 // /clear and the overflow policy — on a tiny random model with the Qwen2 vocabulary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -290,6 +293,59 @@ TEST(Conversation, ReplyReachingNctxEndsTheTurnCleanlyAndTheNextTurnStillWorks) 
   EXPECT_EQ(s2.end, ReplyEnd::kContext);
   EXPECT_EQ(s2.n_dropped_turns, 1);
   EXPECT_EQ(c->cursor(), kCtx);
+}
+
+// With a context shift a reply runs past n_ctx: at every step — after each shift too —
+// the logits the reply samples from equal a fresh prefill of the KV mirror at that
+// moment (no row computed while a discarded token was visible), the mirror keeps the
+// turn's first `keep` tokens, and the next turn re-syncs with the canonical render.
+TEST(Conversation, ContextShiftLetsAReplyRunPastNctxAndTheKvStaysAFreshPrefill_bitwise) {
+  constexpr uint32_t kCtx = 64;
+  constexpr int32_t kReply = 150;
+  auto t = chat_engine(kCtx, "chat-shift");
+  auto fresh = chat_engine(kCtx, "chat-shift-fresh");
+  ASSERT_TRUE(t.engine && fresh.engine);
+  ConversationOptions o = pinned(*t, " a", kReply);
+  o.context_shift = true;
+  o.keep = 5;
+  o.n_batch = 7;
+  std::unique_ptr<Conversation> c;
+  std::vector<std::vector<float>> logits;
+  std::vector<std::vector<TokenId>> streams;  // the KV mirror at each sampling step
+  o.on_logits = [&](std::span<const float> l) {
+    logits.emplace_back(l.begin(), l.end());
+    streams.push_back(c->stream());
+  };
+  c = make_conversation(*t, kChatMl, o);
+  ASSERT_TRUE(c);
+  const TurnStats s1 = turn(*c, "go on and on");
+  EXPECT_EQ(s1.end, ReplyEnd::kNPredict);
+  EXPECT_EQ(s1.n_generated, kReply);
+  EXPECT_EQ(s1.n_keep, 5);  // the Qwen2 vocabulary adds no BOS
+  const int32_t n_discard = (static_cast<int32_t>(kCtx) - 5) / 2;
+  EXPECT_GT(s1.n_shifts, 1);
+  EXPECT_EQ(s1.n_discarded, s1.n_shifts * n_discard);
+  EXPECT_LE(c->cursor(), kCtx);
+  EXPECT_EQ(c->cursor(), c->stream().size());
+  ASSERT_EQ(logits.size(), static_cast<size_t>(kReply));
+  size_t checked = 0;
+  for (size_t i = 1; i < streams.size(); ++i) {
+    if (streams[i].size() >= streams[i - 1].size()) continue;  // no shift before step i
+    EXPECT_TRUE(std::equal(streams[0].begin(), streams[0].begin() + 5, streams[i].begin()));
+    EXPECT_TRUE(same_bits(logits[i], fresh_prefill_logits(*fresh, streams[i], kCtx)))
+        << "step " << i;
+    checked++;
+  }
+  // The reply's last token is fed too: a shift it needed has no later step to check.
+  const bool last_feed_shifted = c->stream().size() != streams.back().size() + 1;
+  EXPECT_GT(checked, 0u);
+  EXPECT_EQ(checked + (last_feed_shifted ? 1 : 0), static_cast<size_t>(s1.n_shifts));
+  // The history holds the whole reply; the next turn rewinds to the shift at the latest.
+  EXPECT_EQ(c->messages().back().content.size(), 2u * kReply);  // " a" x 150
+  const TurnStats s2 = turn(*c, "and again");
+  EXPECT_GT(s2.n_dropped_turns + s2.n_rewound, 0);
+  EXPECT_EQ(s2.n_generated, kReply);
+  EXPECT_EQ(c->cursor(), c->stream().size());
 }
 
 TEST(Conversation, AMessageThatCannotFitIsRefusedAndTheHistoryIsKept) {

@@ -357,6 +357,115 @@ TEST(Generate, ContextFullStopsCleanly) {
   EXPECT_EQ(s->n_generated, 12 - static_cast<int32_t>(kPrompt.size()) + 1);
 }
 
+TEST(Generate, KeepCountsAfterALeadingBosAndMinusOneOrTooManyIsTheWholePrompt) {
+  auto t = make_engine(TinySpec{.vocab_gguf = gpt2_vocab()}, 1, 16, "keep");
+  ASSERT_TRUE(t.engine);
+  const tokenizer::Tokenizer& tok = t->tokenizer();
+  const TokenId bos = tok.special().bos;
+  ASSERT_NE(bos, tokenizer::kNoToken);
+  const std::vector<TokenId> with_bos = {bos, 5, 17, 42, 8};
+  EXPECT_EQ(keep_count(0, with_bos, tok), 1);  // the BOS is always kept
+  EXPECT_EQ(keep_count(2, with_bos, tok), 3);
+  EXPECT_EQ(keep_count(4, with_bos, tok), 5);
+  EXPECT_EQ(keep_count(5, with_bos, tok), 5);
+  EXPECT_EQ(keep_count(99, with_bos, tok), 5);
+  EXPECT_EQ(keep_count(-1, with_bos, tok), 5);
+  EXPECT_EQ(keep_count(0, kPrompt, tok), 0);
+  EXPECT_EQ(keep_count(3, kPrompt, tok), 3);
+  EXPECT_EQ(keep_count(-1, kPrompt, tok), static_cast<int32_t>(kPrompt.size()));
+  EXPECT_EQ(shift_discard(32, 4), 14);
+  EXPECT_EQ(shift_discard(32, 31), 0);
+  EXPECT_EQ(shift_discard(32, 30), 1);
+}
+
+// Greedy generation past a 32-position context, keeping the first 4 tokens: each time
+// the context fills, 14 positions go ((32 - 4) / 2) and the rest is recomputed. The
+// step after a shift samples from logits bit-identical to a fresh engine's that
+// prefills the kept tokens (the kv_tokens() mirror) in one forward, and the following
+// tokens are that fresh run's greedy continuation. The shifted run prefills in chunks
+// of 5 (the shift's recompute too): the bits do not depend on it.
+TEST(Generate, ContextShiftContinuesPastNctxAsAFreshRunOfTheKeptTokens_bitwise) {
+  constexpr uint32_t kCtx = 32;
+  constexpr int32_t kKeep = 4, kFollow = 8;
+  auto t = make_engine(TinySpec{.vocab_gguf = gpt2_vocab()}, 1, kCtx, "shift");
+  auto fresh = make_engine(TinySpec{.vocab_gguf = gpt2_vocab()}, 1, kCtx, "shift-fresh");
+  ASSERT_TRUE(t.engine && fresh.engine);
+  GenerateOptions o{.n_predict = 80};
+  o.sampler.temp = 0.0f;
+  o.sampler.repeat_penalty = 1.0f;
+  o.sampler.logit_bias = no_eog(*t);
+  o.n_batch = 5;
+  o.context_shift = true;
+  o.n_keep = kKeep;
+  std::vector<std::vector<float>> logits;  // per sampling step
+  o.on_logits = [&](std::span<const float> l) { logits.emplace_back(l.begin(), l.end()); };
+  auto g = Generator::create(*t, o, [](std::string_view) {});
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  ASSERT_TRUE((*g)->prefill(kPrompt).ok());
+  struct Shift {
+    size_t step;                // the first sampling step after it
+    std::vector<TokenId> kept;  // the KV after it, the token that needed room included
+  };
+  std::vector<Shift> shifts;
+  for (;;) {
+    auto more = (*g)->step();
+    ASSERT_TRUE(more.ok()) << more.error().message;
+    if (static_cast<size_t>((*g)->stats().n_shifts) > shifts.size()) {
+      shifts.push_back({logits.size(), (*g)->kv_tokens()});
+    }
+    if (!*more) break;
+  }
+  (*g)->finish();
+  const GenerateStats& s = (*g)->stats();
+  EXPECT_EQ(s.stop, StopReason::kNPredict);
+  EXPECT_EQ(s.n_generated, 80);
+  // 9 prompt tokens: the first shift at 32 positions, then one every 14 tokens.
+  EXPECT_EQ(s.n_shifts, 4);
+  EXPECT_EQ(s.n_discarded, 4 * 14);
+  ASSERT_EQ(shifts.size(), 4u);
+  const std::vector<TokenId>& generated = (*g)->generated();
+  for (const Shift& sh : shifts) {
+    ASSERT_EQ(sh.kept.size(), kCtx - 14 + 1);  // the token fed after the shift too
+    // The kept prefix is the prompt's first tokens.
+    EXPECT_TRUE(std::equal(kPrompt.begin(), kPrompt.begin() + kKeep, sh.kept.begin()));
+    EXPECT_EQ(sh.kept.back(), generated[sh.step - 1]);
+    GenerateOptions fo{.n_predict = kFollow};
+    fo.sampler = o.sampler;
+    std::vector<std::vector<float>> fresh_logits;
+    fo.on_logits = [&](std::span<const float> l) { fresh_logits.emplace_back(l.begin(), l.end()); };
+    ASSERT_TRUE(fresh->set_n_ctx(kCtx).ok());
+    auto f = Generator::create(*fresh, fo, [](std::string_view) {});
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    ASSERT_TRUE((*f)->prefill(sh.kept).ok());
+    while (*(*f)->step()) {
+    }
+    (*f)->finish();
+    const auto n = std::min<size_t>(kFollow, generated.size() - sh.step);
+    ASSERT_GE(fresh_logits.size(), n);
+    for (size_t j = 0; j < n; ++j) {
+      EXPECT_TRUE(same_bits(logits[sh.step + j], fresh_logits[j]))
+          << "shift at step " << sh.step << ", step " << j << " after it";
+      EXPECT_EQ(generated[sh.step + j], (*f)->generated()[j]) << "step " << j << " after it";
+    }
+  }
+}
+
+TEST(Generate, ContextShiftWithNothingToDiscardStopsAtTheFullContext) {
+  // Keeping the whole 9-token prompt of a 10-position context leaves one position after
+  // it: nothing to discard, so the run ends as without a shift.
+  auto t = make_engine(TinySpec{.vocab_gguf = gpt2_vocab()}, 1, 10, "noshift");
+  ASSERT_TRUE(t.engine);
+  GenerateOptions o{.n_predict = -1};
+  o.sampler.logit_bias = no_eog(*t);
+  o.context_shift = true;
+  o.n_keep = static_cast<int32_t>(kPrompt.size());
+  auto s = generate(*t, kPrompt, o, [](std::string_view) {});
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->stop, StopReason::kContext);
+  EXPECT_EQ(s->n_shifts, 0);
+  EXPECT_EQ(s->n_generated, 2);
+}
+
 TEST(RealModel, SmolLM2GeneratesText) {
   const std::string path =
       std::string(MINFER_CACHE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";

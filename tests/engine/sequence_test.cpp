@@ -165,6 +165,28 @@ TEST(SequenceState, context_gate_first_ends_at_a_full_context_without_sampling) 
   EXPECT_EQ(s->generated(), (std::vector<TokenId>{6, 6}));
 }
 
+TEST(SequenceState, context_shift_keeps_both_gates_open_and_discard_moves_the_cursor_back) {
+  Fixture f;
+  for (const bool gate_first : {false, true}) {
+    auto s = f.make({.n_ctx = 4, .context_gate_first = gate_first, .context_shift = true});
+    // Positions 2 and 3, then a token for position 4 = n_ctx: the driver makes room.
+    auto a = s->next(f.one_hot(6));
+    auto b = s->next(f.one_hot(6));
+    auto c = s->next(f.one_hot(7));
+    ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+    EXPECT_EQ(b->pos, 3);
+    EXPECT_TRUE(c->feed) << gate_first;
+    EXPECT_EQ(c->pos, 4);
+    EXPECT_EQ(c->stop, SeqStop::kNone);
+    s->discard(2);  // positions 2 and 3 went: the token goes to 2, the next to 3
+    EXPECT_EQ(s->cursor(), 3);
+    auto d = s->next(f.one_hot(6));
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->pos, 3);
+    EXPECT_EQ(s->n_generated(), 4);
+  }
+}
+
 TEST(SequenceState, logprobs_are_the_log_softmax_of_the_raw_logits) {
   Fixture f;
   auto s = f.make({.top_logprobs = 2});
