@@ -96,12 +96,19 @@ DotKernel avx512_or_avx2(DType t) {
 }
 
 // llama.cpp's accumulation orders: the AVX2 quant dots (ggml's x86 order), the f16
-// vec/sgemm pair, ggml's x86 Q5_0 lanes and, for Q6_K batches of >= 8 rows, its tiled
-// K-quant matmul.
+// vec/sgemm pair, ggml's x86 Q5_0 and Q5_K lanes and, for Q5_K / Q6_K batches of >= 8 rows,
+// its tiled K-quant matmul.
 DotKernel llamacpp_or_avx2(DType t) {
   if (t == DType::kF16) return llamacpp_f16_dot_kernel();
   if (t == DType::kF32) return llamacpp_f32_dot_kernel();
   if (t == DType::kQ5_0) return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q5_0_q8_0_ggml};
+  if (t == DType::kQ5_K) {
+    return {.vec_dot_type = DType::kQ8_K,
+            .from_f32 = from_f32_q8_k_avx2,
+            .vec_dot = avx2_dot_q5_k_q8_k_ggml,
+            .vec_dot_batch = avx2_dot_q5_k_q8_k_tiled,
+            .batch_min_rows = 8};
+  }
   if (t == DType::kQ6_K) {  // ggml's x86 GEMV; its tiled K-quant matmul from 8 rows
     DotKernel k = avx2_or_scalar(t);
     k.vec_dot_batch = avx2_dot_q6_k_q8_k_tiled;

@@ -193,11 +193,22 @@ float ggml_dot_q5_0_q8_0_lanes(int64_t n, const void* w, const void* x);
 // for Q6_K (its add of the product to the tile compiles to an fma).
 float vec_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);
 float avx2_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);  // vec_dot_avx2.cpp
+// Q5_K (not repacked on x86), per super-block from exact s1 = Σ_j sc_j·Σq·y and
+// s2 = Σ_j m_j·bsum_j:
+//  GEMV (ggml_vec_dot_q5_K_q8_K's x86 form, the same in its AVX2 and AVX-512 builds): 8 f32
+//   lanes, lane l = fma(d_x·d_w, float(Σ_j sc_j·Σ of elements 4l..4l+3 of sub-block j), lane l);
+//   beside them summs = fma(−d_x·dmin_w, float(s2), summs); the result hsum_float_8 + summs.
+//  tiled (>= 8 activation rows): r = fma(−dmin_w, float(s2), d_w·float(s1)), then
+//   acc = fma(r, d_x, acc) — its AVX2 and AVX-512 VNNI microkernels alike.
+float ggml_dot_q5_k_q8_k_lanes(int64_t n, const void* w, const void* x);
+float vec_dot_q5_k_q8_k_tiled(int64_t n, const void* w, const void* x);
 // AVX2 forms (vec_dot_llamacpp_avx2.cpp), bitwise equal to the above.
 float avx2_dot_q4_0_q8_0_repack(int64_t n, const void* w, const void* x);
 float avx2_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* w, const void* x);
 float avx2_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* w, const void* x);
 float avx2_dot_q5_0_q8_0_ggml(int64_t n, const void* w, const void* x);
+float avx2_dot_q5_k_q8_k_ggml(int64_t n, const void* w, const void* x);
+float avx2_dot_q5_k_q8_k_tiled(int64_t n, const void* w, const void* x);
 // The AVX-512 one-lane-per-row Q4_0 with the repack expression (vec_dot_avx512_rows.cpp).
 DotKernel avx512_rows_q4_0_repack_dot_kernel();
 // The llamacpp-numerics repack table: a kernel for the types llamacpp_repacks names on this
