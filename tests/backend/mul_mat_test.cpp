@@ -524,6 +524,43 @@ TEST(VecDotSimd, SiluPolyAvx2EqualsScalar_bitwise) {
   }
 }
 
+// silu as llama.cpp's AVX2-only build computes it (ggml_v_expf's AVX2 form): the AVX2 form
+// equals the scalar one bit for bit over the same values, stays as close to the exact silu,
+// and parts from the AVX-512 form (silu_poly_*) on some ordinary inputs.
+TEST(VecDotSimd, SiluPoly8Avx2EqualsScalar_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  std::vector<float> x = random_floats(4096, 79, -20.0f, 20.0f);
+  for (float v : {0.0f, -0.0f, 87.0f, 88.5f, 89.0f, 100.0f, -87.0f, -88.0f, -103.0f, -104.0f,
+                  -150.0f, 1e-30f, -1e-30f, INFINITY, -INFINITY, NAN}) {
+    x.push_back(v);
+  }
+  while (x.size() % 8 != 5) x.push_back(0.25f);
+  std::vector<float> up = random_floats(x.size(), 80, -2.0f, 2.0f);
+  int differ_from_avx512_form = 0;
+  for (bool with_up : {false, true}) {
+    std::vector<float> a(x.size()), b(x.size()), c(x.size());
+    const float* u = with_up ? up.data() : nullptr;
+    silu_poly8_scalar(static_cast<int64_t>(x.size()), x.data(), u, a.data());
+    silu_poly8_avx2(static_cast<int64_t>(x.size()), x.data(), u, b.data());
+    silu_poly_scalar(static_cast<int64_t>(x.size()), x.data(), u, c.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(fp32_to_bits(a[i]), fp32_to_bits(b[i])) << "x " << x[i] << " up " << with_up;
+      differ_from_avx512_form += fp32_to_bits(a[i]) != fp32_to_bits(c[i]);
+      if (!with_up && std::isfinite(x[i]) && std::fabs(x[i]) < 80.0f) {
+        const double ref = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+        ASSERT_NEAR(a[i], ref, 4e-7 * std::max(1.0, std::fabs(ref))) << x[i];
+      }
+    }
+  }
+  EXPECT_GT(differ_from_avx512_form, 20);
+  // e^x itself: 0 below the range, inf above it, NaN through.
+  EXPECT_EQ(ggml_v_expf8_lane(-INFINITY), 0.0f);
+  EXPECT_EQ(ggml_v_expf8_lane(-200.0f), 0.0f);
+  EXPECT_EQ(ggml_v_expf8_lane(200.0f), INFINITY);
+  EXPECT_TRUE(std::isnan(ggml_v_expf8_lane(NAN)));
+  EXPECT_EQ(ggml_v_expf8_lane(0.0f), 1.0f);
+}
+
 TEST(VecDot, Q8ActivationFollowsGgmlX86Rounding) {
   // amax 127 → d = 1, id = 1: halves round to even (2.5 → 2, 3.5 → 4, −2.5 → −2).
   std::vector<float> x(32, 0.0f);

@@ -156,6 +156,15 @@ void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const
 float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
 // e^x as one lane of ggml's vectorised expf (ggml_v_expf, AVX-512 form).
 float ggml_v_expf_lane(float x);
+// The same two on llama.cpp's AVX2 build (no AVX-512), each bit-exact:
+//  ggml_vec_dot_f16 — 4 × 8 f32 lanes fused-multiply-added over 32-element steps, folded
+//  (0+2) + (1+3), the two halves added, two _mm_hadd_ps, the tail (n % 32) in double;
+//  ggml_v_expf — the polynomial without its constant term, then fma(j, 2^n, 2^n) (the
+//  AVX-512 form adds the 1 inside the polynomial and scales by scalef), |n| > 126 in two
+//  scaling steps, |n| > 192 to 0 / inf.
+float ggml_dot_f16_vec8_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
+float ggml_dot_f16_vec8_avx2(int64_t n, const uint16_t* x, const uint16_t* y);
+float ggml_v_expf8_lane(float x);
 // The mul_mat table entry for F16 weights under llamacpp numerics (AVX2 only).
 DotKernel llamacpp_f16_dot_kernel();
 // llama.cpp's F32 weight matmul: ggml_vec_dot_f32 for one activation row, llamafile's
@@ -220,6 +229,9 @@ DotKernel llamacpp_repack_dot_kernel(DType weight_type);
 // silu/swiglu on a row's 16-aligned body. Both forms give the same bits.
 void silu_poly_scalar(int64_t n, const float* x, const float* up, float* y);
 void silu_poly_avx2(int64_t n, const float* x, const float* up, float* y);
+// ... and as llama.cpp's AVX2 build computes it (ggml_v_expf8_lane; 8-lane row bodies).
+void silu_poly8_scalar(int64_t n, const float* x, const float* up, float* y);
+void silu_poly8_avx2(int64_t n, const float* x, const float* up, float* y);
 // f16 → f32 widening of n elements (exact, so both variants give the same bits).
 void f16_to_f32_scalar(int64_t n, const uint16_t* x, float* y);
 void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y);
