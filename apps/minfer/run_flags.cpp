@@ -182,7 +182,9 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
              a.n_ctx = static_cast<uint32_t>(n);
              return Ok{};
            });
-  p.option("-b,--batch-size", "N", "prompt tokens per prefill forward (default: the whole prompt)",
+  p.option("-b,--batch-size", "N",
+           "prompt tokens per prefill forward (default: the whole prompt; 512 under\n"
+           "--numerics llamacpp*, llama.cpp's -ub)",
            [&a](const std::string& v) { return set_int(v, "-b", 1, kI32Max, a.n_batch); });
   p.option("-ub,--ubatch-size", "N", "same as -b (the smaller of the two is used)",
            [&a](const std::string& v) { return set_int(v, "-ub", 1, kI32Max, a.n_ubatch); });
@@ -433,7 +435,12 @@ Status prepare_run(RunArgs& a) {
   }
   MINFER_TRY_STATUS(compile_constraint(a));
   // Every usage error that needs no model comes before the model is looked for.
-  if (auto o = engine_options(a.n_threads, a.kv); !o.ok()) return o.error();
+  auto options = engine_options(a.n_threads, a.kv);
+  if (!options.ok()) return options.error();
+  // llama.cpp prefills a prompt in ubatches of 512 tokens (its default -ub), and its bits
+  // depend on them (the tiled attention from 64 rows, the tiled and repack matmuls'
+  // batches): under its numerics a prompt goes in the same pieces unless -b / -ub say so.
+  if (a.n_batch == 0 && engine::llamacpp_family(options->numerics)) a.n_batch = 512;
   MINFER_TRY_STATUS(check_template_flags(a));
   if (a.keep_given && !a.context_shift) {
     a.notices.push_back(fmt::format(

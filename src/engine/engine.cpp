@@ -127,7 +127,13 @@ Status Context::init(const EngineOptions& options) {
     if (!parsed) return parsed.error().context("MINFER_CPU_ISA");
     isa = *parsed;
   }
+  // Under llamacpp numerics the llama.cpp build followed has AVX-512 vector code where the
+  // CPU has AVX-512 and MINFER_CPU_ISA does not pin avx2; else it is an AVX2-only build.
+  bool llamacpp_avx2_build = false;
   if (llamacpp_family(options.numerics)) {
+    llamacpp_avx2_build = options.numerics != Numerics::kLlamaCppAvx512Fp16 &&
+                          (isa == backend::cpu::CpuIsa::kAvx2 ||
+                           backend::cpu::detect_isa() != backend::cpu::CpuIsa::kAvx512);
     // ggml's x86 quant dots accumulate 8 f32 lanes per block in order: our AVX2 kernels
     // follow it; the AVX-512 ones re-block (faster, other rounding) and the scalar
     // reference sums per block.
@@ -154,7 +160,8 @@ Status Context::init(const EngineOptions& options) {
                   .dump_dir = Config::get().graph_dump,
                   .llamacpp_numerics = llamacpp_family(options.numerics),
                   .llamacpp_repack = options.numerics != Numerics::kLlamaCppNoRepack,
-                  .llamacpp_fa_f16_arith = options.numerics == Numerics::kLlamaCppAvx512Fp16}));
+                  .llamacpp_fa_f16_arith = options.numerics == Numerics::kLlamaCppAvx512Fp16,
+                  .llamacpp_avx2_build = llamacpp_avx2_build}));
   const graph::BackendId cpu_id = cpu->id();
   e->sched_.add_backend(std::move(cpu));
   // The other devices, from the registry, in the order named; ids follow the CPU's.

@@ -524,6 +524,43 @@ TEST(VecDotSimd, SiluPolyAvx2EqualsScalar_bitwise) {
   }
 }
 
+// silu as llama.cpp's AVX2-only build computes it (ggml_v_expf's AVX2 form): the AVX2 form
+// equals the scalar one bit for bit over the same values, stays as close to the exact silu,
+// and parts from the AVX-512 form (silu_poly_*) on some ordinary inputs.
+TEST(VecDotSimd, SiluPoly8Avx2EqualsScalar_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  std::vector<float> x = random_floats(4096, 79, -20.0f, 20.0f);
+  for (float v : {0.0f, -0.0f, 87.0f, 88.5f, 89.0f, 100.0f, -87.0f, -88.0f, -103.0f, -104.0f,
+                  -150.0f, 1e-30f, -1e-30f, INFINITY, -INFINITY, NAN}) {
+    x.push_back(v);
+  }
+  while (x.size() % 8 != 5) x.push_back(0.25f);
+  std::vector<float> up = random_floats(x.size(), 80, -2.0f, 2.0f);
+  int differ_from_avx512_form = 0;
+  for (bool with_up : {false, true}) {
+    std::vector<float> a(x.size()), b(x.size()), c(x.size());
+    const float* u = with_up ? up.data() : nullptr;
+    silu_poly8_scalar(static_cast<int64_t>(x.size()), x.data(), u, a.data());
+    silu_poly8_avx2(static_cast<int64_t>(x.size()), x.data(), u, b.data());
+    silu_poly_scalar(static_cast<int64_t>(x.size()), x.data(), u, c.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(fp32_to_bits(a[i]), fp32_to_bits(b[i])) << "x " << x[i] << " up " << with_up;
+      differ_from_avx512_form += fp32_to_bits(a[i]) != fp32_to_bits(c[i]);
+      if (!with_up && std::isfinite(x[i]) && std::fabs(x[i]) < 80.0f) {
+        const double ref = x[i] / (1.0 + std::exp(-static_cast<double>(x[i])));
+        ASSERT_NEAR(a[i], ref, 4e-7 * std::max(1.0, std::fabs(ref))) << x[i];
+      }
+    }
+  }
+  EXPECT_GT(differ_from_avx512_form, 20);
+  // e^x itself: 0 below the range, inf above it, NaN through.
+  EXPECT_EQ(ggml_v_expf8_lane(-INFINITY), 0.0f);
+  EXPECT_EQ(ggml_v_expf8_lane(-200.0f), 0.0f);
+  EXPECT_EQ(ggml_v_expf8_lane(200.0f), INFINITY);
+  EXPECT_TRUE(std::isnan(ggml_v_expf8_lane(NAN)));
+  EXPECT_EQ(ggml_v_expf8_lane(0.0f), 1.0f);
+}
+
 TEST(VecDot, Q8ActivationFollowsGgmlX86Rounding) {
   // amax 127 → d = 1, id = 1: halves round to even (2.5 → 2, 3.5 → 4, −2.5 → −2).
   std::vector<float> x(32, 0.0f);
@@ -587,6 +624,8 @@ TEST(VecDotSimd, LlamaCppRepackDotsEqualTheirScalarReferences_bitwise) {
       {DType::kQ4_K, avx2_dot_q4_k_q8_k_repack_gemm, vec_dot_q4_k_q8_k_repack_gemm, "q4_k gemm"},
       {DType::kQ5_0, avx2_dot_q5_0_q8_0_ggml, ggml_dot_q5_0_q8_0_lanes, "q5_0 ggml lanes"},
       {DType::kQ6_K, avx2_dot_q6_k_q8_k_tiled, vec_dot_q6_k_q8_k_tiled, "q6_k tiled"},
+      {DType::kQ5_K, avx2_dot_q5_k_q8_k_ggml, ggml_dot_q5_k_q8_k_lanes, "q5_k ggml lanes"},
+      {DType::kQ5_K, avx2_dot_q5_k_q8_k_tiled, vec_dot_q5_k_q8_k_tiled, "q5_k tiled"},
   };
   for (const Pair& pr : pairs)
     for (int64_t k : {int64_t{512}, int64_t{1024}, int64_t{4864}}) {
@@ -675,6 +714,28 @@ TEST(VecDot, LlamaCppRepackOrdersDifferFromThePlainOnes) {
     differ_q6_k += vec_dot_q6_k_q8_k_tiled(k, w6.data(), xk.data()) !=
                    avx2_dot_kernel(DType::kQ6_K).vec_dot(k, w6.data(), xk.data());
   }
+  // Q5_K: ggml's GEMV lanes, its tiled order and minfer's own per-super-block order are
+  // three roundings of one exact sum — close to each other, bitwise apart on many rows.
+  int differ_q5_k_gemv = 0, differ_q5_k_tiled = 0, differ_q5_k_pair = 0;
+  const VecDotFn own_q5_k = scalar_dot_kernel(DType::kQ5_K).vec_dot;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    const int64_t k = 4864;
+    std::vector<float> x = random_floats(static_cast<size_t>(k), seed + 11, -3.0f, 3.0f);
+    std::vector<uint8_t> xk(*quant::row_bytes(DType::kQ8_K, k));
+    from_f32_q8_k(x.data(), xk.data(), k);
+    std::vector<uint8_t> w5 = encode(DType::kQ5_K, random_floats(static_cast<size_t>(k), seed));
+    const float own = own_q5_k(k, w5.data(), xk.data());
+    const float gemv = ggml_dot_q5_k_q8_k_lanes(k, w5.data(), xk.data());
+    const float tiled = vec_dot_q5_k_q8_k_tiled(k, w5.data(), xk.data());
+    ASSERT_NEAR(gemv, own, 1e-4f * (1.0f + std::fabs(own))) << "seed " << seed;
+    ASSERT_NEAR(tiled, own, 1e-4f * (1.0f + std::fabs(own))) << "seed " << seed;
+    differ_q5_k_gemv += gemv != own;
+    differ_q5_k_tiled += tiled != own;
+    differ_q5_k_pair += gemv != tiled;
+  }
+  EXPECT_GT(differ_q5_k_gemv, 5);
+  EXPECT_GT(differ_q5_k_tiled, 5);
+  EXPECT_GT(differ_q5_k_pair, 5);
   EXPECT_GT(differ_q6_k, 5);
   EXPECT_GT(differ_q4_0, 5);
   EXPECT_GT(differ_q4_k, 5);
@@ -731,6 +792,7 @@ TEST(MulMat, LlamaCppNumericsFollowTheRepackBufferPerWeight_bitwise) {
       {DType::kQ4_K, 24, "blk.0.ffn_down.weight", true, true},
       {DType::kQ4_K, 20, "blk.0.ffn_down.weight", true, false},
       {DType::kQ6_K, 16, "blk.0.ffn_down.weight", true, false},  // tiled from 8 rows
+      {DType::kQ5_K, 16, "blk.0.ffn_down.weight", true, false},  // tiled from 8 rows
   };
   for (const Case& cs : cases)
     for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{6}, int64_t{7}, int64_t{8}, int64_t{9}}) {
@@ -772,6 +834,9 @@ TEST(MulMat, LlamaCppNumericsFollowTheRepackBufferPerWeight_bitwise) {
           if (cs.t == DType::kQ6_K) {  // ggml's GEMV below 8 rows, its tiled matmul from 8
             want = m >= 8 ? vec_dot_q6_k_q8_k_tiled(k, wr, xq.data())
                           : avx2_dot_kernel(DType::kQ6_K).vec_dot(k, wr, xq.data());
+          } else if (cs.t == DType::kQ5_K) {
+            want = m >= 8 ? vec_dot_q5_k_q8_k_tiled(k, wr, xq.data())
+                          : ggml_dot_q5_k_q8_k_lanes(k, wr, xq.data());
           } else if (!cs.expect_repack) {
             want = llamacpp_or_avx2(cs.t).vec_dot(k, wr, xq.data());
           } else if (cs.t == DType::kQ4_0) {

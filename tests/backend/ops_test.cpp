@@ -552,6 +552,10 @@ TEST(Attention, GgmlF16HelpersTwinsEqualScalar_bitwise) {
     EXPECT_EQ(fp32_to_bits(ggml_dot_f16_vec_avx2_fa(n, x.data(), y.data())),
               fp32_to_bits(ggml_dot_f16_vec_scalar(n, x.data(), y.data())))
         << n;
+    // the Q·K dot of llama.cpp's AVX2-only build (8 lanes, steps of 32)
+    EXPECT_EQ(fp32_to_bits(ggml_dot_f16_vec8_avx2(n, x.data(), y.data())),
+              fp32_to_bits(ggml_dot_f16_vec8_scalar(n, x.data(), y.data())))
+        << n;
     if (!fp16) continue;
     for (const float v : {0.0f, 1.0f, 0.3377f, 0.04802655f, 0.999f}) {
       std::vector<uint16_t> a = y, b = y;

@@ -324,12 +324,13 @@ def read_f16(path: Path, offset: int, count: int) -> np.ndarray:
     return np.fromfile(path, dtype="<f2", count=count, offset=2 * offset).astype(np.float64)
 
 
-def run_engine(model: Path, prompt: dict, n: int, dump: bool, tmp: Path, extra=()):
+def run_engine(model: Path, prompt: dict, n: int, dump: bool, tmp: Path, extra=(), env=None):
     args = [str(MINFER_BIN), str(model), prompt["text"], "--no-template", "--temp", "0",
             "--repeat-penalty", "1", "-t", "2", "-n", str(n), *extra]  # llama.cpp's greedy: no penalty
     if dump:
         args += ["--dump-json", str(tmp / "out.json"), "--dump-logits", str(tmp / "out.f32")]
-    r = subprocess.run(args, capture_output=True, timeout=600)
+    r = subprocess.run(args, capture_output=True, timeout=600,
+                       env=None if env is None else {**os.environ, **env})
     assert r.returncode == 0, f"minfer failed ({r.returncode}): {r.stderr.decode(errors='replace')[-2000:]}"
     return r.stdout
 
@@ -707,29 +708,52 @@ def test_llamacpp_numerics_reproduce_llamacpp_default_repack_build_bit_for_bit(g
 # llama.cpp's command-line tool at its defaults (flash attention auto, f16 KV,
 # -b 2048 -ub 512), greedy, -c 1024 -t 2, from a GGML_NATIVE=OFF build with the
 # AVX2/AVX-512 flags on (f16 flash-attention helpers in f32 arithmetic), recorded by
-# tools/reference/parity_cli.py --record: the prompt, the bytes it printed.
+# tools/reference/parity_cli.py --record: the prompt, the bytes it printed. cli-avx2: the
+# same from a build with every GGML_AVX512* option off (its 8-lane vector code), which
+# `--numerics llamacpp` follows under MINFER_CPU_ISA=avx2 (and on a CPU without AVX-512).
 CLI_GOLDEN_DIR = GOLDEN_DIR / "cli"
+CLI_AVX2_GOLDEN_DIR = GOLDEN_DIR / "cli-avx2"
 
 
-@pytest.mark.parametrize("path", sorted(CLI_GOLDEN_DIR.glob("*.json")), ids=lambda p: p.stem)
+def cpu_has_avx512_kernels() -> bool:
+    """detect_isa()'s kAvx512: AVX-512 F/BW/VL/VNNI (where --numerics llamacpp follows
+    llama.cpp's AVX-512 build unless MINFER_CPU_ISA pins avx2)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return all(f" {f}" in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
+
+
+@pytest.mark.parametrize("path", sorted(CLI_GOLDEN_DIR.glob("*.json")) + sorted(CLI_AVX2_GOLDEN_DIR.glob("*.json")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_llamacpp_numerics_print_llama_completions_text_bytewise(path):
     """`--numerics llamacpp -t 2` prints llama-completion's 64 greedy tokens byte for byte:
     Gemma 3 270M Q4_K_M (head size 256, where its flash attention's f32-arithmetic f16
     accumulator and the f16-arithmetic one of `llamacpp-avx512fp16` give other text on
-    all 5 prompts, parting at bytes 2 to 209), prompts of 2 to 130 tokens (130: the tiled
-    kernel for the prefill)."""
+    all 5 prompts, parting at bytes 2 to 209), the llama-shaped Q5_K_M fixture (Q5_K
+    weights: ggml's x86 GEMV lanes for decode, its tiled K-quant matmul for prefills of
+    >= 8 tokens) and Q6_K fixture, prompts of 2 to 130 tokens (130: the tiled flash
+    attention for the prefill). cli-avx2: llama.cpp built without AVX-512 against
+    MINFER_CPU_ISA=avx2 (its 8-lane f16 dot in the flash attention, its AVX2 expf in silu
+    and in the tiled flash attention's softmax)."""
     caps = engine_caps()
     if not caps["generate"]:
         pytest.skip(caps["why"])
     if not cpu_has_avx2():
         pytest.skip("--numerics llamacpp runs on the AVX2 kernels; this CPU lacks AVX2/FMA/F16C")
+    avx2_build = path.parent == CLI_AVX2_GOLDEN_DIR
+    if not avx2_build and not cpu_has_avx512_kernels():
+        pytest.skip("llama.cpp's AVX-512 build: on a CPU without AVX-512 --numerics llamacpp "
+                    "follows its AVX2-only build")
     golden = json.loads(path.read_text())
     model = model_for(golden)
     if sha256(model) != golden["model"]["sha256"]:
         pytest.skip(f"{model} is not the file the goldens were recorded on (sha256 differs)")
     with tempfile.TemporaryDirectory() as t:
         for p in golden["prompts"]:
-            got = run_engine(model, p, golden["n_predict"], False, Path(t), extra=("--numerics", "llamacpp"))
+            got = run_engine(model, p, golden["n_predict"], False, Path(t), extra=("--numerics", "llamacpp"),
+                             env={"MINFER_CPU_ISA": "avx2"} if avx2_build else None)
             want = base64.b64decode(p["generated_text_b64"])
             at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
             assert got == want, (f"{path.stem}/{p['name']}: llama-completion's text parts at byte {at}\n"
@@ -749,6 +773,9 @@ def check_llamacpp_bit_for_bit(gdir: Path, hold_long_prompts: bool = True):
     need_dumps(caps)
     if not cpu_has_avx2():
         pytest.skip("--numerics llamacpp runs on the AVX2 kernels; this CPU lacks AVX2/FMA/F16C")
+    if not cpu_has_avx512_kernels():
+        pytest.skip("recorded from llama.cpp's AVX-512 build: on a CPU without AVX-512 "
+                    "--numerics llamacpp follows its AVX2-only build")
     golden = load_golden(gdir)
     model = model_for(golden)
     if golden["model"].get("fixture") is None and sha256(model) != golden["model"]["sha256"]:

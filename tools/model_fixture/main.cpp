@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
   std::optional<bool> tied, qkv_bias;
   app.add_option("--arch", arch_s, "qwen2 | llama | qwen3 | gemma3 | phi3 | qwen3moe")
       ->capture_default_str();
-  app.add_option("--preset", preset_s, "tiny | qwen2.5-0.5b | qwen3-0.6b | qwen3moe-0.5b")
+  app.add_option("--preset", preset_s,
+                 "tiny | llama-0.1b | qwen2.5-0.5b | qwen3-0.6b | qwen3moe-0.5b")
       ->capture_default_str();
   app.add_option("--type", type_s,
                  "f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k_s q4_k_m q5_k_m q6_k")

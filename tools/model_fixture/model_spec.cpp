@@ -194,6 +194,17 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
     s.n_ctx_train = 40960;
     return s;
   }
+  if (name == "llama-0.1b") {
+    if (arch != Arch::kLlama) return std::nullopt;
+    s.n_embd = 768;
+    s.n_layer = 12;
+    s.n_head = 12;
+    s.n_head_kv = 4;
+    s.n_embd_head = 64;
+    s.n_ff = 2048;
+    s.n_ctx_train = 2048;
+    return s;
+  }
   if (name == "qwen2.5-0.5b") {
     s.n_embd = 896;
     s.n_layer = 24;
@@ -212,7 +223,7 @@ std::optional<Shape> preset(std::string_view name, Arch arch) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "qwen2.5-0.5b", "qwen3-0.6b", "qwen3moe-0.5b"};
+  return {"tiny", "llama-0.1b", "qwen2.5-0.5b", "qwen3-0.6b", "qwen3moe-0.5b"};
 }
 
 std::optional<FtypeInfo> ftype_from_name(std::string_view name) {

@@ -58,10 +58,12 @@ struct Shape {
 // llama → untied, no bias, base 10000, eps 1e-5; qwen3 → tied, QK-norm, no bias, base
 // 1e6, eps 1e-6; gemma3 → tied, QK-norm, post-norms, head dim 256 (the "tiny" preset: 6
 // layers so layer 5 is global, sliding window 32), base 1e6, eps 1e-6.
-// "qwen3-0.6b": Qwen3-0.6B's shape (n_embd 1024, 28 layers, 16 / 8 heads of 128,
-// n_ff 3072, context 40960, tied). qwen3moe → qwen3's defaults with a mixture-of-experts
-// FFN: "tiny" has 8 experts of width 128, 2 used per token; "qwen3moe-0.5b" (a benchmark
-// shape, ~0.5B weights of which ~0.2B are read per token: n_embd 1024, 12 layers, 16 / 4
+// "llama-0.1b" (llama only): every row a multiple of 256, so each K-quant weight is real
+// 256-element super-blocks with no fallback type (n_embd 768, 12 layers, 12 / 4 heads of
+// 64, n_ff 2048, context 2048, untied). "qwen3-0.6b": Qwen3-0.6B's shape (n_embd 1024, 28 layers,
+// 16 / 8 heads of 128, n_ff 3072, context 40960, tied). qwen3moe → qwen3's defaults with a
+// mixture-of-experts FFN: "tiny" has 8 experts of width 128, 2 used per token; "qwen3moe-0.5b" (a
+// benchmark shape, ~0.5B weights of which ~0.2B are read per token: n_embd 1024, 12 layers, 16 / 4
 // heads of 64, 16 experts of width 512, 2 used, context 32768, tied).
 // n_vocab stays 0 (set from the vocab).
 std::optional<Shape> preset(std::string_view name, Arch arch);

@@ -40,6 +40,8 @@ DEFAULT_MODELS = [
     "minfer-fixture-qwen2.5-0.5b-q4_0.gguf",
     "minfer-fixture-qwen2.5-0.5b-q8_0.gguf",
     "minfer-fixture-qwen2.5-0.5b-f16.gguf",
+    "minfer-fixture-llama-0.1b-q5_k_m.gguf",
+    "minfer-fixture-llama-0.1b-q6_k.gguf",
 ]
 N_PREDICT = 64
 

@@ -60,11 +60,15 @@ float reduce16_tree(const float* x) {
   for (int e = 0; e < 4; ++e) b[e] = a[4 + e] + a[e];
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
+// ggml_vec_soft_max_f32's AVX2 tree over 8 lanes: 4 + 4, then (0 + 2) + (1 + 3).
+float reduce8_tree(const float* x) {
+  return (((x[0] + x[4]) + (x[2] + x[6])) + ((x[1] + x[5]) + (x[3] + x[7])));
+}
 }  // namespace
 
 void ggml_fa_tiled_row(int64_t hd, int64_t hd_v, const float* q, const uint16_t* k,
                        int64_t k_stride, const uint16_t* v, int64_t v_stride, const int32_t* cells,
-                       int64_t n_cells, float scale, float* acc, float* out) {
+                       int64_t n_cells, float scale, float* acc, float* out, bool lanes8) {
   float kq[kGgmlFaTileCells];
   std::fill(acc, acc + hd_v, 0.0f);
   float m = -INFINITY;
@@ -93,9 +97,16 @@ void ggml_fa_tiled_row(int64_t hd, int64_t hd_v, const float* q, const uint16_t*
       }
       m = mnew;
       double sum = 0.0;
-      for (int g = 0; g < static_cast<int>(kGgmlFaTileCells); g += 16) {
-        for (int l = 0; l < 16; ++l) kq[g + l] = ggml_v_expf_lane(kq[g + l] - mnew);
-        sum += static_cast<double>(reduce16_tree(kq + g));
+      if (lanes8) {
+        for (int g = 0; g < static_cast<int>(kGgmlFaTileCells); g += 8) {
+          for (int l = 0; l < 8; ++l) kq[g + l] = ggml_v_expf8_lane(kq[g + l] - mnew);
+          sum += static_cast<double>(reduce8_tree(kq + g));
+        }
+      } else {
+        for (int g = 0; g < static_cast<int>(kGgmlFaTileCells); g += 16) {
+          for (int l = 0; l < 16; ++l) kq[g + l] = ggml_v_expf_lane(kq[g + l] - mnew);
+          sum += static_cast<double>(reduce16_tree(kq + g));
+        }
       }
       s = static_cast<float>(static_cast<double>(s) + sum);
       for (int64_t c = i; c < j; ++c) {

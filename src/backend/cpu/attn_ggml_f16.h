@@ -40,11 +40,12 @@ void ggml_mad_f16_f32arith_avx2(int64_t n, uint16_t* y, const uint16_t* x, float
 // tile max, the online rescale (expf), ggml's vector expf and 16-lane tree sums added
 // in double, and the V accumulator in f32 (one fma chain per dim, cell after cell).
 // `cells`: the visible cells, ascending. out[hd_v] = the row's attention output.
+// lanes8: the softmax as its AVX2 build runs it (ggml_v_expf8_lane, 8-lane tree sums).
 inline constexpr int64_t kGgmlFaTileRows = 64;
 inline constexpr int64_t kGgmlFaTileCells = 64;
 void ggml_fa_tiled_row(int64_t hd, int64_t hd_v, const float* q, const uint16_t* k,
                        int64_t k_stride, const uint16_t* v, int64_t v_stride, const int32_t* cells,
-                       int64_t n_cells, float scale, float* acc, float* out);
+                       int64_t n_cells, float scale, float* acc, float* out, bool lanes8 = false);
 
 // llama.cpp's KV view: the used cells padded to kGgmlKvPad, at least kGgmlKvPad
 // (llama-kv-cache.cpp get_n_kv); a one-token ubatch over a view of >= kGgmlFaSplitKvMin

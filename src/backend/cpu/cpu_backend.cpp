@@ -96,12 +96,19 @@ DotKernel avx512_or_avx2(DType t) {
 }
 
 // llama.cpp's accumulation orders: the AVX2 quant dots (ggml's x86 order), the f16
-// vec/sgemm pair, ggml's x86 Q5_0 lanes and, for Q6_K batches of >= 8 rows, its tiled
-// K-quant matmul.
+// vec/sgemm pair, ggml's x86 Q5_0 and Q5_K lanes and, for Q5_K / Q6_K batches of >= 8 rows,
+// its tiled K-quant matmul.
 DotKernel llamacpp_or_avx2(DType t) {
   if (t == DType::kF16) return llamacpp_f16_dot_kernel();
   if (t == DType::kF32) return llamacpp_f32_dot_kernel();
   if (t == DType::kQ5_0) return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q5_0_q8_0_ggml};
+  if (t == DType::kQ5_K) {
+    return {.vec_dot_type = DType::kQ8_K,
+            .from_f32 = from_f32_q8_k_avx2,
+            .vec_dot = avx2_dot_q5_k_q8_k_ggml,
+            .vec_dot_batch = avx2_dot_q5_k_q8_k_tiled,
+            .batch_min_rows = 8};
+  }
   if (t == DType::kQ6_K) {  // ggml's x86 GEMV; its tiled K-quant matmul from 8 rows
     DotKernel k = avx2_or_scalar(t);
     k.vec_dot_batch = avx2_dot_q6_k_q8_k_tiled;
@@ -134,11 +141,21 @@ DotKernel llamacpp_repack_dot_kernel(DType t) {
   }
 }
 
-IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith) {
+IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build) {
   // The flash-attention f16 helpers: llama.cpp's f16-arithmetic form (the AVX512-FP16
   // twins, or, on a CPU without it, nullptr: ops_attention.cpp's scalar references of
   // that form), else its f32-arithmetic form (AVX2 twins).
   const bool fp16 = fa_f16_arith && cpu_has_avx512fp16();
+  if (avx2_build) {
+    // llama.cpp built without AVX-512: its 8-lane ggml_vec_dot_f16 (the flash attention's
+    // Q·K), its AVX2 expf (silu, the tiled flash attention's softmax) over 8-lane bodies.
+    IsaKernels k = llamacpp_kernels(repack, fa_f16_arith, false);
+    k.silu_poly = silu_poly8_avx2;
+    k.silu_lanes = 8;
+    k.ggml_fa_dot_f16 = ggml_dot_f16_vec8_avx2;
+    k.ggml_fa_tiled_lanes8 = true;
+    return k;
+  }
   return IsaKernels{.dot_kernel = llamacpp_or_avx2,
                     .repack_dot_kernel = repack ? llamacpp_repack_dot_kernel : nullptr,
                     .dot_f32 = dot_f32_avx2,
@@ -244,10 +261,10 @@ struct CpuBackend::Impl {
   std::string dump_dir;  // MINFER_GRAPH_DUMP ("" = off)
   uint64_t dump_seq = 0;
   Impl(CpuIsa i, graph::BackendId b, int32_t n_threads, bool llamacpp, bool repack,
-       bool fa_f16_arith)
+       bool fa_f16_arith, bool avx2_build)
       : isa(i),
         id(b),
-        kernels(llamacpp               ? llamacpp_kernels(repack, fa_f16_arith)
+        kernels(llamacpp               ? llamacpp_kernels(repack, fa_f16_arith, avx2_build)
                 : i == CpuIsa::kAvx512 ? avx512_kernels()
                 : i == CpuIsa::kAvx2   ? avx2_kernels()
                                        : scalar_kernels()),
@@ -290,8 +307,11 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::create(const CpuBackendOptions& 
   if (o.llamacpp_numerics && isa != CpuIsa::kAvx2) {
     return make_error("cpu backend: llama.cpp numerics run on the AVX2 kernels only");
   }
+  if (o.llamacpp_avx2_build && !o.llamacpp_numerics) {
+    return make_error("cpu backend: llamacpp_avx2_build is a form of llama.cpp numerics");
+  }
   auto impl = std::make_unique<Impl>(isa, o.id, n_threads, o.llamacpp_numerics, o.llamacpp_repack,
-                                     o.llamacpp_fa_f16_arith);
+                                     o.llamacpp_fa_f16_arith, o.llamacpp_avx2_build);
   impl->dump_dir = o.dump_dir;
   return std::unique_ptr<CpuBackend>(new CpuBackend(std::move(impl)));
 }

@@ -38,6 +38,9 @@ struct CpuBackendOptions {
   // ... with its flash attention's f16 helpers in f16 arithmetic (a native build on an
   // AVX512-FP16 CPU) instead of f32 arithmetic on widened halves (every other x86 build)
   bool llamacpp_fa_f16_arith = false;
+  // ... as llama.cpp built without AVX-512 computes (GGML_AVX512* off, or a native build on
+  // an AVX2-only CPU): its 8-lane f16 dot and AVX2 expf instead of its AVX-512 forms
+  bool llamacpp_avx2_build = false;
 };
 
 class CpuBackend final : public Backend {

@@ -37,18 +37,25 @@ struct IsaKernels {
                              int64_t v_stride, float* y) = nullptr;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening
   void (*silu_poly)(int64_t n, const float* x, const float* up, float* y) = nullptr;
+  // the row body silu_poly takes: a multiple of this many elements (ggml's vector width:
+  // 16 on its AVX-512 build, 8 on its AVX2 build); glibc's expf on the rest
+  int64_t silu_lanes = 16;
   void (*geglu)(int64_t n, const float* gate, const float* up, float* y,
                 const float* table) = nullptr;  // geglu.h
   // AttnNumerics::kGgmlF16 (attn_ggml_f16.h): twins of the scalar helpers; nullptr = scalar.
   float (*ggml_fa_dot_f16)(int64_t n, const uint16_t* x, const uint16_t* y) = nullptr;
   void (*ggml_fa_mad_f16)(int64_t n, uint16_t* y, const uint16_t* x, float v) = nullptr;
   void (*ggml_fa_scale_f16)(int64_t n, uint16_t* y, float v) = nullptr;
+  // the tiled flash attention's softmax as llama.cpp's AVX2 build runs it (8 lanes, its
+  // AVX2 expf) instead of its AVX-512 build (16 lanes)
+  bool ggml_fa_tiled_lanes8 = false;
 };
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();
 IsaKernels avx512_kernels();
-// AVX2 + llama.cpp's orders (± its repack; its flash attention in f16 or f32 arithmetic)
-IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith);
+// AVX2 + llama.cpp's orders (± its repack; its flash attention in f16 or f32 arithmetic;
+// the vector width of its build: AVX-512, or AVX2 only)
+IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build = false);
 DotKernel llamacpp_or_avx2(DType weight_type);  // the llamacpp table's plain mul_mat kernels
 
 // Growable per-backend work memory: resized only when a node needs more than any

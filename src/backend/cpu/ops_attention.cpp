@@ -118,7 +118,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           std::sort(cells, cells + nc);  // llama.cpp walks the cache in cell order
           ggml_fa_tiled_row(hd, hd_v, q + (t * n_head + h) * hd, kc + kvh * hd, row_k,
                             vc + kvh * hd_v, row_v, cells, nc, scale, acc,
-                            out + t * (n_head * hd_v) + h * hd_v);
+                            out + t * (n_head * hd_v) + h * hd_v, k.ggml_fa_tiled_lanes8);
         }
       };
       parallel_range(c.pool, n_tok * n_head, 1, tiled);

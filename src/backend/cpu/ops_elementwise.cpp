@@ -75,14 +75,14 @@ Status op_elementwise(const OpCtx& c, NodeId id) {
     case Op::kSilu:
     case Op::kSwiglu: {
       // silu(x) = x / (1 + e^−x), per row as ggml: its polynomial e^x on the row's
-      // 16-aligned body (c.k.silu_poly, scalar and SIMD bit-identical), glibc's expf on
-      // the tail.
+      // body of whole vectors (c.k.silu_poly over a multiple of c.k.silu_lanes, scalar and
+      // SIMD bit-identical), glibc's expf on the tail.
       const float* gate = c.data.as<const float>(n.src[0]);
       const float* up = n.op == Op::kSwiglu ? c.data.as<const float>(n.src[1]) : nullptr;
       float* o = c.data.as<float>(id);
       const int64_t ne0 = n.shape.ne[0];
       const int64_t rows = n.shape.n_rows();
-      const int64_t body = ne0 & ~int64_t{15};
+      const int64_t body = ne0 - ne0 % c.k.silu_lanes;
       const auto silu_poly = c.k.silu_poly;
       auto rows_body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
         for (int64_t r = lo; r < hi; ++r) {

@@ -156,6 +156,15 @@ void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const
 float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
 // e^x as one lane of ggml's vectorised expf (ggml_v_expf, AVX-512 form).
 float ggml_v_expf_lane(float x);
+// The same two on llama.cpp's AVX2 build (no AVX-512), each bit-exact:
+//  ggml_vec_dot_f16 — 4 × 8 f32 lanes fused-multiply-added over 32-element steps, folded
+//  (0+2) + (1+3), the two halves added, two _mm_hadd_ps, the tail (n % 32) in double;
+//  ggml_v_expf — the polynomial without its constant term, then fma(j, 2^n, 2^n) (the
+//  AVX-512 form adds the 1 inside the polynomial and scales by scalef), |n| > 126 in two
+//  scaling steps, |n| > 192 to 0 / inf.
+float ggml_dot_f16_vec8_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
+float ggml_dot_f16_vec8_avx2(int64_t n, const uint16_t* x, const uint16_t* y);
+float ggml_v_expf8_lane(float x);
 // The mul_mat table entry for F16 weights under llamacpp numerics (AVX2 only).
 DotKernel llamacpp_f16_dot_kernel();
 // llama.cpp's F32 weight matmul: ggml_vec_dot_f32 for one activation row, llamafile's
@@ -193,11 +202,22 @@ float ggml_dot_q5_0_q8_0_lanes(int64_t n, const void* w, const void* x);
 // for Q6_K (its add of the product to the tile compiles to an fma).
 float vec_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);
 float avx2_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);  // vec_dot_avx2.cpp
+// Q5_K (not repacked on x86), per super-block from exact s1 = Σ_j sc_j·Σq·y and
+// s2 = Σ_j m_j·bsum_j:
+//  GEMV (ggml_vec_dot_q5_K_q8_K's x86 form, the same in its AVX2 and AVX-512 builds): 8 f32
+//   lanes, lane l = fma(d_x·d_w, float(Σ_j sc_j·Σ of elements 4l..4l+3 of sub-block j), lane l);
+//   beside them summs = fma(−d_x·dmin_w, float(s2), summs); the result hsum_float_8 + summs.
+//  tiled (>= 8 activation rows): r = fma(−dmin_w, float(s2), d_w·float(s1)), then
+//   acc = fma(r, d_x, acc) — its AVX2 and AVX-512 VNNI microkernels alike.
+float ggml_dot_q5_k_q8_k_lanes(int64_t n, const void* w, const void* x);
+float vec_dot_q5_k_q8_k_tiled(int64_t n, const void* w, const void* x);
 // AVX2 forms (vec_dot_llamacpp_avx2.cpp), bitwise equal to the above.
 float avx2_dot_q4_0_q8_0_repack(int64_t n, const void* w, const void* x);
 float avx2_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* w, const void* x);
 float avx2_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* w, const void* x);
 float avx2_dot_q5_0_q8_0_ggml(int64_t n, const void* w, const void* x);
+float avx2_dot_q5_k_q8_k_ggml(int64_t n, const void* w, const void* x);
+float avx2_dot_q5_k_q8_k_tiled(int64_t n, const void* w, const void* x);
 // The AVX-512 one-lane-per-row Q4_0 with the repack expression (vec_dot_avx512_rows.cpp).
 DotKernel avx512_rows_q4_0_repack_dot_kernel();
 // The llamacpp-numerics repack table: a kernel for the types llamacpp_repacks names on this
@@ -209,6 +229,9 @@ DotKernel llamacpp_repack_dot_kernel(DType weight_type);
 // silu/swiglu on a row's 16-aligned body. Both forms give the same bits.
 void silu_poly_scalar(int64_t n, const float* x, const float* up, float* y);
 void silu_poly_avx2(int64_t n, const float* x, const float* up, float* y);
+// ... and as llama.cpp's AVX2 build computes it (ggml_v_expf8_lane; 8-lane row bodies).
+void silu_poly8_scalar(int64_t n, const float* x, const float* up, float* y);
+void silu_poly8_avx2(int64_t n, const float* x, const float* up, float* y);
 // f16 → f32 widening of n elements (exact, so both variants give the same bits).
 void f16_to_f32_scalar(int64_t n, const uint16_t* x, float* y);
 void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y);

@@ -449,6 +449,79 @@ void silu_poly_avx2(int64_t n, const float* x, const float* up, float* y) {
   if (i < n) silu_poly_scalar(n - i, x + i, up != nullptr ? up + i : nullptr, y + i);
 }
 
+namespace {
+
+// ggml_v_expf as its AVX2 build compiles it (vec.h, __AVX2__ && __FMA__): the polynomial
+// without its constant term, then j·2^n + 2^n in one fma; |n| > 126 scaled in two steps.
+inline __m256 ggml_v_expf8(__m256 x) {
+  const __m256 r = _mm256_set1_ps(0x1.8p23f);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+  const __m256 n = _mm256_sub_ps(z, r);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+  const __m256i c = _mm256_castps_si256(
+      _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(126), _CMP_GT_OQ));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(
+          _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+          _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+      u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+  if (!_mm256_movemask_ps(_mm256_castsi256_ps(c))) return _mm256_fmadd_ps(j, k, k);
+  const __m256i g =
+      _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                       _mm256_set1_epi32(static_cast<int32_t>(0x82000000u)));
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+  const __m256i d = _mm256_castps_si256(
+      _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.f), n), _mm256_set1_ps(192), _CMP_GT_OQ));
+  return _mm256_or_ps(
+      _mm256_and_ps(_mm256_castsi256_ps(d), _mm256_mul_ps(s1, s1)),
+      _mm256_andnot_ps(
+          _mm256_castsi256_ps(d),
+          _mm256_or_ps(
+              _mm256_and_ps(_mm256_castsi256_ps(c), _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+              _mm256_andnot_ps(_mm256_castsi256_ps(c), _mm256_fmadd_ps(k, j, k)))));
+}
+
+}  // namespace
+
+void silu_poly8_avx2(int64_t n, const float* x, const float* up, float* y) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    const __m256 e = ggml_v_expf8(_mm256_sub_ps(_mm256_setzero_ps(), xv));
+    __m256 v = _mm256_div_ps(xv, _mm256_add_ps(one, e));
+    if (up != nullptr) v = _mm256_mul_ps(v, _mm256_loadu_ps(up + i));
+    _mm256_storeu_ps(y + i, v);
+  }
+  if (i < n) silu_poly8_scalar(n - i, x + i, up != nullptr ? up + i : nullptr, y + i);
+}
+
+float ggml_dot_f16_vec8_avx2(int64_t n, const uint16_t* x, const uint16_t* y) {
+  __m256 sum[4];
+  for (int j = 0; j < 4; ++j) sum[j] = _mm256_setzero_ps();
+  const int64_t np = n & ~int64_t{31};
+  for (int64_t i = 0; i < np; i += 32) {
+    for (int j = 0; j < 4; ++j) {
+      sum[j] = _mm256_fmadd_ps(
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8 * j))),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i + 8 * j))),
+          sum[j]);
+    }
+  }
+  const __m256 a = _mm256_add_ps(_mm256_add_ps(sum[0], sum[2]), _mm256_add_ps(sum[1], sum[3]));
+  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 t1 = _mm_hadd_ps(t0, t0);
+  double s = static_cast<double>(_mm_cvtss_f32(_mm_hadd_ps(t1, t1)));
+  for (int64_t i = np; i < n; ++i)
+    s += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+  return static_cast<float>(s);
+}
+
 void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

@@ -1,8 +1,8 @@
-// Stage 12 (kernels): AVX2 forms of llama.cpp's repack float orders and of ggml's x86 Q5_0
-// order (scalar references and the expressions: vec_dot.h, vec_dot_repack.cpp). Built with
-// -mavx2 -mfma -mf16c; reached only under llamacpp numerics on an AVX2 CPU. The integer
-// sums are exact in any order; the float operations are the references', so each
-// kernel equals its reference bit for bit.
+// Stage 12 (kernels): AVX2 forms of llama.cpp's repack float orders, of ggml's x86 Q5_0 and
+// Q5_K orders and of its tiled Q5_K matmul (scalar references and the expressions: vec_dot.h,
+// vec_dot_repack.cpp). Built with -mavx2 -mfma -mf16c; reached only under llamacpp numerics on an
+// AVX2 CPU. The integer sums are exact in any order; the float operations are the references', so
+// each kernel equals its reference bit for bit.
 #include <immintrin.h>
 
 #include <cmath>
@@ -17,6 +17,7 @@ namespace {
 using quant::BlockQ4_0;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
+using quant::BlockQ5_K;
 using quant::BlockQ8_0;
 using quant::BlockQ8_K;
 using quant::kQK;
@@ -72,6 +73,35 @@ inline void q4_k_pair_sums(const BlockQ4_K& w, const BlockQ8_K& x, int32_t sumi[
     summ[c] = sm[8 + 2 * c] * (x.bsums[4 * c] + x.bsums[4 * c + 1]) +
               sm[8 + 2 * c + 1] * (x.bsums[4 * c + 2] + x.bsums[4 * c + 3]);
   }
+}
+
+// A Q5_K super-block's 8 exact integer lanes, ggml's x86 shape: lane l = Σ_j sc_j · Σ of
+// elements 4l..4l+3 of sub-block j (5-bit codes, u8 · s8 pairs: no int16 saturation).
+inline __m256i q5_k_lanes(const BlockQ5_K& w, const int8_t* y, const uint8_t sm[16]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i one = _mm256_set1_epi8(1);
+  const __m256i hbits = load256(w.qh);
+  __m256i sumi = _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
+    const __m256i q = load256(w.qs + 32 * c);
+    const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c), one), 4);
+    const __m256i h1 =
+        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * c + 1), one), 4);
+    const __m256i q0 = _mm256_or_si256(_mm256_and_si256(q, m4), h0);
+    const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), h1);
+    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, load256(y + 64 * c)),
+                                         _mm256_set1_epi16(sm[2 * c]));
+    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, load256(y + 64 * c + 32)),
+                                         _mm256_set1_epi16(sm[2 * c + 1]));
+    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+  }
+  return sumi;
+}
+
+inline int32_t kquant_min_sum(const uint8_t sm[16], const BlockQ8_K& x) {  // exact
+  int32_t s = 0;
+  for (int j = 0; j < 8; ++j) s += sm[8 + j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+  return s;
 }
 
 }  // namespace
@@ -140,6 +170,38 @@ float avx2_dot_q5_0_q8_0_ggml(int64_t n, const void* vw, const void* vx) {
     acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_ss8(qw, load256(x[ib].qs))), acc);
   }
   return hsum_f32x8(acc);
+}
+
+float avx2_dot_q5_k_q8_k_ggml(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  __m256 acc = _mm256_setzero_ps();
+  float summs = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    uint8_t sm[16];
+    kquant_scales_mins(w[i].scales, sm);
+    const float d = x[i].d * h2f(w[i].d);
+    const float dmin = -x[i].d * h2f(w[i].dmin);
+    summs = std::fma(dmin, static_cast<float>(kquant_min_sum(sm, x[i])), summs);
+    acc =
+        _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q5_k_lanes(w[i], x[i].qs, sm)), acc);
+  }
+  return hsum_f32x8(acc) + summs;
+}
+
+float avx2_dot_q5_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    uint8_t sm[16];
+    kquant_scales_mins(w[i].scales, sm);
+    const int32_t s1 = hsum_i32x8(q5_k_lanes(w[i], x[i].qs, sm));
+    const float t = h2f(w[i].d) * static_cast<float>(s1);
+    const float r = std::fma(-h2f(w[i].dmin), static_cast<float>(kquant_min_sum(sm, x[i])), t);
+    acc = std::fma(r, x[i].d, acc);
+  }
+  return acc;
 }
 
 }  // namespace minfer::backend::cpu

@@ -4,8 +4,9 @@
 // its q4_0_8x8 / q4_K_8x8 GEMV and GEMM), and of ggml's plain x86 Q5_0 order. Each
 // output row of those kernels is an exact integer sum per block (or per pair of Q4_K
 // sub-blocks) added by one fma into that row's own f32 lane; the weights need no
-// repacking here to get the same bits. The AVX2 and AVX-512 forms are bitwise twins
-// (tests/backend/mul_mat_test.cpp).
+// repacking here to get the same bits. Also the two orders llama.cpp takes for the K-quants
+// it does not repack on x86 (Q5_K, Q6_K): ggml's plain x86 GEMV lanes and its tiled K-quant
+// matmul. The AVX2 and AVX-512 forms are bitwise twins (tests/backend/mul_mat_test.cpp).
 #include <cmath>
 #include <cstring>
 
@@ -20,6 +21,7 @@ namespace {
 using quant::BlockQ4_0;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
+using quant::BlockQ5_K;
 using quant::BlockQ8_0;
 using quant::BlockQ8_K;
 using quant::kQK;
@@ -57,6 +59,21 @@ Q4KParts q4_k_parts(const BlockQ4_K& w, const BlockQ8_K& x) {
     p.bsum[j] = x.bsums[2 * j] + x.bsums[2 * j + 1];
   }
   return p;
+}
+
+// The 5-bit code of element e (0..255) of a Q5_K super-block: nibble (e / 32) % 2 of
+// qs[32 · (e / 64) + e % 32], bit e / 32 of qh[e % 32] on top (dequantize_row_q5_K).
+inline int q5_k_code(const BlockQ5_K& w, int e) {
+  const int s = e / 32, l = e % 32;
+  return ((w.qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0xF) | (((w.qh[l] >> s) & 1) << 4);
+}
+
+// Σ_j m_j · (bsums[2j] + bsums[2j + 1]): the mins' exact integer of a Q4_K / Q5_K
+// super-block (sm: kquant_scales_mins).
+inline int32_t kquant_min_sum(const uint8_t sm[16], const BlockQ8_K& x) {
+  int32_t s = 0;
+  for (int j = 0; j < 8; ++j) s += sm[8 + j] * (x.bsums[2 * j] + x.bsums[2 * j + 1]);
+  return s;
 }
 
 }  // namespace
@@ -178,6 +195,53 @@ float vec_dot_q6_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
       y += 128;
     }
     acc = std::fma(static_cast<float>(sumi) * h2f(w[i].d), x[i].d, acc);
+  }
+  return acc;
+}
+
+float ggml_dot_q5_k_q8_k_lanes(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  float lane[8] = {};
+  float summs = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    uint8_t sm[16];
+    kquant_scales_mins(w[i].scales, sm);
+    const float d = x[i].d * h2f(w[i].d);
+    const float dmin = -x[i].d * h2f(w[i].dmin);
+    summs = std::fma(dmin, static_cast<float>(kquant_min_sum(sm, x[i])), summs);
+    for (int l = 0; l < 8; ++l) {  // lane l: elements 4l..4l+3 of every 32-element sub-block
+      int32_t s = 0;
+      for (int j = 0; j < 8; ++j) {
+        int32_t q = 0;
+        for (int e = 32 * j + 4 * l; e < 32 * j + 4 * l + 4; ++e)
+          q += q5_k_code(w[i], e) * x[i].qs[e];
+        s += sm[j] * q;
+      }
+      lane[l] = std::fma(d, static_cast<float>(s), lane[l]);
+    }
+  }
+  const float s0 = lane[0] + lane[4], s1 = lane[1] + lane[5], s2 = lane[2] + lane[6],
+              s3 = lane[3] + lane[7];
+  return ((s0 + s2) + (s1 + s3)) + summs;
+}
+
+float vec_dot_q5_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const BlockQ5_K*>(vw);
+  const auto* x = static_cast<const BlockQ8_K*>(vx);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQKK; ++i) {
+    uint8_t sm[16];
+    kquant_scales_mins(w[i].scales, sm);
+    int32_t s1 = 0;
+    for (int j = 0; j < 8; ++j) {
+      int32_t q = 0;
+      for (int e = 32 * j; e < 32 * j + 32; ++e) q += q5_k_code(w[i], e) * x[i].qs[e];
+      s1 += sm[j] * q;
+    }
+    const float t = h2f(w[i].d) * static_cast<float>(s1);
+    const float r = std::fma(-h2f(w[i].dmin), static_cast<float>(kquant_min_sum(sm, x[i])), t);
+    acc = std::fma(r, x[i].d, acc);
   }
   return acc;
 }

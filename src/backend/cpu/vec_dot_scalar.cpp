@@ -207,6 +207,61 @@ float ggml_dot_f16_vec_scalar(int64_t n, const uint16_t* x, const uint16_t* y) {
   return static_cast<float>(sum);
 }
 
+float ggml_dot_f16_vec8_scalar(int64_t n, const uint16_t* x, const uint16_t* y) {
+  float lane[4][8] = {};
+  const int64_t np = n & ~int64_t{31};
+  for (int64_t i = 0; i < np; i += 32) {
+    for (int j = 0; j < 4; ++j) {
+      for (int e = 0; e < 8; ++e) {
+        const int64_t at = i + j * 8 + e;
+        lane[j][e] = std::fma(fp16_to_fp32(x[at]), fp16_to_fp32(y[at]), lane[j][e]);
+      }
+    }
+  }
+  float a[8];
+  for (int e = 0; e < 8; ++e) a[e] = (lane[0][e] + lane[2][e]) + (lane[1][e] + lane[3][e]);
+  const float t0 = a[0] + a[4], t1 = a[1] + a[5], t2 = a[2] + a[6], t3 = a[3] + a[7];
+  double sum = static_cast<double>((t0 + t1) + (t2 + t3));  // _mm_hadd_ps twice
+  for (int64_t i = np; i < n; ++i) {
+    sum += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+  }
+  return static_cast<float>(sum);
+}
+
+float ggml_v_expf8_lane(float x) {
+  const float r = 0x1.8p23f;
+  const float z = std::fma(x, 0x1.715476p+0f, r);
+  const float n = z - r;
+  const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+  uint32_t zb;
+  std::memcpy(&zb, &z, 4);
+  const uint32_t e = zb << 23;
+  const uint32_t one_bits = 0x3f800000u;
+  auto from_bits = [](uint32_t v) {
+    float f;
+    std::memcpy(&f, &v, 4);
+    return f;
+  };
+  const float k = from_bits(e + one_bits);  // 2^n while |n| <= 126
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u,
+                                    std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                           u, 0x1.ffffecp-1f * b);
+  if (!(std::fabs(n) > 126.0f)) return std::fma(j, k, k);  // also NaN
+  const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+  const float s1 = from_bits(g + 0x7f000000u);
+  const float s2 = from_bits(e - g);
+  if (std::fabs(n) > 192.0f) return s1 * s1;
+  return std::fma(s2, j, s2) * s1;
+}
+
+void silu_poly8_scalar(int64_t n, const float* x, const float* up, float* y) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / (1.0f + ggml_v_expf8_lane(0.0f - x[i]));
+    y[i] = up != nullptr ? v * up[i] : v;
+  }
+}
+
 namespace {
 
 // e^x as ggml's vectorised expf, one lane.
