@@ -94,6 +94,17 @@ class Subscriber:
             else:
                 raise AssertionError(f"unknown event {ev!r}")
 
+    def drain_until(self, pred, timeout_s=30):
+        """Applies batches until pred() holds. drain() would not return while a generation
+        stores a block more often than its 50 ms quiet gap (a fast CPU: 8 tokens < 50 ms)."""
+        t0 = time.time()
+        while not pred():
+            assert time.time() - t0 < timeout_s, "the condition never held"
+            if self.sock.poll(50):
+                topic, seq, payload = self.sock.recv_multipart()
+                assert topic == b"" and len(seq) == 8
+                self.apply(int.from_bytes(seq, "big"), payload)
+
     def drain(self, timeout_ms=50):
         while self.sock.poll(timeout_ms):
             topic, seq, payload = self.sock.recv_multipart()
@@ -235,7 +246,8 @@ def test_shared_prefix_of_a_running_request_is_published_once(make_server, tmp_p
 
 def test_cancelled_request_removes_its_blocks_and_completed_one_keeps_them(
         make_server, tmp_path, zctx):
-    server, pub, rep = start(make_server, tmp_path)
+    # A context long enough that the leaving stream cannot finish before its client goes.
+    server, pub, rep = start(make_server, tmp_path, "--n-ctx", 4096)
     sub = Subscriber(zctx, pub)
     time.sleep(0.3)
     rng = random.Random(19)
@@ -247,7 +259,7 @@ def test_cancelled_request_removes_its_blocks_and_completed_one_keeps_them(
     gone = [rng.randrange(1000, 40000) for _ in range(50)]
     c = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=60)
     c.request("POST", "/v1/completions", body=json.dumps({
-        "prompt": gone, "max_tokens": 400, "ignore_eos": True, "temperature": 0,
+        "prompt": gone, "max_tokens": 4000, "ignore_eos": True, "temperature": 0,
         "stream": True}).encode(), headers={"Content-Type": "application/json"})
     r = c.getresponse()
     assert r.status == 200
@@ -255,8 +267,8 @@ def test_cancelled_request_removes_its_blocks_and_completed_one_keeps_them(
     while seen < 24:  # past the prompt's partial block: a decoded block is stored
         if r.fp.readline().startswith(b"data: {"):
             seen += 1
-    sub.drain()
-    assert set(chain(gone)) <= sub.blocks and len(sub.blocks) > len(chain(kept) + chain(gone))
+    sub.drain_until(lambda: set(chain(gone)) <= sub.blocks
+                    and len(sub.blocks) > len(chain(kept) + chain(gone)))
     r.fp.close()
     c.sock.close()
     server.wait_metric("minfer_requests_cancelled_total", lambda v: v == 1)
