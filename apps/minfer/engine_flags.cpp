@@ -20,7 +20,8 @@ namespace minfer::cli {
 
 void add_kv_flags(ArgParser& p, KvFlags& flags) {
   p.string_opt("--cache-type,-ctk,--cache-type-k", "TYPE",
-               "KV cache element type: f32 (default) or f16 (env MINFER_CACHE_TYPE)",
+               "KV cache element type: f32 (default), f16, q8_0 or q4_0\n"
+               "(env MINFER_CACHE_TYPE)",
                flags.cache_type);
   // llama.cpp types K and V apart; here one type holds both, so -ctv must agree.
   p.string_opt("-ctv,--cache-type-v", "TYPE", "the same as -ctk (K and V share one type)",

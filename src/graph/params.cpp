@@ -41,6 +41,8 @@ std::string_view kv_format_name(KvFormat f) {
       return "f16";
     case KvFormat::kQ8_0:
       return "q8_0";
+    case KvFormat::kQ4_0:
+      return "q4_0";
   }
   return "?";
 }
@@ -50,10 +52,11 @@ std::string_view attn_numerics_name(AttnNumerics a) {
 }
 
 Result<KvFormat> parse_kv_format(std::string_view text) {
-  for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8_0}) {
+  for (KvFormat f : {KvFormat::kF32, KvFormat::kF16, KvFormat::kQ8_0, KvFormat::kQ4_0}) {
     if (text == kv_format_name(f)) return f;
   }
-  return make_error(fmt::format("unknown KV cache type '{}' (expected f32, f16 or q8_0)", text));
+  return make_error(
+      fmt::format("unknown KV cache type '{}' (expected f32, f16, q8_0 or q4_0)", text));
 }
 
 std::string to_string(const GraphParams& p) {

@@ -19,7 +19,7 @@ enum class GraphType : uint8_t { kPrefill, kDecode };
 
 // Element format of the KV regions: it sizes every cell, so a graph built for one
 // format never serves another. kF32 and kF16 are implemented; kQ8_0 is reserved.
-enum class KvFormat : uint8_t { kF32, kF16, kQ8_0 };
+enum class KvFormat : uint8_t { kF32, kF16, kQ8_0, kQ4_0 };
 
 // How attention accumulates over the KV window (part of the numerics, so of topology).
 //  kF32:    f32 scores and f32 accumulator, softmax rescaled at fixed 64-cell chunks.
@@ -76,7 +76,7 @@ Status validate(const GraphParams& params);
 std::string_view graph_type_name(GraphType t);
 std::string_view kv_format_name(KvFormat f);
 std::string_view attn_numerics_name(AttnNumerics a);
-// Parses "f32" / "f16" / "q8_0" (MINFER_CACHE_TYPE, --cache-type); unknown → Error.
+// Parses "f32" / "f16" / "q8_0" / "q4_0" (MINFER_CACHE_TYPE, --cache-type); unknown → Error.
 Result<KvFormat> parse_kv_format(std::string_view text);
 
 std::string to_string(const GraphParams& params);  // one line, for rebuild traces

@@ -21,8 +21,9 @@ uint64_t bit(SeqId seq) {
 Result<DType> kv_dtype(graph::KvFormat format) {
   if (format == graph::KvFormat::kF32) return DType::kF32;
   if (format == graph::KvFormat::kF16) return DType::kF16;
-  return make_error(fmt::format("KV format {} is not implemented yet (f32 and f16 are)",
-                                graph::kv_format_name(format)));
+  if (format == graph::KvFormat::kQ8_0) return DType::kQ8_0;
+  if (format == graph::KvFormat::kQ4_0) return DType::kQ4_0;
+  return make_error(fmt::format("KV format {} is not implemented", graph::kv_format_name(format)));
 }
 
 Result<KvCells> KvCells::create(const KvOptions& o) {

@@ -52,7 +52,8 @@ struct WindowOptions {
   int32_t sliding = 0;
 };
 
-// Element type of a region for a KV format: f32 or f16 (Error for the reserved q8_0).
+// Element type of a region for a KV format: f32, f16, q8_0 or q4_0 (rows quantized in
+// blocks of 32 by llama.cpp's reference quantizer as they are stored).
 Result<DType> kv_dtype(graph::KvFormat format);
 
 class KvCells {

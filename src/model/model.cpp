@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "kv/cells.h"
 #include "model/arch/bert/bert.h"
 #include "model/arch/gemma3/gemma3.h"
@@ -59,7 +60,15 @@ Result<std::unique_ptr<Model>> Model::load(const gguf::Model& file) {
 
 Status Model::check_params(const graph::GraphParams& p) const {
   MINFER_TRY_STATUS(graph::validate(p));
-  MINFER_TRY_STATUS(kv::kv_dtype(p.cparams.kv_format));
+  MINFER_TRY(DType kv_type, kv::kv_dtype(p.cparams.kv_format));
+  // A quantized cache holds whole blocks per head (attention reads one head's slice).
+  const uint32_t block = dtype_info(kv_type).block_size;
+  if (hp_.n_embd_head % block != 0) {
+    return make_error(fmt::format("KV cache type {} needs a head size that is a multiple of {}; "
+                                  "this model's is {}",
+                                  graph::kv_format_name(p.cparams.kv_format), block,
+                                  hp_.n_embd_head));
+  }
   return Ok{};
 }
 

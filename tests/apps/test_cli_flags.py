@@ -539,7 +539,7 @@ def test_no_arguments_is_a_usage_error():
 # Usage errors that need no model come before the model is looked for: a missing model
 # file must not hide them (and a present one is never loaded for them).
 @pytest.mark.parametrize("args,needle", [
-    (["--cache-type", "q8_0"], "--cache-type"),
+    (["--cache-type", "q5_0"], "--cache-type: unknown KV cache type 'q5_0'"),
     (["--numerics", "bogus"], "--numerics"),
     (["--chat-template", "bogus"], "--chat-template: unknown template name 'bogus'"),
     (["-ctk", "f16", "-ctv", "f32"], "-ctv f32"),
@@ -558,7 +558,7 @@ def test_usage_errors_come_before_the_model_is_opened(args, needle, mode):
                                  ["perplexity", "no-such-model.gguf", "-f", "/dev/null"],
                                  ["serve", "no-such-model.gguf"], ["viz", "no-such-model.gguf"]])
 def test_subcommands_check_kv_and_numerics_flags_before_the_model(cmd):
-    for args, needle in ((["--cache-type", "q8_0"], "--cache-type"),
+    for args, needle in ((["--cache-type", "q5_0"], "--cache-type: unknown KV cache type 'q5_0'"),
                          (["--numerics", "bogus"], "--numerics"),
                          (["--device", "nosuch"], "unknown device 'nosuch'")):
         r = minfer(*cmd, *args)

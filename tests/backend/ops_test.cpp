@@ -15,6 +15,7 @@
 #include "graph/builder.h"
 #include "graph/fusion.h"
 #include "harness.h"
+#include "quant/quant.h"
 
 namespace minfer::backend::cpu {
 namespace {
@@ -371,6 +372,66 @@ TEST(Attention, F16CacheEqualsF32AttentionOverRoundedKV_bitwise) {
   const auto ref = attn_prefill(2, DType::kF32, false, vq, round_to_f16(vk), round_to_f16(vv), T);
   ASSERT_EQ(f16.size(), ref.size());
   EXPECT_EQ(0, std::memcmp(f16.data(), ref.data(), f16.size() * 4));
+}
+
+// A q8_0 / q4_0 cache is the f32 computation on the values its blocks decode to (the
+// store quantizes with llama.cpp's reference quantizer, the read decodes d·q exactly),
+// for a prefill on 1 and 3 threads and for the same tokens decoded one at a time.
+TEST(Attention, QuantizedCacheEqualsF32AttentionOverDequantizedKV_bitwise) {
+  const int T = 100, hd = 32, nh = 4, nkv = 2;
+  auto vq = random_floats(T * nh * hd, 41, -2.0f, 2.0f);
+  auto vk = random_floats(T * nkv * hd, 42, -2.0f, 2.0f);
+  auto vv = random_floats(T * nkv * hd, 43);
+  const CausalRows rows = causal_rows(T);
+  auto prefill = [&](DType kv, int32_t threads, const std::vector<float>& k,
+                     const std::vector<float>& v) {
+    CpuRig rig(threads);
+    AttnGraph ag;
+    const auto& g = attn_graph(rig, T, 1, 1, &ag, kv, false, hd, nh, nkv);
+    rig.fill_f32(g, "q", vq);
+    rig.fill_f32(g, "k", k);
+    rig.fill_f32(g, "v", v);
+    rig.fill_i32(g, "cells", rows.cells);
+    rig.fill_i32(g, "win", rows.win);
+    Status st = rig.run(g);
+    EXPECT_TRUE(st.ok()) << st.error().message;
+    return rig.read(g, ag.out);
+  };
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(std::string(dtype_name(type)));
+    auto decoded = [&](const std::vector<float>& x) {
+      auto bytes = quant::row_bytes(type, x.size());
+      EXPECT_TRUE(bytes.ok());
+      std::vector<uint8_t> blocks(*bytes);
+      std::vector<float> out(x.size());
+      EXPECT_TRUE(quant::quantize(type, x, blocks).ok());
+      EXPECT_TRUE(quant::dequantize(type, blocks, out).ok());
+      return out;
+    };
+    const auto dk = decoded(vk), dv = decoded(vv);
+    ASSERT_NE(0, std::memcmp(dk.data(), vk.data(), dk.size() * 4));  // the cache is lossy
+    const auto ref = prefill(DType::kF32, 2, dk, dv);
+    const auto q1 = prefill(type, 1, vk, vv);
+    const auto q3 = prefill(type, 3, vk, vv);
+    ASSERT_EQ(q1.size(), ref.size());
+    EXPECT_EQ(0, std::memcmp(q1.data(), ref.data(), ref.size() * 4));
+    EXPECT_EQ(0, std::memcmp(q3.data(), ref.data(), ref.size() * 4));
+    CpuRig rig(2);  // token by token, the quantized region persisting in the rig
+    AttnGraph ag;
+    const auto& g = attn_graph(rig, 1, 1, 1, &ag, type, false, hd, nh, nkv);
+    for (int t = 0; t < T; ++t) {
+      rig.fill_f32(g, "q", std::span<const float>(vq.data() + t * nh * hd, nh * hd));
+      rig.fill_f32(g, "k", std::span<const float>(vk.data() + t * nkv * hd, nkv * hd));
+      rig.fill_f32(g, "v", std::span<const float>(vv.data() + t * nkv * hd, nkv * hd));
+      const int32_t c1[1] = {t};
+      const int32_t w1[2] = {0, t + 1};
+      rig.fill_i32(g, "cells", c1);
+      rig.fill_i32(g, "win", w1);
+      ASSERT_TRUE(rig.run(g).ok());
+      auto o = rig.read(g, ag.out);
+      ASSERT_EQ(0, std::memcmp(o.data(), ref.data() + t * nh * hd, o.size() * 4)) << "token " << t;
+    }
+  }
 }
 
 // llama.cpp's flash-attention rounding (f16 Q, f16 V accumulator): independent of the

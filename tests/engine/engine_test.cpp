@@ -272,14 +272,62 @@ TEST(Engine, F16CacheStaysWithinHalfPrecisionOfTheF32Cache) {
   EXPECT_LT(max_diff, 2e-2 * std::max(1.0, max_abs)) << "max |logit| " << max_abs;
 }
 
+// q8_0 and q4_0 caches keep invariant 8: logits are bit-identical on 1 and 2 threads and
+// for a prompt prefilled at once or token by token (head size 32: whole blocks per head),
+// and they are really quantized (other bits than the f32 cache, and near them).
+TEST(Engine, QuantizedCachesAreThreadAndBatchInvariant_bitwise) {
+  for (graph::KvFormat kv : {graph::KvFormat::kQ8_0, graph::KvFormat::kQ4_0}) {
+    for (const char* arch : {"llama", "qwen2", "gemma3"}) {
+      const TinySpec spec{.arch = arch, .n_head = 2, .n_head_kv = 1, .tied = false,
+                          .qkv_bias = std::string(arch) == "qwen2"};
+      const std::string stem = std::string(arch) + "-" + std::string(graph::kv_format_name(kv));
+      auto t1 = make_engine(spec, 1, 64, "qkv1-" + stem, {.kv_format = kv});
+      auto t2 = make_engine(spec, 2, 64, "qkv2-" + stem, {.kv_format = kv});
+      auto f32 = make_engine(spec, 2, 64, "qkvf-" + stem);
+      ASSERT_TRUE(t1.engine && t2.engine && f32.engine) << stem;
+      const size_t n = kPrompt.size();
+      const size_t nv = t1->hparams().n_vocab;
+      const std::vector<float> all =
+          run(*t1, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
+      const std::vector<float> ref =
+          run(*f32, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
+      EXPECT_FALSE(same_bits(all, ref)) << stem << ": the cache is not quantized";
+      double max_diff = 0.0, max_abs = 0.0;
+      for (size_t i = 0; i < all.size(); ++i) {
+        max_diff = std::max(max_diff, std::fabs(static_cast<double>(all[i]) - ref[i]));
+        max_abs = std::max(max_abs, std::fabs(static_cast<double>(ref[i])));
+      }
+      // 4 bits per value move a random tiny model's logits by up to a third of their range.
+      const double bound = kv == graph::KvFormat::kQ8_0 ? 0.1 : 0.5;
+      EXPECT_LT(max_diff, bound * std::max(1.0, max_abs)) << stem;
+      for (size_t i = 0; i < n; ++i) {
+        const std::vector<float> one = run(*t2, {kPrompt[i]}, {static_cast<int32_t>(i)}, 1);
+        const std::vector<float> row(all.begin() + static_cast<std::ptrdiff_t>(i * nv),
+                                     all.begin() + static_cast<std::ptrdiff_t>((i + 1) * nv));
+        EXPECT_TRUE(same_bits(row, one)) << stem << " position " << i;
+      }
+    }
+  }
+}
+
 TEST(Engine, NumericsAndCacheTypeAreCheckedAtOpen) {
   // llama.cpp numerics need the f16 cache (its flash attention reads f16 K/V).
   auto bad = make_engine_status(TinySpec{}, {.numerics = Numerics::kLlamaCpp});
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("f16 KV cache"), std::string::npos) << bad.error().message;
+  // A quantized cache holds whole 32-blocks per head: head size 16 is refused, naming both.
   auto q8 = make_engine_status(TinySpec{}, {.kv_format = graph::KvFormat::kQ8_0});
   ASSERT_FALSE(q8.ok());
-  EXPECT_NE(q8.error().message.find("q8_0"), std::string::npos) << q8.error().message;
+  EXPECT_NE(q8.error().message.find("KV cache type q8_0 needs a head size that is a multiple of "
+                                    "32; this model's is 16"),
+            std::string::npos)
+      << q8.error().message;
+  auto q8l = make_engine_status(TinySpec{.n_head = 2, .n_head_kv = 1},
+                                {.kv_format = graph::KvFormat::kQ8_0,
+                                 .numerics = Numerics::kLlamaCpp});
+  ASSERT_FALSE(q8l.ok());
+  EXPECT_NE(q8l.error().message.find("f16 KV cache (cache type is q8_0)"), std::string::npos)
+      << q8l.error().message;
   EXPECT_TRUE(parse_numerics("llamacpp").ok());
   EXPECT_EQ(*parse_numerics("llamacpp-avx512fp16"), Numerics::kLlamaCppAvx512Fp16);
   EXPECT_FALSE(parse_numerics("llama.cpp").ok());

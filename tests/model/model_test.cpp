@@ -246,7 +246,7 @@ TEST(Graph, UnimplementedParamsAreErrorsNotGraphs) {
   auto l = load(TinySpec{}, "badparams");
   ASSERT_TRUE(l.ok());
   graph::GraphParams p = params(2, 1);
-  p.cparams.kv_format = graph::KvFormat::kQ8_0;
+  p.cparams.kv_format = graph::KvFormat::kQ8_0;  // head size 16: not whole q8_0 blocks
   EXPECT_FALSE(l->model->check_params(p).ok());
   EXPECT_FALSE(l->model->check_params(params(2, 3)).ok());  // n_out > n_tokens
   EXPECT_TRUE(l->model->check_params(params(2, 2)).ok());

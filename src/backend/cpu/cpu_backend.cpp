@@ -197,6 +197,11 @@ IsaKernels avx2_kernels() {
                     .geglu = geglu_avx2};
 }
 
+// The element types a KV region may hold here (kv::kv_dtype's list).
+static bool kv_cell_type(DType d) {
+  return d == DType::kF32 || d == DType::kF16 || d == DType::kQ8_0 || d == DType::kQ4_0;
+}
+
 bool cpu_supports(const Node& n, std::span<const DType> dts) {
   if (static_cast<int>(dts.size()) != n.n_src) return false;
   auto all_f32 = [&] {
@@ -237,12 +242,11 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
       return dts.size() == 3 && scalar_dot_kernel(dts[0]).vec_dot != nullptr &&
              dts[1] == DType::kF32 && dts[2] == DType::kI32;
     case Op::kKvStore:
-      return dts.size() == 3 && (dts[0] == DType::kF32 || dts[0] == DType::kF16) &&
-             dts[1] == DType::kF32 && dts[2] == DType::kI32;
+      return dts.size() == 3 && kv_cell_type(dts[0]) && dts[1] == DType::kF32 &&
+             dts[2] == DType::kI32;
     case Op::kAttention:
-      return dts.size() == 4 && dts[0] == DType::kF32 &&
-             (dts[1] == DType::kF32 || dts[1] == DType::kF16) && dts[2] == dts[1] &&
-             dts[3] == DType::kI32;
+      return dts.size() == 4 && dts[0] == DType::kF32 && kv_cell_type(dts[1]) &&
+             dts[2] == dts[1] && dts[3] == DType::kI32;
     case Op::kCont:
     case Op::kReshape:
     case Op::kView:

@@ -25,6 +25,7 @@
 #include "backend/cpu/vec_dot.h"
 #include "core/config.h"
 #include "core/fp16.h"
+#include "quant/quant.h"
 
 namespace minfer::backend::cpu {
 namespace {
@@ -210,14 +211,22 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
     return Ok{};
   }
 
-  // f32 numerics over f32 or f16 cells (f16 rows are widened exactly, so an f16 cache
-  // gives the f32 result on the rounded values). One item is a block of up to kTokBlock
+  // f32 numerics over f32, f16 or quantized cells (f16 rows are widened exactly, and a
+  // q8_0 / q4_0 row decodes exactly to d·q in f32, so a narrower cache gives the f32
+  // result on the values it stored). One item is a block of up to kTokBlock
   // query tokens and up to two query heads of one KV head. Over f32 cells, with
   // attn_scores2_f32, both heads' scores come from one pass over the K rows; the block's
   // tokens take their chunks in turn, so the K and V rows of a chunk, which neighbouring
   // tokens mostly share, are still in L1 for the next token. Each (token, head) keeps its
   // own arithmetic, in its own order: the bits of a single-head, single-token walk.
-  const bool pair_heads = !f16_kv && k.attn_scores2_f32 != nullptr && group >= 2;
+  const bool pair_heads = kn.dtype == DType::kF32 && k.attn_scores2_f32 != nullptr && group >= 2;
+  // Quantized cells: one head's slice of a row is whole blocks (Model::check_params).
+  const quant::TypeTraits* qt = f16_kv || kn.dtype == DType::kF32 ? nullptr : quant::traits(kn.dtype);
+  if (kn.dtype != DType::kF32 && !f16_kv && (qt == nullptr || hd % qt->block_size != 0 ||
+                                             hd_v % qt->block_size != 0)) {
+    return make_error(fmt::format("attention '{}': no {} cells of head size {}", n.name,
+                                  dtype_name(kn.dtype), hd));
+  }
   const int64_t heads_per_item = pair_heads ? 2 : 1;
   const int64_t sets = (group + heads_per_item - 1) / heads_per_item;  // per KV head
   const int64_t n_blocks = (n_tok + kTokBlock - 1) / kTokBlock;
@@ -227,9 +236,12 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       float* kbuf = acc_base + kTokBlock * 2 * hd_v;
       float* vbuf = kbuf + hd;
       auto row = [&](auto* base, int64_t off, int64_t len, float* buf) -> const float* {
-        if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(base)>>,
-                                     float>) {
+        using Cell = std::remove_cv_t<std::remove_pointer_t<decltype(base)>>;
+        if constexpr (std::is_same_v<Cell, float>) {
           return base + off;
+        } else if constexpr (std::is_same_v<Cell, uint8_t>) {  // off counts elements
+          qt->dequantize(base + off / qt->block_size * qt->type_size, buf, len);
+          return buf;
         } else {
           k.f16_to_f32(len, base + off, buf);
           return buf;
@@ -376,6 +388,8 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   };
   if (f16_kv) {
     run(c.data.as<const uint16_t>(n.src[1]), c.data.as<const uint16_t>(n.src[2]));
+  } else if (qt != nullptr) {
+    run(c.data.as<const uint8_t>(n.src[1]), c.data.as<const uint8_t>(n.src[2]));
   } else {
     run(c.data.as<const float>(n.src[1]), c.data.as<const float>(n.src[2]));
   }

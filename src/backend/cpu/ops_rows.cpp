@@ -70,6 +70,20 @@ Status op_kv_store(const OpCtx& c, NodeId id) {
     }
     return Ok{};
   }
+  if (region.dtype != DType::kF32) {  // a quantized cache: llama.cpp's reference quantizer
+    const quant::TypeTraits* tt = quant::traits(region.dtype);
+    if (tt == nullptr || tt->quantize_ref == nullptr) {
+      return make_error(fmt::format("kv_store '{}': no quantizer for {}", n.name,
+                                    dtype_name(region.dtype)));
+    }
+    const uint64_t row_bytes = static_cast<uint64_t>(row) / tt->block_size * tt->type_size;
+    auto* dst = c.data.as<uint8_t>(id);  // aliases the region
+    for (int64_t t = 0; t < n_tok; ++t) {
+      if (cells[t] < 0) continue;
+      tt->quantize_ref(src + t * row, dst + static_cast<uint64_t>(cells[t]) * row_bytes, row);
+    }
+    return Ok{};
+  }
   float* dst = c.data.as<float>(id);  // aliases the region
   for (int64_t t = 0; t < n_tok; ++t) {
     if (cells[t] < 0) continue;
