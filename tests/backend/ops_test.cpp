@@ -434,6 +434,25 @@ TEST(Attention, QuantizedCacheEqualsF32AttentionOverDequantizedKV_bitwise) {
   }
 }
 
+// The AVX2 decoders of quantized KV rows give quant::dequantize's bits (every int8 and
+// nibble value, scales of every magnitude).
+TEST(Attention, QuantizedRowDecodersEqualDequantize_bitwise) {
+  if (backend::cpu::detect_isa() == backend::cpu::CpuIsa::kScalar) GTEST_SKIP() << "no AVX2";
+  const int64_t n = 32 * 64;
+  auto x = random_floats(n, 51, -3.0f, 3.0f);
+  for (int64_t i = 0; i < n; i += 97) x[i] *= 1e4f;  // a few blocks with a large scale
+  for (int64_t i = 0; i < 32; ++i) x[i] = 0.0f;      // an all-zero block (d = 0)
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    std::vector<uint8_t> blocks(*quant::row_bytes(type, n));
+    ASSERT_TRUE(quant::quantize(type, x, blocks).ok());
+    std::vector<float> ref(n), got(n);
+    ASSERT_TRUE(quant::dequantize(type, blocks, ref).ok());
+    (type == DType::kQ8_0 ? backend::cpu::q8_0_to_f32_avx2
+                          : backend::cpu::q4_0_to_f32_avx2)(blocks.data(), got.data(), n);
+    EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), n * 4)) << dtype_name(type);
+  }
+}
+
 // llama.cpp's flash-attention rounding (f16 Q, f16 V accumulator): independent of the
 // thread count; below 64 rows (its per-row vector kernel) also of prefill vs
 // token-by-token decode — from 64 rows llama.cpp, and so this mode, takes its tiled

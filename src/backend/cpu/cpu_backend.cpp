@@ -163,6 +163,8 @@ IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build) {
                     .attn_scores_f32 = attn_scores_f32_avx2,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx2,
                     .f16_to_f32 = f16_to_f32_avx2,
+                    .q8_0_to_f32 = q8_0_to_f32_avx2,
+                    .q4_0_to_f32 = q4_0_to_f32_avx2,
                     .silu_poly = silu_poly_avx2,
                     .geglu = geglu_avx2,
                     .ggml_fa_dot_f16 = ggml_dot_f16_vec_avx2_fa,
@@ -182,6 +184,8 @@ IsaKernels avx512_kernels() {
                     .attn_scores2_f32 = attn_scores2_f32_avx512,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx512,
                     .f16_to_f32 = f16_to_f32_avx2,
+                    .q8_0_to_f32 = q8_0_to_f32_avx2,
+                    .q4_0_to_f32 = q4_0_to_f32_avx2,
                     .silu_poly = silu_poly_avx2,
                     .geglu = geglu_avx2};
 }
@@ -193,6 +197,8 @@ IsaKernels avx2_kernels() {
                     .attn_scores_f32 = attn_scores_f32_avx2,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx2,
                     .f16_to_f32 = f16_to_f32_avx2,
+                    .q8_0_to_f32 = q8_0_to_f32_avx2,
+                    .q4_0_to_f32 = q4_0_to_f32_avx2,
                     .silu_poly = silu_poly_avx2,
                     .geglu = geglu_avx2};
 }

@@ -36,6 +36,9 @@ struct IsaKernels {
   void (*attn_axpy_rows_f32)(int64_t n_cells, int64_t n, const float* p, const float* v,
                              int64_t v_stride, float* y) = nullptr;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening
+  // a quantized KV row → f32 (quant::dequantize's bits); nullptr: quant::dequantize
+  void (*q8_0_to_f32)(const void* x, float* y, int64_t n) = nullptr;
+  void (*q4_0_to_f32)(const void* x, float* y, int64_t n) = nullptr;
   void (*silu_poly)(int64_t n, const float* x, const float* up, float* y) = nullptr;
   // the row body silu_poly takes: a multiple of this many elements (ggml's vector width:
   // 16 on its AVX-512 build, 8 on its AVX2 build); glibc's expf on the rest

@@ -227,6 +227,9 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
     return make_error(fmt::format("attention '{}': no {} cells of head size {}", n.name,
                                   dtype_name(kn.dtype), hd));
   }
+  quant::DequantizeFn deq = qt != nullptr ? qt->dequantize : nullptr;
+  if (kn.dtype == DType::kQ8_0 && k.q8_0_to_f32 != nullptr) deq = k.q8_0_to_f32;
+  if (kn.dtype == DType::kQ4_0 && k.q4_0_to_f32 != nullptr) deq = k.q4_0_to_f32;
   const int64_t heads_per_item = pair_heads ? 2 : 1;
   const int64_t sets = (group + heads_per_item - 1) / heads_per_item;  // per KV head
   const int64_t n_blocks = (n_tok + kTokBlock - 1) / kTokBlock;
@@ -240,7 +243,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
         if constexpr (std::is_same_v<Cell, float>) {
           return base + off;
         } else if constexpr (std::is_same_v<Cell, uint8_t>) {  // off counts elements
-          qt->dequantize(base + off / qt->block_size * qt->type_size, buf, len);
+          deq(base + off / qt->block_size * qt->type_size, buf, len);
           return buf;
         } else {
           k.f16_to_f32(len, base + off, buf);

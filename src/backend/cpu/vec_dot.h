@@ -235,5 +235,9 @@ void silu_poly8_avx2(int64_t n, const float* x, const float* up, float* y);
 // f16 → f32 widening of n elements (exact, so both variants give the same bits).
 void f16_to_f32_scalar(int64_t n, const uint16_t* x, float* y);
 void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y);
+// Q8_0 / Q4_0 blocks → f32, n a multiple of 32: d · q per element, one rounding, so the
+// bits of quant::dequantize (the KV cache's read of a quantized row).
+void q8_0_to_f32_avx2(const void* x, float* y, int64_t n);
+void q4_0_to_f32_avx2(const void* x, float* y, int64_t n);
 
 }  // namespace minfer::backend::cpu
