@@ -68,11 +68,11 @@ def usage_error(r, needle):
     assert r.stdout == b""
 
 
-def greedy_same_with_ngram(tmp_path, numerics):
-    # Half the prompts through the binary (tests/engine's speculative_test runs all 12 in
-    # process, comparing every sampled row's logits too).
+def greedy_same_with_ngram(tmp_path, numerics, prompts):
+    # Some of the prompts through the binary (tests/engine's speculative_test runs all 12
+    # in process under both numerics, comparing every sampled row's logits too).
     accepted = 0
-    for p in PROMPTS[::2]:
+    for p in prompts:
         plain, ids = run(tmp_path, p, "--greedy", "-n", 40, "--numerics", numerics)
         assert "speculative:" not in plain.stderr.decode()
         spec, spec_ids = run(tmp_path, p, "--greedy", "-n", 40, "--numerics", numerics,
@@ -83,17 +83,17 @@ def greedy_same_with_ngram(tmp_path, numerics):
         assert s["tokens"] == 40 and s["accepted"] <= s["drafted"]
         assert s["forwards"] <= 39  # the plain run's: one per token but the last
         accepted += s["accepted"]
-    assert accepted > 5 * len(PROMPTS)
+    assert accepted > 8 * len(prompts)
 
 
 @needs_model
 def test_greedy_ngram_prints_the_plain_runs_bytes_default_numerics(tmp_path):
-    greedy_same_with_ngram(tmp_path, "default")
+    greedy_same_with_ngram(tmp_path, "default", PROMPTS[::2])
 
 
 @needs_model
 def test_greedy_ngram_prints_the_plain_runs_bytes_llamacpp_numerics(tmp_path):
-    greedy_same_with_ngram(tmp_path, "llamacpp")
+    greedy_same_with_ngram(tmp_path, "llamacpp", PROMPTS[::3])
 
 
 @needs_model
