@@ -232,7 +232,8 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
       return fail("draft model: " + st.error().message);
     if (Status st = engine::check_draft_vocab(e.tokenizer(), draft->tokenizer()); !st.ok())
       return fail(st.error().message);
-    if (Status st = draft->set_n_ctx(ctx); !st.ok()) return fail("draft model: " + st.error().message);
+    if (Status st = draft->set_n_ctx(ctx); !st.ok())
+      return fail("draft model: " + st.error().message);
     log_info("Draft model: {}", model::describe(draft->hparams()));
   }
   gen.spec = a.spec;
@@ -366,8 +367,9 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
         "speculative: drafted {} tokens, accepted {} ({:.1f}%), {} forwards for {} tokens "
         "({:.2f} per forward; {} verified a draft)",
         s.n_drafted, s.n_accepted,
-        s.n_drafted > 0 ? 100.0 * static_cast<double>(s.n_accepted) / static_cast<double>(s.n_drafted)
-                        : 0.0,
+        s.n_drafted > 0
+            ? 100.0 * static_cast<double>(s.n_accepted) / static_cast<double>(s.n_drafted)
+            : 0.0,
         s.n_forwards, s.n_generated,
         s.n_forwards > 0 ? static_cast<double>(s.n_generated) / s.n_forwards : 0.0,
         s.n_spec_forwards);

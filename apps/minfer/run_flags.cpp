@@ -215,10 +215,11 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
   add_kv_flags(p, a.kv);
 
   p.section("speculative decoding (single-shot runs)");
-  p.option("--spec-ngram", "N",
-           "draft from the history: the last N tokens matched earlier in the prompt and the\n"
-           "output, the tokens that followed proposed (prompt lookup; 0: off)",
-           [&a](const std::string& v) { return set_int(v, "--spec-ngram", 0, 1024, a.spec.ngram); });
+  p.option(
+      "--spec-ngram", "N",
+      "draft from the history: the last N tokens matched earlier in the prompt and the\n"
+      "output, the tokens that followed proposed (prompt lookup; 0: off)",
+      [&a](const std::string& v) { return set_int(v, "--spec-ngram", 0, 1024, a.spec.ngram); });
   p.string_opt("-md,--model-draft", "PATH",
                "draft model (the target's vocabulary); its greedy tokens are proposed",
                a.model_draft);
@@ -456,8 +457,9 @@ Status prepare_run(RunArgs& a) {
     return make_error("give --spec-ngram or -md (--model-draft), not both");
   }
   if (a.spec.n_min > a.spec.n_max) {
-    return make_error(fmt::format("--draft-min {} is above --draft-max {}: no draft would be verified",
-                                  a.spec.n_min, a.spec.n_max));
+    return make_error(
+        fmt::format("--draft-min {} is above --draft-max {}: no draft would be verified",
+                    a.spec.n_min, a.spec.n_max));
   }
   MINFER_TRY_STATUS(compile_constraint(a));
   // Every usage error that needs no model comes before the model is looked for.

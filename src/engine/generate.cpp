@@ -85,8 +85,9 @@ Result<std::unique_ptr<Generator>> Generator::create(Context& engine,
       if (!d.has_tokenizer()) return make_error("the draft model has no tokenizer");
       MINFER_TRY_STATUS(check_draft_vocab(engine.tokenizer(), d.tokenizer()));
       if (d.kv_cells() == nullptr || d.n_ctx_seq() < engine.n_ctx_seq()) {
-        return make_error(fmt::format("the draft model's context ({}) is smaller than the target's ({})",
-                                      d.n_ctx_seq(), engine.n_ctx_seq()));
+        return make_error(
+            fmt::format("the draft model's context ({}) is smaller than the target's ({})",
+                        d.n_ctx_seq(), engine.n_ctx_seq()));
       }
       g->draft_model_ = std::make_unique<DraftModel>(d, options.n_batch, spec.n_max);
     }
@@ -206,7 +207,8 @@ Result<bool> Generator::step_speculative() {
   tokens_.push_back(id);
   // The draft: at most the positions left in the context after `pos`, and one token fewer
   // than -n still allows (the row after the last draft samples one more).
-  int32_t n_max = std::min<int32_t>(spec.n_max, static_cast<int32_t>(engine_.n_ctx_seq()) - 1 - pos);
+  int32_t n_max =
+      std::min<int32_t>(spec.n_max, static_cast<int32_t>(engine_.n_ctx_seq()) - 1 - pos);
   if (options_.n_predict >= 0) {
     n_max = std::min(n_max, options_.n_predict - state_->n_generated() - 1);
   }

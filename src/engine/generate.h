@@ -164,11 +164,11 @@ class Generator {
   TextSink sink_;
   GenerateStats stats_;
 
-  std::vector<TokenId> tokens_;    // the KV mirror (kv_tokens), reserved to n_ctx
-  int32_t n_keep_ = 0;             // positions a context shift keeps
-  Batch batch_;                    // one sequence's rows, reused every step
-  std::span<const float> logits_;  // the last decode's last row
-  std::vector<TokenId> draft_;              // the current draft (reserved to n_max)
+  std::vector<TokenId> tokens_;              // the KV mirror (kv_tokens), reserved to n_ctx
+  int32_t n_keep_ = 0;                       // positions a context shift keeps
+  Batch batch_;                              // one sequence's rows, reused every step
+  std::span<const float> logits_;            // the last decode's last row
+  std::vector<TokenId> draft_;               // the current draft (reserved to n_max)
   std::unique_ptr<DraftModel> draft_model_;  // -md
   TokenId pending_ = -1;                     // sampled at a rejected row: fed next step ...
   int32_t pending_pos_ = 0;                  // ... at this position

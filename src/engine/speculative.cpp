@@ -67,8 +67,8 @@ size_t ngram_draft(std::span<const TokenId> history, int32_t n, int32_t n_max,
     const size_t first = out.size();
     for (int64_t t = 0; t < n_max; ++t) {
       const int64_t at = j + n + t;  // < len + t: the history, then what is drafted here
-      const TokenId id = at < len ? history[static_cast<size_t>(at)]
-                                  : out[first + static_cast<size_t>(at - len)];
+      const TokenId id =
+          at < len ? history[static_cast<size_t>(at)] : out[first + static_cast<size_t>(at - len)];
       out.push_back(id);
     }
     return out.size() - first;

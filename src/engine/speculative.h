@@ -58,8 +58,8 @@ class DraftModel {
   // positions 0..size-1): the draft's most likely token while its probability is at least
   // p_min (the first one below ends the draft, not included), and never a token past the
   // target's vocabulary (`n_vocab_target`).
-  Status draft(std::span<const TokenId> history, int32_t n_max, float p_min,
-               int32_t n_vocab_target, std::vector<TokenId>& out);
+  Status draft(std::span<const TokenId> history, int32_t n_max, float p_min, int32_t n_vocab_target,
+               std::vector<TokenId>& out);
   int64_t n_forwards() const { return n_forwards_; }
 
  private:

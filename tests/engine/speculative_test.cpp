@@ -3,6 +3,8 @@
 // the same text and every sampled row's logits bit for bit (batch invariance, ARCHITECTURE
 // §2.8), greedy and seeded sampling, under both numerics, with drafts that were accepted
 // (so the verifying batches really ran).
+#include "engine/speculative.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,7 +14,6 @@
 
 #include "engine/engine.h"
 #include "engine/generate.h"
-#include "engine/speculative.h"
 #include "gguf/gguf.h"
 
 namespace minfer::engine {
@@ -76,7 +77,8 @@ TEST(DraftVocab, another_vocabulary_is_refused_with_the_difference_named) {
   auto spm = vocab("ggml-vocab-llama-spm.gguf");
   st = check_draft_vocab(*llama, *spm);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.error().message.find("the draft's tokenizer model is 'llama', the target's 'gpt2'"), std::string::npos)
+  EXPECT_NE(st.error().message.find("the draft's tokenizer model is 'llama', the target's 'gpt2'"),
+            std::string::npos)
       << st.error().message;
 }
 
@@ -119,7 +121,9 @@ SpecRun run(Context& e, const std::string& prompt, GenerateOptions o, uint32_t n
   auto ids = e.tokenizer().encode(prompt, {.add_special = true});
   EXPECT_TRUE(ids.ok());
   EXPECT_TRUE(e.set_n_ctx(n_ctx).ok());
-  o.on_logits = [&](std::span<const float> l) { r.logits.insert(r.logits.end(), l.begin(), l.end()); };
+  o.on_logits = [&](std::span<const float> l) {
+    r.logits.insert(r.logits.end(), l.begin(), l.end());
+  };
   auto g = Generator::create(e, o, [&](std::string_view b) { r.text += b; });
   EXPECT_TRUE(g.ok()) << g.error().message;
   Status st = (*g)->prefill(*ids);
@@ -156,8 +160,8 @@ void expect_same(const SpecRun& plain, const SpecRun& spec, const std::string& w
   EXPECT_EQ(spec.tokens, plain.tokens) << what;
   EXPECT_EQ(spec.text, plain.text) << what;
   ASSERT_EQ(spec.logits.size(), plain.logits.size()) << what;
-  EXPECT_EQ(std::memcmp(spec.logits.data(), plain.logits.data(), plain.logits.size() * sizeof(float)),
-            0)
+  EXPECT_EQ(
+      std::memcmp(spec.logits.data(), plain.logits.data(), plain.logits.size() * sizeof(float)), 0)
       << what << ": the sampled rows' logits differ";
   EXPECT_EQ(spec.stats.stop, plain.stats.stop) << what;
 }
