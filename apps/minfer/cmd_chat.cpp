@@ -141,6 +141,9 @@ void install(int sig, void (*handler)(int)) {
 }  // namespace
 
 int run_chat(RunArgs& a) {
+  if (a.spec.ngram > 0 || !a.model_draft.empty()) {
+    return fail("speculative decoding (--spec-ngram, -md) runs single-shot generation, not -cnv");
+  }
   if (a.no_template) {
     return fail("--cnv needs the chat template; --no-template is refused in conversation mode");
   }

@@ -222,6 +222,22 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
         "full context ends the run",
         gen.n_keep, ctx);
   }
+  // -md: the draft model, with the target's engine flags and context size.
+  std::unique_ptr<engine::Engine> draft;
+  if (!a.model_draft.empty()) {
+    auto d = load_engine(a, a.model_draft);
+    if (!d) return fail("draft model: " + d.error().message);
+    draft = std::move(*d);
+    if (Status st = require_generative(*draft, "generate"); !st.ok())
+      return fail("draft model: " + st.error().message);
+    if (Status st = engine::check_draft_vocab(e.tokenizer(), draft->tokenizer()); !st.ok())
+      return fail(st.error().message);
+    if (Status st = draft->set_n_ctx(ctx); !st.ok())
+      return fail("draft model: " + st.error().message);
+    log_info("Draft model: {}", model::describe(draft->hparams()));
+  }
+  gen.spec = a.spec;
+  gen.spec.draft = draft.get();
   gen.make_constraint = constraint_factory(a, e.tokenizer());
   auto reasoning =
       chat::reasoning_options(thinking, e.tokenizer(), a.reasoning_split, a.reasoning_budget);
@@ -345,6 +361,22 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   }
   log_info("Generated: {} tokens in {:.3f} s ({:.1f} tok/s), stop: {}", s.n_generated, s.decode_s,
            rate(s.n_generated, s.decode_s), engine::stop_reason_name(s.stop));
+  if (gen.spec.enabled()) {
+    // llama.cpp's speculative example reports n_drafted, n_accept and accept %.
+    log_info(
+        "speculative: drafted {} tokens, accepted {} ({:.1f}%), {} forwards for {} tokens "
+        "({:.2f} per forward; {} verified a draft)",
+        s.n_drafted, s.n_accepted,
+        s.n_drafted > 0
+            ? 100.0 * static_cast<double>(s.n_accepted) / static_cast<double>(s.n_drafted)
+            : 0.0,
+        s.n_forwards, s.n_generated,
+        s.n_forwards > 0 ? static_cast<double>(s.n_generated) / s.n_forwards : 0.0,
+        s.n_spec_forwards);
+    if (draft) {
+      log_info("draft model: {} forwards in {:.3f} s", s.n_draft_forwards, s.draft_s);
+    }
+  }
   if (gen.context_shift) {
     log_info("context shifts: {} ({} tokens discarded, the first {} kept)", s.n_shifts,
              s.n_discarded, gen.n_keep);

@@ -214,6 +214,26 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
            });
   add_kv_flags(p, a.kv);
 
+  p.section("speculative decoding (single-shot runs)");
+  p.option(
+      "--spec-ngram", "N",
+      "draft from the history: the last N tokens matched earlier in the prompt and the\n"
+      "output, the tokens that followed proposed (prompt lookup; 0: off)",
+      [&a](const std::string& v) { return set_int(v, "--spec-ngram", 0, 1024, a.spec.ngram); });
+  p.string_opt("-md,--model-draft", "PATH",
+               "draft model (the target's vocabulary); its greedy tokens are proposed",
+               a.model_draft);
+  p.option("--draft-max,--draft,--draft-n", "N",
+           fmt::format("tokens drafted at most per verifying forward ({})", a.spec.n_max),
+           [&a](const std::string& v) { return set_int(v, "--draft-max", 1, 1024, a.spec.n_max); });
+  p.option("--draft-min,--draft-n-min", "N",
+           fmt::format("a shorter draft is not verified ({})", a.spec.n_min),
+           [&a](const std::string& v) { return set_int(v, "--draft-min", 0, 1024, a.spec.n_min); });
+  p.float_opt("--draft-p-min", "P",
+              fmt::format("-md: the draft ends at a token its model gives less probability ({})",
+                          a.spec.p_min),
+              a.spec.p_min, 0.0f, 1.0f);
+
   p.section("constrained output");
   p.option("--grammar", "GBNF",
            "the output must match this GBNF grammar (llama.cpp's format; start rule root)",
@@ -433,6 +453,14 @@ Status prepare_run(RunArgs& a) {
   for (const auto& [path, flag] : outputs) {
     if (!path->empty()) MINFER_TRY_STATUS(check_writable(*path, flag));
   }
+  if (a.spec.ngram > 0 && !a.model_draft.empty()) {
+    return make_error("give --spec-ngram or -md (--model-draft), not both");
+  }
+  if (a.spec.n_min > a.spec.n_max) {
+    return make_error(
+        fmt::format("--draft-min {} is above --draft-max {}: no draft would be verified",
+                    a.spec.n_min, a.spec.n_max));
+  }
   MINFER_TRY_STATUS(compile_constraint(a));
   // Every usage error that needs no model comes before the model is looked for.
   auto options = engine_options(a.n_threads, a.kv);
@@ -442,6 +470,12 @@ Status prepare_run(RunArgs& a) {
   // batches): under its numerics a prompt goes in the same pieces unless -b / -ub say so.
   if (a.n_batch == 0 && engine::llamacpp_family(options->numerics)) a.n_batch = 512;
   MINFER_TRY_STATUS(check_template_flags(a));
+  if ((a.spec.ngram > 0 || !a.model_draft.empty()) && engine::llamacpp_family(options->numerics)) {
+    a.notices.push_back(
+        "speculative decoding under --numerics llamacpp*: llama.cpp's arithmetic makes a row "
+        "depend on its batch in places, so the output may differ from the run without it (as "
+        "llama.cpp's does)");
+  }
   if (a.keep_given && !a.context_shift) {
     a.notices.push_back(fmt::format(
         "--keep {}: no effect without --context-shift (a full context ends the run)", a.keep));

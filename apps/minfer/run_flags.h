@@ -16,6 +16,7 @@
 #include "core/result.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "engine_flags.h"
 #include "grammar/grammar.h"
 #include "sample/sampler_config.h"
@@ -64,6 +65,10 @@ struct RunArgs {
   // --grammar, --grammar-file, --json-schema (-j), --json-schema-file: at most one kind
   // (`constraint_flag` is the one given; a second kind is a usage error at parse time).
   std::string constraint_flag, constraint_value;
+  // Speculative decoding (single-shot runs): --spec-ngram, --draft-max, --draft-min,
+  // --draft-p-min into `spec` (its draft context is opened by the run), -md's path.
+  engine::SpecOptions spec;
+  std::string model_draft;
   // Compiled by prepare_run (before the model loads); null: unconstrained.
   std::shared_ptr<grammar::StateTable> grammar_table;
 };

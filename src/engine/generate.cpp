@@ -68,6 +68,32 @@ Result<std::unique_ptr<Generator>> Generator::create(Context& engine,
                                     .context_shift = shift,
                                     .reasoning = options.reasoning},
                                    options.make_constraint ? options.make_constraint() : nullptr));
+  const SpecOptions& spec = options.spec;
+  if (spec.enabled()) {
+    if (spec.ngram > 0 && spec.draft != nullptr) {
+      return make_error("speculative decoding: give an n-gram size or a draft model, not both");
+    }
+    if (spec.ngram < 0 || spec.n_max < 1 || spec.n_min < 0 || !(spec.p_min >= 0.0f) ||
+        spec.p_min > 1.0f) {
+      return make_error(fmt::format(
+          "speculative decoding: n-gram size {}, draft max {}, draft min {}, p-min {} (want an "
+          "n-gram size >= 0, a max >= 1, a min >= 0, p-min in [0, 1])",
+          spec.ngram, spec.n_max, spec.n_min, spec.p_min));
+    }
+    if (spec.draft != nullptr) {
+      Context& d = *spec.draft;
+      if (!d.has_tokenizer()) return make_error("the draft model has no tokenizer");
+      MINFER_TRY_STATUS(check_draft_vocab(engine.tokenizer(), d.tokenizer()));
+      if (d.kv_cells() == nullptr || d.n_ctx_seq() < engine.n_ctx_seq()) {
+        return make_error(
+            fmt::format("the draft model's context ({}) is smaller than the target's ({})",
+                        d.n_ctx_seq(), engine.n_ctx_seq()));
+      }
+      g->draft_model_ = std::make_unique<DraftModel>(d, options.n_batch, spec.n_max);
+    }
+    g->draft_.reserve(static_cast<size_t>(spec.n_max));
+    g->batch_ = Batch(static_cast<size_t>(spec.n_max) + 1);
+  }
   return g;
 }
 
@@ -110,18 +136,13 @@ Status Generator::decode_run(std::span<const TokenId> tokens, int32_t pos0) {
   return Ok{};
 }
 
-Result<bool> Generator::step() {
-  if (done_) return false;
-  if (!decode_started_) {
-    decode_t0_ = Clock::now();  // pure-decode clock (llama.cpp "eval time" caliber)
-    decode_started_ = true;
-  }
+Result<SeqEvent> Generator::sample(std::span<const float> logits) {
   // -n 0 allows no token: the state stops before sampling, so nothing is dumped.
-  if (options_.n_predict != 0 && options_.on_logits) options_.on_logits(logits_);
+  if (options_.n_predict != 0 && options_.on_logits) options_.on_logits(logits);
   // Sample from the logits that exist (prefill's, or the previous step's forward), then
   // the gates; what is safe to print comes back as text.
   const auto ts = options_.timing ? Clock::now() : Clock::time_point{};
-  MINFER_TRY(const SeqEvent ev, state_->next(logits_));
+  MINFER_TRY(const SeqEvent ev, state_->next(logits));
   if (options_.timing) stats_.sample_s += seconds(Clock::now() - ts);
   if (ev.token >= 0) stats_.n_samples++;
   stats_.n_generated = state_->n_generated();
@@ -130,28 +151,119 @@ Result<bool> Generator::step() {
   if (!ev.feed) {
     stats_.stop = ev.stop;
     done_ = true;
-    return false;
   }
+  return ev;
+}
+
+Result<int32_t> Generator::make_room(int32_t pos) {
+  if (static_cast<uint32_t>(pos) < engine_.n_ctx_seq()) return pos;
+  // No position left (only with a context shift: the state's gate ends the run
+  // otherwise): make room, then feed the token after the kept tail.
+  MINFER_TRY(const int32_t n, shift_context(engine_, batch_, tokens_, n_keep_, options_.n_batch));
+  MINFER_CHECK(n > 0, "context shift at position %d discarded nothing (n_keep %d)", pos, n_keep_);
+  state_->discard(n);
+  stats_.n_shifts++;
+  stats_.n_discarded += n;
+  return pos - n;
+}
+
+Result<bool> Generator::step() {
+  if (done_) return false;
+  if (!decode_started_) {
+    decode_t0_ = Clock::now();  // pure-decode clock (llama.cpp "eval time" caliber)
+    decode_started_ = true;
+  }
+  if (options_.spec.enabled()) return step_speculative();
+  MINFER_TRY(const SeqEvent ev, sample(logits_));
+  if (!ev.feed) return false;
   // Forward last: logits for the next iteration.
   const auto tf = options_.timing ? Clock::now() : Clock::time_point{};
   const TokenId id = ev.token;
-  int32_t pos = ev.pos;
-  if (static_cast<uint32_t>(pos) >= engine_.n_ctx_seq()) {
-    // No position left (only with a context shift: the state's gate ends the run
-    // otherwise): make room, then feed the token after the kept tail.
-    MINFER_TRY(const int32_t n, shift_context(engine_, batch_, tokens_, n_keep_, options_.n_batch));
-    MINFER_CHECK(n > 0, "context shift at position %d discarded nothing (n_keep %d)", pos, n_keep_);
-    state_->discard(n);
-    pos -= n;
-    stats_.n_shifts++;
-    stats_.n_discarded += n;
-  }
+  MINFER_TRY(const int32_t pos, make_room(ev.pos));
   MINFER_CHECK(static_cast<size_t>(pos) == tokens_.size(), "feed at %d, %zu tokens in the KV", pos,
                tokens_.size());
   MINFER_TRY_STATUS(decode_run(std::span<const TokenId>(&id, 1), pos));
   tokens_.push_back(id);
   if (options_.timing) stats_.forward_s += seconds(Clock::now() - tf);
   stats_.n_forwards++;
+  return true;
+}
+
+Result<bool> Generator::step_speculative() {
+  const SpecOptions& spec = options_.spec;
+  // The token to feed: sampled at the row that rejected the last draft, else now.
+  TokenId id = pending_;
+  int32_t pos = pending_pos_;
+  if (id < 0) {
+    MINFER_TRY(const SeqEvent ev, sample(logits_));
+    if (!ev.feed) return false;
+    id = ev.token;
+    pos = ev.pos;
+  }
+  pending_ = -1;
+  MINFER_TRY(pos, make_room(pos));
+  MINFER_CHECK(static_cast<size_t>(pos) == tokens_.size(), "feed at %d, %zu tokens in the KV", pos,
+               tokens_.size());
+  tokens_.push_back(id);
+  // The draft: at most the positions left in the context after `pos`, and one token fewer
+  // than -n still allows (the row after the last draft samples one more).
+  int32_t n_max =
+      std::min<int32_t>(spec.n_max, static_cast<int32_t>(engine_.n_ctx_seq()) - 1 - pos);
+  if (options_.n_predict >= 0) {
+    n_max = std::min(n_max, options_.n_predict - state_->n_generated() - 1);
+  }
+  draft_.clear();
+  if (n_max > 0) {
+    const auto td = Clock::now();
+    if (draft_model_) {
+      if (Status st = draft_model_->draft(tokens_, n_max, spec.p_min, engine_.tokenizer().n_vocab(),
+                                          draft_);
+          !st.ok()) {
+        tokens_.pop_back();
+        return st.error();
+      }
+      stats_.n_draft_forwards = draft_model_->n_forwards();
+    } else {
+      ngram_draft(tokens_, spec.ngram, n_max, draft_);
+    }
+    stats_.draft_s += seconds(Clock::now() - td);
+    if (draft_.size() < static_cast<size_t>(std::max(spec.n_min, 1))) draft_.clear();
+  }
+  // One forward: the token and the draft after it, every row asking for logits.
+  const auto tf = options_.timing ? Clock::now() : Clock::time_point{};
+  batch_.clear();
+  batch_.add(id, 0, pos, true);
+  for (size_t i = 0; i < draft_.size(); ++i) {
+    batch_.add(draft_[i], 0, pos + 1 + static_cast<int32_t>(i), true);
+  }
+  auto out = engine_.decode(batch_);
+  if (!out) {
+    tokens_.pop_back();
+    return out.error();
+  }
+  if (options_.timing) stats_.forward_s += seconds(Clock::now() - tf);
+  stats_.n_forwards++;
+  if (!draft_.empty()) stats_.n_spec_forwards++;
+  stats_.n_drafted += static_cast<int64_t>(draft_.size());
+  // Each row's logits are those the plain loop would have (batch invariance): sample them
+  // in order; a draft token the sample agrees with is already in the KV at its position.
+  for (size_t i = 0; i < draft_.size(); ++i) {
+    const auto at = pos + 1 + static_cast<int32_t>(i);  // draft_[i]'s position
+    MINFER_TRY(const SeqEvent ev, sample(out->row(i)));
+    const bool agrees = ev.token == draft_[i];
+    if (agrees) stats_.n_accepted++;
+    if (!agrees || !ev.feed) {
+      // The rows from here on hold tokens the run does not have: out of the KV.
+      engine_.kv_cells()->seq_rm(0, at, -1);
+      if (!ev.feed) return false;
+      pending_ = ev.token;
+      pending_pos_ = ev.pos;
+      return true;
+    }
+    MINFER_CHECK(ev.pos == at, "draft token at %d, the sequence feeds at %d", at, ev.pos);
+    tokens_.push_back(draft_[i]);
+  }
+  logits_ = out->row(draft_.size());
   return true;
 }
 

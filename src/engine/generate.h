@@ -22,6 +22,7 @@
 #include "core/result.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "engine/text.h"
 #include "sample/sampler.h"
 
@@ -62,6 +63,12 @@ struct GenerateOptions {
   // ends the run (kContext).
   bool context_shift = false;
   int32_t n_keep = 0;  // positions a shift keeps (keep_count); at most the prompt
+  // Speculative decoding (--spec-ngram, -md): each forward verifies the token to feed and
+  // a draft after it as one batch of rows; the sequence state samples every row in order
+  // and the draft is kept while it agrees, the rest of its rows removed from the KV
+  // (seq_rm). The tokens, the text and the dumped logits are the plain loop's, bit for bit
+  // (batch invariance; engine/speculative.h), for greedy and seeded sampling alike.
+  SpecOptions spec;
 };
 
 struct GenerateStats {
@@ -81,6 +88,14 @@ struct GenerateStats {
   int32_t n_shifts = 0;     // context shifts (--context-shift)
   int32_t n_discarded = 0;  // positions they discarded
   StopReason stop = StopReason::kNone;
+  // Speculative decoding: tokens drafted and verified, drafts the target agreed with,
+  // forwards that verified a draft of at least one token, and the draft model's forwards
+  // and time (its catch-up and drafting).
+  int64_t n_drafted = 0;
+  int64_t n_accepted = 0;
+  int32_t n_spec_forwards = 0;
+  int64_t n_draft_forwards = 0;
+  double draft_s = 0.0;
 };
 
 // llama.cpp's --keep N against a prompt: N < 0 or past the prompt: the whole prompt;
@@ -132,6 +147,15 @@ class Generator {
 
   // One decode of `tokens` (sequence 0, from pos0); keeps the last row's logits.
   Status decode_run(std::span<const TokenId> tokens, int32_t pos0);
+  // The sample half of a step: on_logits, the state's next(), the sinks; done_ and the
+  // stop reason when a gate ended the run.
+  Result<SeqEvent> sample(std::span<const float> logits);
+  // Frees the room the token to feed at `pos` needs (a context shift) and returns its
+  // position after the shift.
+  Result<int32_t> make_room(int32_t pos);
+  // step() with a drafter: the token to feed (pending or sampled), a draft, one verifying
+  // forward, then the rows sampled in order while they agree with the draft.
+  Result<bool> step_speculative();
 
   Context& engine_;
   GenerateOptions options_;
@@ -140,10 +164,14 @@ class Generator {
   TextSink sink_;
   GenerateStats stats_;
 
-  std::vector<TokenId> tokens_;    // the KV mirror (kv_tokens), reserved to n_ctx
-  int32_t n_keep_ = 0;             // positions a context shift keeps
-  Batch batch_;                    // one sequence's rows, reused every step
-  std::span<const float> logits_;  // the last decode's last row
+  std::vector<TokenId> tokens_;              // the KV mirror (kv_tokens), reserved to n_ctx
+  int32_t n_keep_ = 0;                       // positions a context shift keeps
+  Batch batch_;                              // one sequence's rows, reused every step
+  std::span<const float> logits_;            // the last decode's last row
+  std::vector<TokenId> draft_;               // the current draft (reserved to n_max)
+  std::unique_ptr<DraftModel> draft_model_;  // -md
+  TokenId pending_ = -1;                     // sampled at a rejected row: fed next step ...
+  int32_t pending_pos_ = 0;                  // ... at this position
   EngineStats after_prefill_;
   std::chrono::steady_clock::time_point decode_t0_;
   bool decode_started_ = false;
