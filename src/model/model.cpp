@@ -64,10 +64,10 @@ Status Model::check_params(const graph::GraphParams& p) const {
   // A quantized cache holds whole blocks per head (attention reads one head's slice).
   const uint32_t block = dtype_info(kv_type).block_size;
   if (hp_.n_embd_head % block != 0) {
-    return make_error(fmt::format("KV cache type {} needs a head size that is a multiple of {}; "
-                                  "this model's is {}",
-                                  graph::kv_format_name(p.cparams.kv_format), block,
-                                  hp_.n_embd_head));
+    return make_error(
+        fmt::format("KV cache type {} needs a head size that is a multiple of {}; "
+                    "this model's is {}",
+                    graph::kv_format_name(p.cparams.kv_format), block, hp_.n_embd_head));
   }
   return Ok{};
 }

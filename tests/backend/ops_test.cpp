@@ -447,8 +447,8 @@ TEST(Attention, QuantizedRowDecodersEqualDequantize_bitwise) {
     ASSERT_TRUE(quant::quantize(type, x, blocks).ok());
     std::vector<float> ref(n), got(n);
     ASSERT_TRUE(quant::dequantize(type, blocks, ref).ok());
-    (type == DType::kQ8_0 ? backend::cpu::q8_0_to_f32_avx2
-                          : backend::cpu::q4_0_to_f32_avx2)(blocks.data(), got.data(), n);
+    (type == DType::kQ8_0 ? backend::cpu::q8_0_to_f32_avx2 : backend::cpu::q4_0_to_f32_avx2)(
+        blocks.data(), got.data(), n);
     EXPECT_EQ(0, std::memcmp(ref.data(), got.data(), n * 4)) << dtype_name(type);
   }
 }

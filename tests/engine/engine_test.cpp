@@ -278,7 +278,10 @@ TEST(Engine, F16CacheStaysWithinHalfPrecisionOfTheF32Cache) {
 TEST(Engine, QuantizedCachesAreThreadAndBatchInvariant_bitwise) {
   for (graph::KvFormat kv : {graph::KvFormat::kQ8_0, graph::KvFormat::kQ4_0}) {
     for (const char* arch : {"llama", "qwen2", "gemma3"}) {
-      const TinySpec spec{.arch = arch, .n_head = 2, .n_head_kv = 1, .tied = false,
+      const TinySpec spec{.arch = arch,
+                          .n_head = 2,
+                          .n_head_kv = 1,
+                          .tied = false,
                           .qkv_bias = std::string(arch) == "qwen2"};
       const std::string stem = std::string(arch) + "-" + std::string(graph::kv_format_name(kv));
       auto t1 = make_engine(spec, 1, 64, "qkv1-" + stem, {.kv_format = kv});
@@ -287,8 +290,7 @@ TEST(Engine, QuantizedCachesAreThreadAndBatchInvariant_bitwise) {
       ASSERT_TRUE(t1.engine && t2.engine && f32.engine) << stem;
       const size_t n = kPrompt.size();
       const size_t nv = t1->hparams().n_vocab;
-      const std::vector<float> all =
-          run(*t1, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
+      const std::vector<float> all = run(*t1, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
       const std::vector<float> ref =
           run(*f32, kPrompt, iota_positions(n), static_cast<uint32_t>(n));
       EXPECT_FALSE(same_bits(all, ref)) << stem << ": the cache is not quantized";
@@ -322,9 +324,9 @@ TEST(Engine, NumericsAndCacheTypeAreCheckedAtOpen) {
                                     "32; this model's is 16"),
             std::string::npos)
       << q8.error().message;
-  auto q8l = make_engine_status(TinySpec{.n_head = 2, .n_head_kv = 1},
-                                {.kv_format = graph::KvFormat::kQ8_0,
-                                 .numerics = Numerics::kLlamaCpp});
+  auto q8l =
+      make_engine_status(TinySpec{.n_head = 2, .n_head_kv = 1},
+                         {.kv_format = graph::KvFormat::kQ8_0, .numerics = Numerics::kLlamaCpp});
   ASSERT_FALSE(q8l.ok());
   EXPECT_NE(q8l.error().message.find("f16 KV cache (cache type is q8_0)"), std::string::npos)
       << q8l.error().message;

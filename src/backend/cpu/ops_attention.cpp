@@ -221,9 +221,10 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   // own arithmetic, in its own order: the bits of a single-head, single-token walk.
   const bool pair_heads = kn.dtype == DType::kF32 && k.attn_scores2_f32 != nullptr && group >= 2;
   // Quantized cells: one head's slice of a row is whole blocks (Model::check_params).
-  const quant::TypeTraits* qt = f16_kv || kn.dtype == DType::kF32 ? nullptr : quant::traits(kn.dtype);
-  if (kn.dtype != DType::kF32 && !f16_kv && (qt == nullptr || hd % qt->block_size != 0 ||
-                                             hd_v % qt->block_size != 0)) {
+  const quant::TypeTraits* qt =
+      f16_kv || kn.dtype == DType::kF32 ? nullptr : quant::traits(kn.dtype);
+  if (kn.dtype != DType::kF32 && !f16_kv &&
+      (qt == nullptr || hd % qt->block_size != 0 || hd_v % qt->block_size != 0)) {
     return make_error(fmt::format("attention '{}': no {} cells of head size {}", n.name,
                                   dtype_name(kn.dtype), hd));
   }

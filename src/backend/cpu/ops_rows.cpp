@@ -73,8 +73,8 @@ Status op_kv_store(const OpCtx& c, NodeId id) {
   if (region.dtype != DType::kF32) {  // a quantized cache: llama.cpp's reference quantizer
     const quant::TypeTraits* tt = quant::traits(region.dtype);
     if (tt == nullptr || tt->quantize_ref == nullptr) {
-      return make_error(fmt::format("kv_store '{}': no quantizer for {}", n.name,
-                                    dtype_name(region.dtype)));
+      return make_error(
+          fmt::format("kv_store '{}': no quantizer for {}", n.name, dtype_name(region.dtype)));
     }
     const uint64_t row_bytes = static_cast<uint64_t>(row) / tt->block_size * tt->type_size;
     auto* dst = c.data.as<uint8_t>(id);  // aliases the region
