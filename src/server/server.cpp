@@ -522,8 +522,6 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
           res,
           ApiError{.status = 501, .type = "not_implemented_error", .message = svg.error().message});
     }
-    // With a charset the type is not one cpp-httplib gzips: its deflate takes seconds
-    // for the ~1 MB picture, while loopback moves the bytes in milliseconds.
     res.set_content(*svg, "image/svg+xml; charset=utf-8");
   });
   get("/viz/config", [&](const Request&, Response& res) {
