@@ -564,8 +564,11 @@ void accept_next(Shared& shared) {
         shared.sessions.emplace(shared.next_id++, session);
       }
       session->start();
+      return accept_next(shared);
     }
-    accept_next(shared);
+    // Out of descriptors (EMFILE) or the like: try again shortly rather than spin.
+    auto timer = std::make_shared<net::steady_timer>(shared.ioc, std::chrono::milliseconds(50));
+    timer->async_wait([&shared, timer](beast::error_code) { accept_next(shared); });
   });
 }
 
