@@ -1,7 +1,7 @@
 // Stage 17 tests: the HTTP transport (server/transport.h) on loopback with a small
 // handler of its own — the 503 answers while loading, a port in use, the body limit
 // while reading (chunked and sized), keep-alive and pipelining, HEAD, chunked streams,
-// the HTTP/2 preface, the connection cap — and the hand-written target decoding.
+// the HTTP/2 preface, oversized headers, the connection cap — and the hand-written target decoding.
 #include "server/transport.h"
 
 #include <arpa/inet.h>
@@ -220,6 +220,14 @@ TEST_F(Transport, Http2PrefaceIs505AndClose) {
   const std::string got = exchange(port(), "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 505 ", 0), 0u) << got;
   EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
+}
+
+TEST_F(Transport, HeadersPast64KiBAre431AndClose) {
+  start();
+  const std::string got = exchange(
+      port(), "GET /x HTTP/1.1\r\nX-Big: " + std::string(70000, 'a') + "\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 431 ", 0), 0u) << got.substr(0, 200);
+  EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got.substr(0, 200);
 }
 
 TEST_F(Transport, ConnectionsPastTheCapAreMarked) {
