@@ -15,7 +15,7 @@ set -euo pipefail
 CACHE="${MINFER_CACHE:-$HOME/.cache/minfer}"
 MODELS="$CACHE/models"
 DEB_PKGS=(build-essential cmake ninja-build ccache pkg-config git unzip tmux
-  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libedit-dev libcpp-httplib-dev
+  libpcre2-dev nlohmann-json3-dev libcli11-dev libfmt-dev libedit-dev libcpp-httplib-dev libboost-dev
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3 python3-pip python3-venv
   chromium chromium-driver libgraphviz-dev bible-kjv libxxhash-dev libutf8proc-dev libzmq3-dev)
 PY_PKGS=(gguf numpy tokenizers jinja2 pytest openai anthropic ollama selenium jsonschema

@@ -60,8 +60,8 @@ int run_serve(const std::vector<std::string>& args) {
             max_body, 1024, INT32_MAX);
   int32_t max_connections = static_cast<int32_t>(o.max_connections);
   p.int_opt("--max-connections", "N",
-            "connections served at once, one thread each, started on demand; more wait for "
-            "one to close (1024)",
+            "connections open at once; past it a request is answered 503 (Retry-After) and "
+            "its connection closed (1024)",
             max_connections, 1, 65536);
   int32_t responses_max = static_cast<int32_t>(o.responses_max);
   p.int_opt("--responses-max", "N",
@@ -82,11 +82,11 @@ int run_serve(const std::vector<std::string>& args) {
                "pooling of the embedding routes: none | mean | cls | last (the model's)", pooling);
   int32_t timeout = o.timeout_s, keep_alive_timeout = o.keep_alive_timeout_s;
   p.int_opt("-to,--timeout", "SECONDS",
-            "a read or write of a connection that makes no progress this long fails and "
-            "closes it: request line, headers and body alike (5; llama-server's: 600)",
+            "a request's head, then its body, and a response's write must each take less; "
+            "past it the connection closes (5; llama-server's: 600)",
             timeout, 1, 1 << 24);
   p.int_opt("--keep-alive-timeout", "SECONDS",
-            "an idle keep-alive connection is closed after this long (5)", keep_alive_timeout, 1,
+            "a connection with no request begun is closed after this long (5)", keep_alive_timeout, 1,
             1 << 24);
   int32_t stream_timeout = o.stream_timeout_s;
   p.int_opt("--stream-timeout", "SECONDS",

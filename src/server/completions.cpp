@@ -247,7 +247,7 @@ class OpenAiSse final : public SseWriter {
 }  // namespace
 
 void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& request_body,
-                       httplib::Response& res) {
+                       http::Response& res) {
   CompletionRequest r;
   if (auto e = parse_completion(request_body, endpoint, ctx.tok.n_vocab(), r)) {
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);

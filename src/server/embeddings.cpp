@@ -158,7 +158,7 @@ std::optional<ApiError> run_embeddings(ServerContext& ctx,
   return std::nullopt;
 }
 
-void handle_embeddings(ServerContext& ctx, const std::string& body, httplib::Response& res,
+void handle_embeddings(ServerContext& ctx, const std::string& body, http::Response& res,
                        bool openai) {
   auto reject = [&](const ApiError& e) {
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);

@@ -59,7 +59,7 @@ std::optional<ApiError> optional_model(const json& j) {
 
 // llama-server's shape: {"content", "add_special" (false), "parse_special" (true),
 // "with_pieces"} → {"tokens": [ids] or [{"id", "piece"}]}.
-void tokenize_llama(ServerContext& ctx, const json& j, httplib::Response& res) {
+void tokenize_llama(ServerContext& ctx, const json& j, http::Response& res) {
   if (!j["content"].is_string()) return reply_error(res, bad_request("'content' must be a string"));
   tokenizer::EncodeOptions opts{.add_special = false, .parse_special = true};
   bool with_pieces = false;
@@ -105,7 +105,7 @@ std::optional<ApiError> continue_final(const json& messages, std::string& text) 
 // vLLM's shapes: {"prompt", "add_special_tokens" (true)} or {"messages",
 // "add_generation_prompt" (true), "continue_final_message" (false), "tools",
 // "add_special_tokens"} → {"count", "max_model_len", "tokens", "token_strs"?}.
-void tokenize_vllm(ServerContext& ctx, const json& j, httplib::Response& res) {
+void tokenize_vllm(ServerContext& ctx, const json& j, http::Response& res) {
   if (j.contains("prompt") && j.contains("messages")) {
     return reply_error(res, bad_request("give 'prompt' or 'messages', not both"));
   }
@@ -274,7 +274,7 @@ bool serves_model(const ServerOptions& options, const std::string& name) {
              options.model_aliases.end();
 }
 
-void handle_tokenize(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_tokenize(ServerContext& ctx, const std::string& body, http::Response& res) {
   json j;
   if (auto e = parse_object(body, j)) return reply_error(res, *e);
   const std::string llama = present(j, kLlamaTokenizeKeys);
@@ -292,7 +292,7 @@ void handle_tokenize(ServerContext& ctx, const std::string& body, httplib::Respo
   tokenize_llama(ctx, j, res);
 }
 
-void handle_detokenize(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_detokenize(ServerContext& ctx, const std::string& body, http::Response& res) {
   json j;
   if (auto e = parse_object(body, j)) return reply_error(res, *e);
   if (auto e = optional_model(j)) return reply_error(res, *e);
@@ -313,7 +313,7 @@ void handle_detokenize(ServerContext& ctx, const std::string& body, httplib::Res
   reply_json(res, {{"content", text}, {"prompt", text}});
 }
 
-void handle_chat_render(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_chat_render(ServerContext& ctx, const std::string& body, http::Response& res) {
   CompletionRequest r;
   if (auto e = parse_completion(body, Endpoint::kChat, ctx.tok.n_vocab(), r)) {
     return reply_error(res, *e);
@@ -332,11 +332,11 @@ void handle_chat_render(ServerContext& ctx, const std::string& body, httplib::Re
                    {"max_model_len", ctx.options.scheduler.n_ctx}});
 }
 
-void handle_models(ServerContext& ctx, httplib::Response& res) {
+void handle_models(ServerContext& ctx, http::Response& res) {
   reply_json(res, {{"object", "list"}, {"data", json::array({model_object(ctx)})}});
 }
 
-void handle_model_get(ServerContext& ctx, const std::string& id, httplib::Response& res) {
+void handle_model_get(ServerContext& ctx, const std::string& id, http::Response& res) {
   if (!serves_model(ctx.options, id)) {
     return reply_error(res, ApiError{.status = 404,
                                      .type = "not_found_error",
@@ -347,7 +347,7 @@ void handle_model_get(ServerContext& ctx, const std::string& id, httplib::Respon
   reply_json(res, model_object(ctx));
 }
 
-void handle_server_info(ServerContext& ctx, httplib::Response& res) {
+void handle_server_info(ServerContext& ctx, http::Response& res) {
   const SchedulerOptions& so = ctx.options.scheduler;
   // SGLang's ServerArgs names where minfer has the same setting.
   reply_json(res, {{"model_path", ctx.options.model_path},
@@ -366,7 +366,7 @@ void handle_server_info(ServerContext& ctx, httplib::Response& res) {
                    {"engine", "minfer"}});
 }
 
-void handle_model_info(ServerContext& ctx, httplib::Response& res) {
+void handle_model_info(ServerContext& ctx, http::Response& res) {
   reply_json(res, {{"model_path", ctx.options.model_path},
                    {"tokenizer_path", ctx.options.model_path},
                    {"is_generation", generative(ctx)},
@@ -378,7 +378,7 @@ void handle_model_info(ServerContext& ctx, httplib::Response& res) {
                    {"architectures", nullptr}});
 }
 
-void handle_props(ServerContext& ctx, httplib::Response& res) {
+void handle_props(ServerContext& ctx, http::Response& res) {
   const sample::SamplerConfig sc = default_sampler();
   json params{{"temperature", sc.temp},
               {"top_k", sc.top_k},
@@ -404,7 +404,7 @@ void handle_props(ServerContext& ctx, httplib::Response& res) {
                    {"is_sleeping", false}});
 }
 
-void handle_slots(ServerContext& ctx, httplib::Response& res) {
+void handle_slots(ServerContext& ctx, http::Response& res) {
   auto cmd = std::make_shared<SlotCommand>();
   SlotCommand::Reply reply;
   if (auto e = run_slot_command(ctx, std::move(cmd), reply)) return reply_error(res, *e);
@@ -414,7 +414,7 @@ void handle_slots(ServerContext& ctx, httplib::Response& res) {
 }
 
 void handle_slot_action(ServerContext& ctx, const std::string& id, const std::string& action,
-                        const std::string& body, httplib::Response& res) {
+                        const std::string& body, http::Response& res) {
   uint32_t slot = 0;
   const bool digits =
       !id.empty() && id.size() <= 9 &&

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <random>
 
-#include "server/connection.h"
 #include "server/constraint.h"
 #include "server/routes.h"
 
@@ -47,7 +46,6 @@ struct StreamState {
   bool sent_head = false;
   bool finished = false;                         // every choice's final event written
   std::atomic<int32_t>* open_streams = nullptr;  // ServerContext::open_streams
-  ClientWatch client{nullptr};
   std::chrono::milliseconds stall_timeout{0};  // --stream-timeout
 };
 
@@ -331,9 +329,9 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
   };
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (i == 1) {
-      ClientWatch client(request_log().req);
+      http::ClientLink* client = request_log().client;
       while (!out.choices[0]->wait(std::chrono::milliseconds(50))) {
-        if (client.gone()) {
+        if (client != nullptr && client->gone()) {
           cancel_all();
           request_log().status = 499;
           return ApiError{.status = 499, .type = "cancelled", .message = "the client left"};
@@ -358,14 +356,14 @@ JobEvent collect_choices(ChoiceStreams& choices,
   // Looked for on a clock, not only when no event comes: a fast generation never
   // leaves the pop waiting.
   constexpr auto kClientPoll = std::chrono::milliseconds(50);
-  ClientWatch client(request_log().req);
+  http::ClientLink* client = request_log().client;
   auto next_look = Clock::now() + kClientPoll;
   JobEvent ev;
   while (!choices.done()) {
     if (choices.pop(ev, kClientPoll)) on_event(ev);
     if (choices.done()) break;
     if (Clock::now() >= next_look) {
-      if (client.gone()) return client_gone(choices);
+      if (client != nullptr && client->gone()) return client_gone(choices);
       next_look = Clock::now() + kClientPoll;
     }
   }
@@ -386,32 +384,30 @@ JobEvent collect_events(JobStream& stream, const std::function<void(const JobEve
   return last.final ? last : total;
 }
 
-void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
+void reply_stream(ServerContext& ctx, http::Response& res, std::shared_ptr<JobStream> stream,
                   std::unique_ptr<SseWriter> writer, const char* content_type) {
   reply_stream(ctx, res, std::vector<std::shared_ptr<JobStream>>{std::move(stream)},
                std::move(writer), content_type);
 }
 
-void reply_stream(ServerContext& ctx, httplib::Response& res,
+void reply_stream(ServerContext& ctx, http::Response& res,
                   std::vector<std::shared_ptr<JobStream>> streams,
                   std::unique_ptr<SseWriter> writer, const char* content_type) {
   auto st = std::make_shared<StreamState>(std::move(streams));
   st->writer = std::move(writer);
   st->open_streams = ctx.open_streams;
-  // The request outlives its response's writes (httplib writes within process_request).
-  st->client = ClientWatch(request_log().req);
   st->stall_timeout = std::chrono::seconds(ctx.options.stream_timeout_s);
   res.set_header("Cache-Control", "no-cache");
-  // Counted until the response is gone (the releaser runs when httplib drops it, after
-  // the last chunk or a failed write).
+  // Counted until the response is gone (the release runs when the transport drops it,
+  // after the last chunk or a failed write).
   if (st->open_streams != nullptr) st->open_streams->fetch_add(1, std::memory_order_acq_rel);
-  res.set_chunked_content_provider(
+  res.set_chunked(
       content_type,
-      [st](size_t /*offset*/, httplib::DataSink& sink) {
+      [st](http::StreamSink& sink) {
         if (!st->sent_head) {
           st->sent_head = true;
           const std::string f = st->writer->head();
-          if (!f.empty() && !sink.write(f.data(), f.size())) {
+          if (!f.empty() && !sink.write(f)) {
             client_gone(st->choices);
             return false;
           }
@@ -419,7 +415,7 @@ void reply_stream(ServerContext& ctx, httplib::Response& res,
         }
         JobEvent ev;
         if (!st->choices.pop(ev, std::chrono::milliseconds(200))) {
-          if (sink.is_writable()) return true;
+          if (sink.writable()) return true;
           client_gone(st->choices);
           return false;
         }
@@ -432,13 +428,13 @@ void reply_stream(ServerContext& ctx, httplib::Response& res,
         // it has taken no bytes for --stream-timeout; then the job is cancelled and the
         // connection closed.
         constexpr size_t kMaxUnsent = size_t{64} << 10;
-        if (!frames.empty() && !last && !st->client.drained_within(kMaxUnsent, st->stall_timeout)) {
+        if (!frames.empty() && !last && !sink.drained_within(kMaxUnsent, st->stall_timeout)) {
           std::fprintf(stderr, "[server] a stream took no bytes for %lld s: cancelled\n",
                        static_cast<long long>(st->stall_timeout.count() / 1000));
           client_gone(st->choices);
           return false;
         }
-        if (!frames.empty() && !sink.write(frames.data(), frames.size())) {
+        if (!frames.empty() && !sink.write(frames)) {
           if (last) {
             request_log().status = 499;  // the counts are noted: the request had ended
           } else {
@@ -452,7 +448,7 @@ void reply_stream(ServerContext& ctx, httplib::Response& res,
         }
         return true;
       },
-      [st](bool /*success*/) {
+      [st](bool /*finished*/) {
         if (!st->finished) st->choices.cancel();
         if (st->open_streams != nullptr) st->open_streams->fetch_sub(1, std::memory_order_acq_rel);
       });

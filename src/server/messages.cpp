@@ -444,7 +444,7 @@ class AnthropicSse final : public SseWriter {
 
 }  // namespace
 
-void handle_messages(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_messages(ServerContext& ctx, const std::string& body, http::Response& res) {
   CompletionRequest r;
   if (auto e = parse_request(ctx, body, /*generating=*/true, r)) {
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
@@ -491,7 +491,7 @@ void handle_messages(ServerContext& ctx, const std::string& body, httplib::Respo
   reply_json(res, message);
 }
 
-void handle_count_tokens(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_count_tokens(ServerContext& ctx, const std::string& body, http::Response& res) {
   CompletionRequest r;
   std::vector<engine::TokenId> prompt;
   std::optional<ApiError> e = parse_request(ctx, body, /*generating=*/false, r);

@@ -439,7 +439,7 @@ class OllamaLines final : public SseWriter {
 };
 
 void handle_generating(ServerContext& ctx, const std::string& body, bool chat,
-                       httplib::Response& res) {
+                       http::Response& res) {
   Timing timing{.t0 = request_log().t0};
   if (timing.t0 == Clock::time_point{}) timing.t0 = Clock::now();
   OllamaRequest q;
@@ -586,19 +586,19 @@ std::string parameters_text(const ServerContext& ctx) {
 
 }  // namespace
 
-void handle_ollama_chat(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_ollama_chat(ServerContext& ctx, const std::string& body, http::Response& res) {
   handle_generating(ctx, body, /*chat=*/true, res);
 }
 
-void handle_ollama_generate(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_ollama_generate(ServerContext& ctx, const std::string& body, http::Response& res) {
   handle_generating(ctx, body, /*chat=*/false, res);
 }
 
-void handle_ollama_tags(ServerContext& ctx, httplib::Response& res) {
+void handle_ollama_tags(ServerContext& ctx, http::Response& res) {
   reply_json(res, {{"models", json::array({model_entry(ctx)})}});
 }
 
-void handle_ollama_ps(ServerContext& ctx, httplib::Response& res) {
+void handle_ollama_ps(ServerContext& ctx, http::Response& res) {
   // Loaded for the server's life: no expires_at; the weights are in host memory.
   json m = model_entry(ctx);
   m["size_vram"] = 0;
@@ -606,11 +606,11 @@ void handle_ollama_ps(ServerContext& ctx, httplib::Response& res) {
   reply_json(res, {{"models", json::array({std::move(m)})}});
 }
 
-void handle_ollama_version(ServerContext& ctx, httplib::Response& res) {
+void handle_ollama_version(ServerContext& ctx, http::Response& res) {
   reply_json(res, {{"version", ctx.options.version}});
 }
 
-void handle_ollama_show(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_ollama_show(ServerContext& ctx, const std::string& body, http::Response& res) {
   json j;
   std::string name;
   Opt e = parse_object(body, j);
@@ -663,7 +663,7 @@ void handle_ollama_show(ServerContext& ctx, const std::string& body, httplib::Re
                    {"modified_at", c.modified_at}});
 }
 
-void handle_ollama_embed(ServerContext& ctx, const std::string& body, httplib::Response& res,
+void handle_ollama_embed(ServerContext& ctx, const std::string& body, http::Response& res,
                          bool legacy) {
   const auto t0 = Clock::now();
   json j;

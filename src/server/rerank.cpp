@@ -15,7 +15,7 @@
 
 namespace minfer::server {
 
-void handle_rerank(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_rerank(ServerContext& ctx, const std::string& body, http::Response& res) {
   auto reject = [&](const ApiError& e) {
     ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
     reply_error(res, e);

@@ -664,14 +664,14 @@ class ResponsesSse final : public SseWriter {
   int64_t seq_ = 0;
 };
 
-void reject(ServerContext& ctx, httplib::Response& res, const ApiError& e) {
+void reject(ServerContext& ctx, http::Response& res, const ApiError& e) {
   ctx.metrics.requests_rejected.fetch_add(1, std::memory_order_relaxed);
   reply_error(res, e);
 }
 
 }  // namespace
 
-void handle_responses(ServerContext& ctx, const std::string& body, httplib::Response& res) {
+void handle_responses(ServerContext& ctx, const std::string& body, http::Response& res) {
   json j;
   ResponsesRequest r;
   if (auto e = parse_object(body, j)) return reject(ctx, res, *e);
@@ -701,21 +701,21 @@ void handle_responses(ServerContext& ctx, const std::string& body, httplib::Resp
   reply_json(res, fin->finish(ev, text, calls, with_message, reasoning));
 }
 
-void handle_response_get(ServerContext& ctx, const std::string& id, httplib::Response& res) {
+void handle_response_get(ServerContext& ctx, const std::string& id, http::Response& res) {
   auto entry = ctx.responses->get(id);
   if (!entry)
     return reply_error(res, not_found(fmt::format("Response with id '{}' not found.", id)));
   reply_json(res, entry->response);
 }
 
-void handle_response_delete(ServerContext& ctx, const std::string& id, httplib::Response& res) {
+void handle_response_delete(ServerContext& ctx, const std::string& id, http::Response& res) {
   if (!ctx.responses->erase(id)) {
     return reply_error(res, not_found(fmt::format("Response with id '{}' not found.", id)));
   }
   reply_json(res, {{"id", id}, {"object", "response"}, {"deleted", true}});
 }
 
-void handle_response_cancel(ServerContext& ctx, const std::string& id, httplib::Response& res) {
+void handle_response_cancel(ServerContext& ctx, const std::string& id, http::Response& res) {
   // OpenAI cancels only background responses; every response here has finished by the
   // time it can be named (it is stored at its end).
   if (!ctx.responses->get(id)) {

@@ -3,8 +3,6 @@
 // scheduler (submit) and the immutable parts of the model (tokenizer, template).
 #pragma once
 
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +18,7 @@
 #include "chat/renderer.h"
 #include "grammar/token_mask.h"
 #include "server/api.h"
+#include "server/http_types.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 #include "server/server.h"
@@ -87,14 +86,14 @@ struct RequestLog {
   // The client's X-Request-Id (<= 128 visible ASCII characters), else a generated one:
   // echoed in the response header, logged, and the suffix of chatcmpl-/cmpl- ids.
   std::string request_id;
-  const httplib::Request* req = nullptr;  // the request being served (its client is watched)
+  http::ClientLink* client = nullptr;  // the client of the request being served
 };
 RequestLog& request_log();
 
-void reply_json(httplib::Response& res, const json& body, int status = 200);
+void reply_json(http::Response& res, const json& body, int status = 200);
 // The error in the route's dialect (OpenAI's; Anthropic's on /v1/messages*; Ollama's on
 // /api/*).
-void reply_error(httplib::Response& res, const ApiError& e, Dialect dialect = Dialect::kOpenAI);
+void reply_error(http::Response& res, const ApiError& e, Dialect dialect = Dialect::kOpenAI);
 
 // --- The request path every generating route shares (server/job.cpp) ---------------
 // A dialect's route parses its body into a CompletionRequest; from there the prompt
@@ -188,12 +187,12 @@ class SseWriter {
 // Streams the job's events through `writer` as a chunked body of `content_type`
 // (server-sent events; Ollama's dialect writes NDJSON lines); a client that leaves
 // cancels the job.
-void reply_stream(ServerContext& ctx, httplib::Response& res, std::shared_ptr<JobStream> stream,
+void reply_stream(ServerContext& ctx, http::Response& res, std::shared_ptr<JobStream> stream,
                   std::unique_ptr<SseWriter> writer,
                   const char* content_type = "text/event-stream");
 // The same for every choice of a request, interleaved; a client that leaves cancels them
 // all.
-void reply_stream(ServerContext& ctx, httplib::Response& res,
+void reply_stream(ServerContext& ctx, http::Response& res,
                   std::vector<std::shared_ptr<JobStream>> streams,
                   std::unique_ptr<SseWriter> writer,
                   const char* content_type = "text/event-stream");
@@ -201,19 +200,19 @@ void reply_stream(ServerContext& ctx, httplib::Response& res,
 // POST /v1/chat/completions and /v1/completions (stream and not).
 // `body`: the request body, read under --max-body.
 void handle_completion(ServerContext& ctx, Endpoint endpoint, const std::string& body,
-                       httplib::Response& res);
+                       http::Response& res);
 
 // Anthropic's Messages API (server/messages.cpp): POST /v1/messages (stream and not)
 // and POST /v1/messages/count_tokens.
-void handle_messages(ServerContext& ctx, const std::string& body, httplib::Response& res);
-void handle_count_tokens(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_messages(ServerContext& ctx, const std::string& body, http::Response& res);
+void handle_count_tokens(ServerContext& ctx, const std::string& body, http::Response& res);
 
 // OpenAI's Responses API (server/responses.cpp): POST /v1/responses (stream and not),
 // GET and DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel.
-void handle_responses(ServerContext& ctx, const std::string& body, httplib::Response& res);
-void handle_response_get(ServerContext& ctx, const std::string& id, httplib::Response& res);
-void handle_response_delete(ServerContext& ctx, const std::string& id, httplib::Response& res);
-void handle_response_cancel(ServerContext& ctx, const std::string& id, httplib::Response& res);
+void handle_responses(ServerContext& ctx, const std::string& body, http::Response& res);
+void handle_response_get(ServerContext& ctx, const std::string& id, http::Response& res);
+void handle_response_delete(ServerContext& ctx, const std::string& id, http::Response& res);
+void handle_response_cancel(ServerContext& ctx, const std::string& id, http::Response& res);
 
 // Embeddings (server/embeddings.cpp), on an encoder model.
 // 400 when the served model is a generative one (its routes for embeddings, and the
@@ -239,43 +238,43 @@ std::optional<ApiError> run_embeddings(ServerContext& ctx,
 std::optional<ApiError> a_cross_encoder(const ServerContext& ctx);
 // POST /v1/rerank, /rerank, /v1/reranking, /reranking (server/rerank.cpp): llama-server's
 // (Jina's, Cohere's) shape; 400 on a model without a classification head.
-void handle_rerank(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_rerank(ServerContext& ctx, const std::string& body, http::Response& res);
 // POST /v1/embeddings (`openai`: OpenAI's shape) and llama-server's POST /embeddings.
-void handle_embeddings(ServerContext& ctx, const std::string& body, httplib::Response& res,
+void handle_embeddings(ServerContext& ctx, const std::string& body, http::Response& res,
                        bool openai);
 
 // Ollama's API (server/ollama.cpp): POST /api/chat, /api/generate, /api/show; GET
 // /api/tags, /api/ps, /api/version.
-void handle_ollama_chat(ServerContext& ctx, const std::string& body, httplib::Response& res);
-void handle_ollama_generate(ServerContext& ctx, const std::string& body, httplib::Response& res);
-void handle_ollama_show(ServerContext& ctx, const std::string& body, httplib::Response& res);
-void handle_ollama_tags(ServerContext& ctx, httplib::Response& res);
-void handle_ollama_ps(ServerContext& ctx, httplib::Response& res);
-void handle_ollama_version(ServerContext& ctx, httplib::Response& res);
+void handle_ollama_chat(ServerContext& ctx, const std::string& body, http::Response& res);
+void handle_ollama_generate(ServerContext& ctx, const std::string& body, http::Response& res);
+void handle_ollama_show(ServerContext& ctx, const std::string& body, http::Response& res);
+void handle_ollama_tags(ServerContext& ctx, http::Response& res);
+void handle_ollama_ps(ServerContext& ctx, http::Response& res);
+void handle_ollama_version(ServerContext& ctx, http::Response& res);
 // POST /api/embed (`legacy` false) and the older POST /api/embeddings ({prompt} →
 // {embedding}).
-void handle_ollama_embed(ServerContext& ctx, const std::string& body, httplib::Response& res,
+void handle_ollama_embed(ServerContext& ctx, const std::string& body, http::Response& res,
                          bool legacy);
 
 // Model, tokenizer, server and slot routes (server/info.cpp).
 // POST /tokenize: llama-server's {"content", ...} → {"tokens"}, or vLLM's {"prompt", ...}
 // / {"messages", ...} → {"count", "max_model_len", "tokens", "token_strs"?}; the shape is
 // chosen by the fields present (a mix is a 400 naming them).
-void handle_tokenize(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_tokenize(ServerContext& ctx, const std::string& body, http::Response& res);
 // POST /detokenize {"tokens"} → {"content", "prompt"} (llama-server's key and vLLM's).
-void handle_detokenize(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_detokenize(ServerContext& ctx, const std::string& body, http::Response& res);
 // POST /v1/chat/completions/render: a chat request's prompt text and ids, nothing generated.
-void handle_chat_render(ServerContext& ctx, const std::string& body, httplib::Response& res);
+void handle_chat_render(ServerContext& ctx, const std::string& body, http::Response& res);
 // GET /v1/models and GET /v1/models/{id} (404 for a name the server does not serve).
-void handle_models(ServerContext& ctx, httplib::Response& res);
-void handle_model_get(ServerContext& ctx, const std::string& id, httplib::Response& res);
+void handle_models(ServerContext& ctx, http::Response& res);
+void handle_model_get(ServerContext& ctx, const std::string& id, http::Response& res);
 // SGLang's GET /get_server_info (/server_info) and GET /get_model_info (/model_info).
-void handle_server_info(ServerContext& ctx, httplib::Response& res);
-void handle_model_info(ServerContext& ctx, httplib::Response& res);
+void handle_server_info(ServerContext& ctx, http::Response& res);
+void handle_model_info(ServerContext& ctx, http::Response& res);
 // llama-server's GET /props, GET /slots, POST /slots/{id}?action=erase.
-void handle_props(ServerContext& ctx, httplib::Response& res);
-void handle_slots(ServerContext& ctx, httplib::Response& res);
+void handle_props(ServerContext& ctx, http::Response& res);
+void handle_slots(ServerContext& ctx, http::Response& res);
 void handle_slot_action(ServerContext& ctx, const std::string& id, const std::string& action,
-                        const std::string& body, httplib::Response& res);
+                        const std::string& body, http::Response& res);
 
 }  // namespace minfer::server

@@ -1,4 +1,4 @@
-// Stage 17 (HTTP): `minfer serve` — OpenAI-compatible routes on cpp-httplib in front
+// Stage 17 (HTTP): `minfer serve` — OpenAI-compatible routes on Boost.Beast in front
 // of the request scheduler (ARCHITECTURE §2b "Server").
 // Invariants: HTTP threads parse, validate, render and tokenize; a request takes a
 // slot only once it is valid (bad input is a 4xx, never a 5xx); only the scheduler's
@@ -33,14 +33,15 @@ struct ServerOptions {
   SchedulerOptions scheduler;
   size_t max_body_bytes = size_t{8} << 20;  // larger bodies → 413
   int drain_ms = 30000;                     // in-flight requests get this long after a signal
-  size_t max_connections = 1024;            // served at once, one thread each (http_pool.h)
+  // Connections open at once (one I/O thread holds them all, transport.h); past it a
+  // request is answered 503 and its connection closed.
+  size_t max_connections = 1024;
   // A stream whose client takes no bytes for this long is cancelled and its connection
   // closed (its pending output is bounded meanwhile: JobStream).
   int stream_timeout_s = 600;
-  // cpp-httplib's timeouts: one read (or write) that makes no progress for timeout_s
-  // fails and ends the connection — request line, headers and body alike (0.11.4 has
-  // one read timeout); an idle keep-alive connection is closed after
-  // keep_alive_timeout_s.
+  // A request's head, then its body, and a response's write (not a stream's) must each
+  // take less than timeout_s, else the connection closes; a connection with no request
+  // begun (new, or kept alive) is closed after keep_alive_timeout_s.
   int timeout_s = 5;
   int keep_alive_timeout_s = 5;
   // Thinking blocks (`<think>…</think>`) of a template that has them: split into

@@ -69,7 +69,7 @@ def timed_completion(s, n=16):
 
 @needs_model
 def test_stream_that_is_never_read_is_cancelled_after_stream_timeout_others_keep_speed(make_server):
-    # --timeout (httplib's write timeout) is shorter: the stream still gets its 2 s.
+    # --timeout (the write timeout) is shorter: the stream still gets its 2 s.
     s = make_server("--slots", 2, "--n-ctx", 2048, "-t", 2, "--stream-timeout", 2,
                     "--timeout", 1)
     timed_completion(s)  # warm
@@ -175,7 +175,7 @@ def test_keep_alive_timeout_flag_closes_idle_connections_after_1s_default_keeps_
 
 
 def ended_within(sock, seconds):
-    """Whether the server answers (httplib's 400 for a request cut short) or closes
+    """Whether the server answers (a 400 for a request cut short) or closes
     `sock` within `seconds`."""
     sock.settimeout(seconds)
     try:
