@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -15,10 +14,6 @@
 #include "files.h"
 #include "model_path.h"
 #include "server/server.h"
-
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 namespace minfer::cli {
 
@@ -215,14 +210,6 @@ int run_serve(const std::vector<std::string>& args) {
   }
   o.scheduler.step_tokens = static_cast<uint32_t>(step);
 
-  // glibc gives each contending thread its own malloc arena (up to 8 per core); with one
-  // HTTP thread per open connection, requests scatter their short-lived allocations over
-  // all of them and RSS creeps up with fragmentation (+12 % over 4,000 requests of the
-  // soak test at the default; flat within 2 % at 2 arenas). Two arenas, before any thread
-  // exists, unless the operator chose with MALLOC_ARENA_MAX.
-#ifdef __GLIBC__
-  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
-#endif
   // Before the engine starts its worker threads: they must not take SIGINT/SIGTERM.
   server::block_shutdown_signals();
   // Usage errors (--cache-type, --numerics) before the model is looked for.
