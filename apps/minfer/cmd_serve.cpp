@@ -81,8 +81,8 @@ int run_serve(const std::vector<std::string>& args) {
             "past it the connection closes (5; llama-server's: 600)",
             timeout, 1, 1 << 24);
   p.int_opt("--keep-alive-timeout", "SECONDS",
-            "a connection with no request begun is closed after this long (5)", keep_alive_timeout, 1,
-            1 << 24);
+            "a connection with no request begun is closed after this long (5)", keep_alive_timeout,
+            1, 1 << 24);
   int32_t stream_timeout = o.stream_timeout_s;
   p.int_opt("--stream-timeout", "SECONDS",
             "a stream whose client takes no bytes for this long is cancelled and closed (600)",

@@ -8,9 +8,12 @@
 // the socket (has the client left?); the inference thread is never involved here.
 #include <fmt/format.h>
 #include <linux/sockios.h>
+#include <strings.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -24,17 +27,13 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <strings.h>
-
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
-#include <limits>
 #include <future>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -233,12 +232,12 @@ class Session final : public std::enable_shared_from_this<Session>,
     if (buffer_.size() > 0) return read_head();  // a pipelined request
     // An idle connection (a new one, or kept alive) waits this long for a first byte.
     stream_.expires_after(std::chrono::seconds(shared_.options.keep_alive_timeout_s));
-    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](
-                                                       beast::error_code ec, size_t n) {
-      if (ec) return self->close();
-      self->buffer_.commit(n);
-      self->read_head();
-    });
+    stream_.async_read_some(buffer_.prepare(4096),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              if (ec) return self->close();
+                              self->buffer_.commit(n);
+                              self->read_head();
+                            });
   }
 
   void read_head() {
@@ -249,10 +248,9 @@ class Session final : public std::enable_shared_from_this<Session>,
     head_->body_limit(std::numeric_limits<std::uint64_t>::max());
     // The whole head within --timeout.
     stream_.expires_after(std::chrono::seconds(shared_.options.timeout_s));
-    bhttp::async_read_header(stream_, buffer_, *head_,
-                             [self = shared_from_this()](beast::error_code ec, size_t) {
-                               self->on_head(ec);
-                             });
+    bhttp::async_read_header(
+        stream_, buffer_, *head_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_head(ec); });
   }
 
   bool starts_with_h2_preface() const {
@@ -310,14 +308,14 @@ class Session final : public std::enable_shared_from_this<Session>,
     body_.emplace(std::move(*head_));
     body_->body_limit(shared_.options.max_body_bytes);
     stream_.expires_after(std::chrono::seconds(shared_.options.timeout_s));
-    bhttp::async_read(stream_, buffer_, *body_,
-                      [self = shared_from_this(), on_read = std::move(on_read)](
-                          beast::error_code ec, size_t) {
-                        self->stream_.expires_never();
-                        if (!ec) self->req_.body = std::move(self->body_->get().body());
-                        self->body_.reset();
-                        on_read(!ec ? 0 : ec == bhttp::error::body_limit ? 413 : 400);
-                      });
+    bhttp::async_read(
+        stream_, buffer_, *body_,
+        [self = shared_from_this(), on_read = std::move(on_read)](beast::error_code ec, size_t) {
+          self->stream_.expires_never();
+          if (!ec) self->req_.body = std::move(self->body_->get().body());
+          self->body_.reset();
+          on_read(!ec ? 0 : ec == bhttp::error::body_limit ? 413 : 400);
+        });
   }
 
   // Writes what the queue holds, one write at a time.
@@ -598,7 +596,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::bind(const TransportOptions& opt
   auto impl = std::make_unique<Impl>(options);
   Shared& sh = impl->shared;
   beast::error_code ec;
-  const auto address = net::ip::make_address(options.host == "localhost" ? "127.0.0.1" : options.host, ec);
+  const auto address =
+      net::ip::make_address(options.host == "localhost" ? "127.0.0.1" : options.host, ec);
   if (ec) return make_error(fmt::format("serve: cannot bind {}: {}", options.host, ec.message()));
   const tcp::endpoint endpoint(address, static_cast<unsigned short>(options.port));
   sh.acceptor.open(endpoint.protocol(), ec);

@@ -11,7 +11,8 @@ namespace minfer::server::http {
 
 bool CaseLess::operator()(std::string_view a, std::string_view b) const {
   return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](char x, char y) {
-    return std::tolower(static_cast<unsigned char>(x)) < std::tolower(static_cast<unsigned char>(y));
+    return std::tolower(static_cast<unsigned char>(x)) <
+           std::tolower(static_cast<unsigned char>(y));
   });
 }
 
@@ -97,9 +98,9 @@ Params parse_query(std::string_view query) {
     const std::string_view item = query.substr(pos, end - pos);
     if (!item.empty()) {
       const size_t eq = item.find('=');
-      out.emplace(percent_decode(item.substr(0, eq), true),
-                  eq == std::string_view::npos ? std::string()
-                                               : percent_decode(item.substr(eq + 1), true));
+      out.emplace(
+          percent_decode(item.substr(0, eq), true),
+          eq == std::string_view::npos ? std::string() : percent_decode(item.substr(eq + 1), true));
     }
     pos = end + 1;
   }

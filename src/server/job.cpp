@@ -46,7 +46,7 @@ struct StreamState {
   bool sent_head = false;
   bool finished = false;                         // every choice's final event written
   std::atomic<int32_t>* open_streams = nullptr;  // ServerContext::open_streams
-  std::chrono::milliseconds stall_timeout{0};  // --stream-timeout
+  std::chrono::milliseconds stall_timeout{0};    // --stream-timeout
 };
 
 }  // namespace

@@ -447,13 +447,13 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   std::signal(SIGPIPE, SIG_IGN);  // a closed client socket is a write error, not a kill
 
   // Listening from here: every request is a 503 "loading model" until the routes serve.
-  auto bound = HttpServer::bind(TransportOptions{.host = options.host,
-                                                 .port = options.port,
-                                                 .max_body_bytes = options.max_body_bytes,
-                                                 .max_connections = options.max_connections,
-                                                 .timeout_s = options.timeout_s,
-                                                 .keep_alive_timeout_s =
-                                                     options.keep_alive_timeout_s});
+  auto bound =
+      HttpServer::bind(TransportOptions{.host = options.host,
+                                        .port = options.port,
+                                        .max_body_bytes = options.max_body_bytes,
+                                        .max_connections = options.max_connections,
+                                        .timeout_s = options.timeout_s,
+                                        .keep_alive_timeout_s = options.keep_alive_timeout_s});
   if (!bound.ok()) return bound.error();
   HttpServer& http_server = **bound;
   const int port = http_server.port();
@@ -585,9 +585,8 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   for (const std::string prefix : {"/v1/responses", "/responses"}) {
     post(prefix, [&](const std::string& body, Response& res) { handle_responses(ctx, body, res); });
     const std::string one = prefix + "/{id}";
-    get(one, [&](const Request& req, Response& res) {
-      handle_response_get(ctx, req.matches[0], res);
-    });
+    get(one,
+        [&](const Request& req, Response& res) { handle_response_get(ctx, req.matches[0], res); });
     router.add("DELETE", one, [&](Request& req, Response& res) {
       handle_response_delete(ctx, req.matches[0], res);
     });
@@ -626,7 +625,6 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   post("/api/embeddings", [&](const std::string& body, Response& res) {
     handle_ollama_embed(ctx, body, res, /*legacy=*/true);
   });
-
 
   // The signal thread: the first SIGINT/SIGTERM starts the drain — the scheduler takes
   // no new request (503) and finishes what runs and what is queued, ending the rest at

@@ -23,20 +23,8 @@ RAW = ["--no-template", "-t", "2", "--ignore-eos"]
 needs_model = pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} not present (scripts/setup.sh)")
 
 # Text that repeats (prompt lookup accepts much of it) and text that does not.
-PROMPTS = [
-    "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
-    "a b c a b c a b c a b c a b c",
-    "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat.",
-    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
-    "Repeat after me: hello world hello world hello world hello world",
-    "Monday, Tuesday, Wednesday, Thursday,",
-    "<ul>\n<li>one</li>\n<li>two</li>\n<li>three</li>\n",
-    "The capital of France is",
-    "Once upon a time, in a small village,",
-    "Q: What is 2 + 2?\nA: 4\nQ: What is 3 + 3?\nA: 6\nQ: What is 4 + 4?\nA:",
-    "red green blue red green blue red green",
-    "To be or not to be, that is",
-]
+TESTDATA = Path(os.environ.get("MINFER_TESTDATA_DIR", "tests/data"))
+PROMPTS = json.loads((TESTDATA / "speculative" / "prompts.json").read_text())["prompts"]
 
 STATS = re.compile(r"^speculative: drafted (\d+) tokens, accepted (\d+) \(([\d.]+)%\), (\d+) forwards "
                    r"for (\d+) tokens \(([\d.]+) per forward; (\d+) verified a draft\)$", re.M)

@@ -270,6 +270,30 @@ TEST(Attention, HeadPairsGiveTheSingleHeadBitsOnEveryIsa_bitwise) {
 // Prefill of T tokens at cells/positions 0..T-1 (causal), then the same T tokens decoded
 // one at a time into a fresh rig: every (token, head) output is bitwise equal, and
 // equal across thread counts; both match a double softmax reference.
+// Decodes tokens 0..T-1 one at a time (a decode graph, nt = 1, the KV region persisting
+// in the rig; token t sees cells 0..t) and expects each output to be its row of `ref`
+// ([T, nh, hd], a prefill's) bit for bit.
+void expect_token_by_token_equals(const std::vector<float>& vq, const std::vector<float>& vk,
+                                  const std::vector<float>& vv, const std::vector<float>& ref,
+                                  int T, DType kv = DType::kF32, int hd = 8, int nh = 4,
+                                  int nkv = 2) {
+  CpuRig rig(2);
+  AttnGraph ag;
+  const auto& g = attn_graph(rig, 1, 1, 1, &ag, kv, false, hd, nh, nkv);
+  for (int t = 0; t < T; ++t) {
+    rig.fill_f32(g, "q", std::span<const float>(vq.data() + t * nh * hd, nh * hd));
+    rig.fill_f32(g, "k", std::span<const float>(vk.data() + t * nkv * hd, nkv * hd));
+    rig.fill_f32(g, "v", std::span<const float>(vv.data() + t * nkv * hd, nkv * hd));
+    const int32_t c1[1] = {t};
+    const int32_t w1[2] = {0, t + 1};
+    rig.fill_i32(g, "cells", c1);
+    rig.fill_i32(g, "win", w1);
+    ASSERT_TRUE(rig.run(g).ok());
+    auto o = rig.read(g, ag.out);
+    ASSERT_EQ(0, std::memcmp(o.data(), ref.data() + t * nh * hd, o.size() * 4)) << "token " << t;
+  }
+}
+
 TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
   const int T = 150, hd = 8, nh = 4, nkv = 2;  // T > 2 chunks of 64 cells
   auto vq = random_floats(T * nh * hd, 21, -2.0f, 2.0f);
@@ -317,22 +341,7 @@ TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
       }
     }
   }
-  // token by token (decode graph with nt = 1), the KV region persisting in the rig
-  CpuRig rig(2);
-  AttnGraph ag;
-  const auto& g = attn_graph(rig, 1, 1, 1, &ag);
-  for (int t = 0; t < T; ++t) {
-    rig.fill_f32(g, "q", std::span<const float>(vq.data() + t * nh * hd, nh * hd));
-    rig.fill_f32(g, "k", std::span<const float>(vk.data() + t * nkv * hd, nkv * hd));
-    rig.fill_f32(g, "v", std::span<const float>(vv.data() + t * nkv * hd, nkv * hd));
-    const int32_t c1[1] = {t};
-    const int32_t w1[2] = {0, t + 1};
-    rig.fill_i32(g, "cells", c1);
-    rig.fill_i32(g, "win", w1);
-    ASSERT_TRUE(rig.run(g).ok());
-    auto o = rig.read(g, ag.out);
-    ASSERT_EQ(0, std::memcmp(o.data(), out.data() + t * nh * hd, o.size() * 4)) << "token " << t;
-  }
+  expect_token_by_token_equals(vq, vk, vv, out, T);
 }
 
 // Prefill of T causal tokens with the given cache / numerics, outputs [T, nh, hd].
@@ -416,21 +425,7 @@ TEST(Attention, QuantizedCacheEqualsF32AttentionOverDequantizedKV_bitwise) {
     ASSERT_EQ(q1.size(), ref.size());
     EXPECT_EQ(0, std::memcmp(q1.data(), ref.data(), ref.size() * 4));
     EXPECT_EQ(0, std::memcmp(q3.data(), ref.data(), ref.size() * 4));
-    CpuRig rig(2);  // token by token, the quantized region persisting in the rig
-    AttnGraph ag;
-    const auto& g = attn_graph(rig, 1, 1, 1, &ag, type, false, hd, nh, nkv);
-    for (int t = 0; t < T; ++t) {
-      rig.fill_f32(g, "q", std::span<const float>(vq.data() + t * nh * hd, nh * hd));
-      rig.fill_f32(g, "k", std::span<const float>(vk.data() + t * nkv * hd, nkv * hd));
-      rig.fill_f32(g, "v", std::span<const float>(vv.data() + t * nkv * hd, nkv * hd));
-      const int32_t c1[1] = {t};
-      const int32_t w1[2] = {0, t + 1};
-      rig.fill_i32(g, "cells", c1);
-      rig.fill_i32(g, "win", w1);
-      ASSERT_TRUE(rig.run(g).ok());
-      auto o = rig.read(g, ag.out);
-      ASSERT_EQ(0, std::memcmp(o.data(), ref.data() + t * nh * hd, o.size() * 4)) << "token " << t;
-    }
+    expect_token_by_token_equals(vq, vk, vv, ref, T, type, hd, nh, nkv);
   }
 }
 

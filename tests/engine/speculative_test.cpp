@@ -9,6 +9,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -140,21 +142,11 @@ SpecRun run(Context& e, const std::string& prompt, GenerateOptions o, uint32_t n
 }
 
 // Prompts whose continuation repeats what they hold (prompt lookup accepts much) and
-// plain ones (little to look up).
-const std::vector<std::string> kPrompts = {
-    "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
-    "a b c a b c a b c a b c a b c",
-    "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat.",
-    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
-    "Repeat after me: hello world hello world hello world hello world",
-    "Monday, Tuesday, Wednesday, Thursday,",
-    "<ul>\n<li>one</li>\n<li>two</li>\n<li>three</li>\n",
-    "The capital of France is",
-    "Once upon a time, in a small village,",
-    "Q: What is 2 + 2?\nA: 4\nQ: What is 3 + 3?\nA: 6\nQ: What is 4 + 4?\nA:",
-    "red green blue red green blue red green",
-    "To be or not to be, that is",
-};
+// plain ones (little to look up), shared with tests/apps/test_speculative.py.
+const std::vector<std::string> kPrompts = [] {
+  std::ifstream f(std::string(MINFER_TESTDATA_DIR) + "/speculative/prompts.json");
+  return nlohmann::json::parse(f).at("prompts").get<std::vector<std::string>>();
+}();
 
 void expect_same(const SpecRun& plain, const SpecRun& spec, const std::string& what) {
   EXPECT_EQ(spec.tokens, plain.tokens) << what;

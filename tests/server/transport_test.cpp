@@ -106,9 +106,8 @@ class Transport : public ::testing::Test {
     ASSERT_TRUE(bound.ok()) << bound.error().message;
     server_ = std::move(*bound);
     std::promise<void> serving;
-    thread_ = std::thread([this, &serving] {
-      server_->serve(handler_, [&serving] { serving.set_value(); });
-    });
+    thread_ = std::thread(
+        [this, &serving] { server_->serve(handler_, [&serving] { serving.set_value(); }); });
     serving.get_future().wait();  // requests reach the handler from here
   }
   void TearDown() override {
@@ -136,7 +135,8 @@ TEST(TransportLoading, Answers503UntilServeThenTheHandler) {
   std::promise<void> serving;
   std::thread t([&] { server.serve(handler, [&] { serving.set_value(); }); });
   serving.get_future().wait();
-  const std::string served = exchange(server.port(), "GET /health HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const std::string served =
+      exchange(server.port(), "GET /health HTTP/1.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(served.rfind("HTTP/1.1 200 ", 0), 0u) << served;
   server.stop();
   t.join();
@@ -193,9 +193,9 @@ TEST_F(Transport, BodyPastTheLimitIs413WhileReadingChunkedAndClosed) {
   EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
   EXPECT_NE(got.find("refused 413"), std::string::npos) << got;
   // Within the limit: read whole.
-  const std::string ok = exchange(
-      port(), "POST /y HTTP/1.1\r\nConnection: close\r\nContent-Length: 1024\r\n\r\n" +
-                  std::string(1024, 'b'));
+  const std::string ok =
+      exchange(port(), "POST /y HTTP/1.1\r\nConnection: close\r\nContent-Length: 1024\r\n\r\n" +
+                           std::string(1024, 'b'));
   EXPECT_NE(ok.find("POST /y q= body=" + std::string(1024, 'b')), std::string::npos);
 }
 
@@ -224,8 +224,8 @@ TEST_F(Transport, Http2PrefaceIs505AndClose) {
 
 TEST_F(Transport, HeadersPast64KiBAre431AndClose) {
   start();
-  const std::string got = exchange(
-      port(), "GET /x HTTP/1.1\r\nX-Big: " + std::string(70000, 'a') + "\r\n\r\n");
+  const std::string got =
+      exchange(port(), "GET /x HTTP/1.1\r\nX-Big: " + std::string(70000, 'a') + "\r\n\r\n");
   EXPECT_EQ(got.rfind("HTTP/1.1 431 ", 0), 0u) << got.substr(0, 200);
   EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got.substr(0, 200);
 }
