@@ -151,9 +151,13 @@ TEST(KvCells, SeqShiftMovesPositionsAndRecordsReropeDeltas) {
   EXPECT_FALSE(c.seq_shift(0, 0, 1, 1).ok());  // shared cell
 }
 
-TEST(KvCells, F32AndF16AreAcceptedQ8_0AndBadSeqCountsAreRefused) {
-  EXPECT_TRUE(KvCells::create({.n_ctx = 8, .format = graph::KvFormat::kF16}).ok());
-  EXPECT_FALSE(KvCells::create({.n_ctx = 8, .format = graph::KvFormat::kQ8_0}).ok());
+TEST(KvCells, EveryFormatIsAcceptedAndBadSeqCountsAreRefused) {
+  for (graph::KvFormat f : {graph::KvFormat::kF32, graph::KvFormat::kF16, graph::KvFormat::kQ8_0,
+                            graph::KvFormat::kQ4_0}) {
+    EXPECT_TRUE(KvCells::create({.n_ctx = 8, .format = f}).ok()) << graph::kv_format_name(f);
+  }
+  EXPECT_EQ(*kv_dtype(graph::KvFormat::kQ8_0), DType::kQ8_0);
+  EXPECT_EQ(*kv_dtype(graph::KvFormat::kQ4_0), DType::kQ4_0);
   EXPECT_FALSE(KvCells::create({.n_ctx = 8, .n_seq_max = 65}).ok());
   EXPECT_TRUE(KvCells::create({.n_ctx = 8, .n_seq_max = 64}).ok());
 }
