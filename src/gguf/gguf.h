@@ -33,6 +33,9 @@ constexpr size_t kMaxTensorNameLength = 63;         // GGML_MAX_NAME - 1 (NUL)
 // Nested arrays (allowed by the spec, refused by llama.cpp) are read recursively;
 // this bounds the stack a hostile file can make us use.
 constexpr uint32_t kMaxArrayDepth = 64;
+// general.alignment: llama.cpp takes any power of two; one past 1 MiB would pad every
+// tensor (and a rewrite of the file) by up to 2 GiB, so it is refused here.
+constexpr uint32_t kMaxAlignment = 1u << 20;
 
 // Well-known keys.
 constexpr std::string_view kKeyAlignment = "general.alignment";

@@ -302,6 +302,10 @@ Status Parser::read_metadata(File& f, uint64_t n_kv) {
       return fail(
           fmt::format("key '{}' is {}, which is not a nonzero power of two", kKeyAlignment, a->u));
     }
+    if (a->u > kMaxAlignment) {
+      return fail(fmt::format("key '{}' is {}, past the limit of {} bytes", kKeyAlignment, a->u,
+                              kMaxAlignment));
+    }
     f.alignment_ = a->u;
   }
   return Ok{};

@@ -171,6 +171,9 @@ std::vector<Case> corpus() {
   c.push_back({"alignment_not_pow2",
                [] { return RawGguf().header(0, 1).kv_u32("general.alignment", 48); },
                {"general.alignment", "48"}});
+  c.push_back({"alignment_past_limit",  // a power of two, but 2 GiB of padding per tensor
+               [] { return RawGguf().header(0, 1).kv_u32("general.alignment", 1u << 31); },
+               {"general.alignment", "2147483648", "past the limit of 1048576 bytes"}});
   c.push_back({"alignment_wrong_type",
                [] { return RawGguf().header(0, 1).str("general.alignment").u32(10).u64(32); },
                {"general.alignment", "u32", "u64"}});
