@@ -251,8 +251,8 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
       return dts.size() == 3 && kv_cell_type(dts[0]) && dts[1] == DType::kF32 &&
              dts[2] == DType::kI32;
     case Op::kAttention:
-      return dts.size() == 4 && dts[0] == DType::kF32 && kv_cell_type(dts[1]) && dts[2] == dts[1] &&
-             dts[3] == DType::kI32;
+      return dts.size() == 4 && dts[0] == DType::kF32 && kv_cell_type(dts[1]) &&
+             kv_cell_type(dts[2]) && dts[3] == DType::kI32;
     case Op::kCont:
     case Op::kReshape:
     case Op::kView:
