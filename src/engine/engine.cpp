@@ -143,9 +143,11 @@ Status Context::init(const EngineOptions& options) {
           "--numerics llamacpp needs the AVX2 kernels (MINFER_CPU_ISA must be "
           "unset or avx2)");
     }
-    if (options.kv_format != graph::KvFormat::kF16) {
-      return make_error(fmt::format("--numerics llamacpp needs the f16 KV cache (cache type is {})",
-                                    graph::kv_formats_name(options.kv_format)));
+    if (options.kv_format.k == graph::KvFormat::kF32 ||
+        options.kv_format.v == graph::KvFormat::kF32) {
+      return make_error(
+          fmt::format("--numerics llamacpp needs an f16, q8_0 or q4_0 KV cache (cache type is {})",
+                      graph::kv_formats_name(options.kv_format)));
     }
   }
   {  // the KV format / attention numerics pair is checked once, before any context

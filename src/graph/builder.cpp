@@ -229,9 +229,9 @@ NodeId GraphBuilder::attention(NodeId q, NodeId k, NodeId v, NodeId window,
                    (!block_type(vn.dtype) || vn.shape.ne[0] / p.n_head_kv % 32 == 0),
                "attention: a quantized K/V region (K %s, V %s) holds whole 32-blocks per head",
                nm(kn).c_str(), nm(vn).c_str());
-  MINFER_CHECK(!p.ggml_f16 || (kn.dtype == DType::kF16 && vn.dtype == DType::kF16),
-               "attention: ggml-f16 numerics need F16 K/V regions (K %s, V %s)", nm(kn).c_str(),
-               nm(vn).c_str());
+  MINFER_CHECK(!p.ggml_f16 || (kn.dtype != DType::kF32 && vn.dtype != DType::kF32),
+               "attention: ggml-f16 numerics need F16, Q8_0 or Q4_0 K/V regions (K %s, V %s)",
+               nm(kn).c_str(), nm(vn).c_str());
   const int64_t head_dim_v = vn.shape.ne[0] / p.n_head_kv;
   Node n =
       make(Op::kAttention, {q, k, v, window}, Shape{head_dim_v * p.n_head, n_tokens}, DType::kF32);

@@ -20,10 +20,11 @@ Status validate(const GraphParams& p) {
   if (p.cparams.window.n_runs < 1) {
     return make_error(fmt::format("graph params: window n_runs {} < 1", p.cparams.window.n_runs));
   }
-  if (p.cparams.attn_numerics == AttnNumerics::kGgmlF16 && p.cparams.kv_format != KvFormat::kF16) {
+  if (p.cparams.attn_numerics == AttnNumerics::kGgmlF16 &&
+      (p.cparams.kv_format.k == KvFormat::kF32 || p.cparams.kv_format.v == KvFormat::kF32)) {
     return make_error(
-        fmt::format("graph params: attention numerics ggml-f16 needs the f16 KV "
-                    "cache (kv_format is {})",
+        fmt::format("graph params: attention numerics ggml-f16 needs an f16, q8_0 or q4_0 "
+                    "KV cache (kv_format is {})",
                     kv_formats_name(p.cparams.kv_format)));
   }
   return Ok{};

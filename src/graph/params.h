@@ -38,8 +38,9 @@ struct KvFormats {
 //  kGgmlF16: llama.cpp's CPU flash-attention vector path, reproduced: Q rounded to f16,
 //           Q·K in f32 lanes, per-cell online softmax, the V accumulator rounded to f16
 //           after every step (in f16 arithmetic over 128-element steps, as llama.cpp's
-//           native build on an AVX512-FP16 CPU runs it). Needs kv_format kF16 for K and V. Opt-in,
-//           for token-exact agreement with llama.cpp; it is still batch- and thread-independent
+//           native build on an AVX512-FP16 CPU runs it). Needs K and V f16, q8_0 or q4_0
+//           (quantized: its per-row kernel over quantized rows, ops_attention.cpp). Opt-in, for
+//           token-exact agreement with llama.cpp; it is still batch- and thread-independent
 //           (invariant 8).
 enum class AttnNumerics : uint8_t { kF32, kGgmlF16 };
 

@@ -502,9 +502,9 @@ def test_mixed_k_and_v_cache_types_generate_and_a_bad_one_names_its_flag():
     assert r.stdout.decode().strip()
     usage_error(minfer(MODEL, PROMPT, *RAW, "-n", 2, "-ctk", "f16", "-ctv", "q5_1"),
                 "-ctv: unknown KV cache type 'q5_1'")
-    # llama.cpp's arithmetic reads f16 cells only
-    usage_error(minfer(MODEL, PROMPT, *RAW, "-n", 2, "--numerics", "llamacpp", "-ctv", "q8_0"),
-                "--numerics llamacpp needs the f16 KV cache (cache type is f16/q8_0)")
+    # llama.cpp's flash attention reads f16 or quantized cells, not f32 ones
+    usage_error(minfer(MODEL, PROMPT, *RAW, "-n", 2, "--numerics", "llamacpp", "-ctk", "f32"),
+                "--numerics llamacpp needs an f16, q8_0 or q4_0 KV cache (cache type is f32/f16)")
 
 
 @needs_model

@@ -346,6 +346,16 @@ TEST(Attention, PrefillEqualsTokenByTokenDecodeAndThreadCounts_bitwise) {
   expect_token_by_token_equals(vq, vk, vv, out, T);
 }
 
+// What kv_store writes for a row of a quantized cache: q8_0 by ggml's x86 quantizer
+// (from_f32_q8_0), q4_0 by the reference one.
+void quantize_kv(DType type, const std::vector<float>& x, std::vector<uint8_t>& blocks) {
+  if (type == DType::kQ8_0) {
+    backend::cpu::from_f32_q8_0(x.data(), blocks.data(), static_cast<int64_t>(x.size()));
+  } else {
+    EXPECT_TRUE(quant::quantize(type, x, blocks).ok());
+  }
+}
+
 // Prefill of T causal tokens with the given cache / numerics, outputs [T, nh, hd].
 std::vector<float> attn_prefill(int32_t threads, DType kv, bool ggml_f16,
                                 const std::vector<float>& vq, const std::vector<float>& vk,
@@ -415,7 +425,7 @@ TEST(Attention, QuantizedCacheEqualsF32AttentionOverDequantizedKV_bitwise) {
       EXPECT_TRUE(bytes.ok());
       std::vector<uint8_t> blocks(*bytes);
       std::vector<float> out(x.size());
-      EXPECT_TRUE(quant::quantize(type, x, blocks).ok());
+      quantize_kv(type, x, blocks);
       EXPECT_TRUE(quant::dequantize(type, blocks, out).ok());
       return out;
     };
@@ -458,7 +468,7 @@ TEST(Attention, MixedKAndVCacheTypesEqualF32AttentionOverEachDecoded_bitwise) {
     if (type == DType::kF16) return round_to_f16(x);
     std::vector<uint8_t> blocks(*quant::row_bytes(type, x.size()));
     std::vector<float> out(x.size());
-    EXPECT_TRUE(quant::quantize(type, x, blocks).ok());
+    quantize_kv(type, x, blocks);
     EXPECT_TRUE(quant::dequantize(type, blocks, out).ok());
     return out;
   };
@@ -477,6 +487,135 @@ TEST(Attention, MixedKAndVCacheTypesEqualF32AttentionOverEachDecoded_bitwise) {
     // and not the same-type cache's bits: the V type really is its own
     const auto same = prefill(kt, kt, 2, vk, vv);
     EXPECT_NE(0, std::memcmp(a.data(), same.data(), ref.size() * 4));
+  }
+}
+
+// llama.cpp's flash attention over quantized or mixed K / V cells (--numerics llamacpp
+// with -ctk / -ctv q8_0, q4_0): its per-row kernel, for every batch (never tiled, never
+// split-KV), rebuilt here from its rounding points — Q to K's activation format (q8_0, or
+// f16 for an f16 K), scores by K's llama.cpp dot, per-cell online softmax, an f16 V into
+// the f16 accumulator (f32 arithmetic, the x86 build without AVX512-FP16), a quantized V
+// decoded and fma'd into an f32 one — equal bit for bit on 1 and 3 threads and whatever
+// the batch's height.
+TEST(Attention, GgmlNumericsOverQuantizedCellsFollowLlamaCppsPerRowKernel_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const int T = 70, hd = 64, nh = 4, nkv = 2, group = nh / nkv;
+  const float scale = 0.35f;  // attn_graph's
+  auto vq = random_floats(T * nh * hd, 71, -2.0f, 2.0f);
+  auto vk = random_floats(T * nkv * hd, 72, -2.0f, 2.0f);
+  auto vv = random_floats(T * nkv * hd, 73);
+  const CausalRows rows = causal_rows(T);
+  const CpuBackendOptions ll{.n_threads = 1, .isa = CpuIsa::kAvx2, .llamacpp_numerics = true};
+  auto run = [&](DType kt, DType vt, int32_t threads) {
+    CpuBackendOptions o = ll;
+    o.n_threads = threads;
+    CpuRig rig(o);
+    AttnGraph ag;
+    const auto& g = attn_graph(rig, T, 1, 1, &ag, kt, true, hd, nh, nkv, vt);
+    rig.fill_f32(g, "q", vq);
+    rig.fill_f32(g, "k", vk);
+    rig.fill_f32(g, "v", vv);
+    rig.fill_i32(g, "cells", rows.cells);
+    rig.fill_i32(g, "win", rows.win);
+    Status st = rig.run(g);
+    EXPECT_TRUE(st.ok()) << st.error().message;
+    return rig.read(g, ag.out);
+  };
+  // The cache as kv_store writes it: one row of nkv heads per token.
+  auto store = [&](DType type, const std::vector<float>& x) {
+    std::vector<uint8_t> bytes;
+    if (type == DType::kF16) {
+      bytes.resize(x.size() * 2);
+      from_f32_f16(x.data(), bytes.data(), static_cast<int64_t>(x.size()));
+    } else {
+      bytes.resize(*quant::row_bytes(type, x.size()));
+      quantize_kv(type, x, bytes);
+    }
+    return bytes;
+  };
+  auto head_bytes = [&](DType type) {
+    return type == DType::kF16 ? hd * 2 : static_cast<int>(*quant::row_bytes(type, hd));
+  };
+  const std::pair<DType, DType> pairs[] = {{DType::kQ8_0, DType::kQ8_0},
+                                           {DType::kQ4_0, DType::kQ4_0},
+                                           {DType::kQ8_0, DType::kF16},
+                                           {DType::kF16, DType::kQ4_0}};
+  for (const auto& [kt, vt] : pairs) {
+    SCOPED_TRACE(std::string(dtype_name(kt)) + "/" + std::string(dtype_name(vt)));
+    const std::vector<uint8_t> kc = store(kt, vk), vc = store(vt, vv);
+    const int kb = head_bytes(kt), vb = head_bytes(vt);
+    const DotKernel kdot = llamacpp_dot_kernel(kt);
+    std::vector<float> ref(static_cast<size_t>(T * nh * hd));
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < nh; ++h) {
+        const int kvh = h / group;
+        const float* qr = vq.data() + (t * nh + h) * hd;
+        std::vector<uint8_t> qq(static_cast<size_t>(hd * 2));
+        if (kt == DType::kF16) {
+          from_f32_f16(qr, qq.data(), hd);
+        } else {
+          from_f32_q8_0(qr, qq.data(), hd);
+        }
+        std::vector<uint16_t> acc16(hd, 0);
+        std::vector<float> acc(hd, 0.0f), vrow(hd);
+        float m = -INFINITY, l = 0.0f;
+        for (int cell = 0; cell <= t; ++cell) {
+          const uint8_t* kr = kc.data() + (cell * nkv + kvh) * kb;
+          const uint8_t* vr = vc.data() + (cell * nkv + kvh) * vb;
+          const float sc = (kt == DType::kF16 ? ggml_dot_f16_vec_scalar(
+                                                    hd, reinterpret_cast<const uint16_t*>(kr),
+                                                    reinterpret_cast<const uint16_t*>(qq.data()))
+                                              : kdot.vec_dot(hd, kr, qq.data())) *
+                           scale;
+          float ms = 1.0f, vs = 1.0f;
+          if (sc > m) {
+            ms = std::exp(m - sc);
+            m = sc;
+            if (vt == DType::kF16) {
+              ggml_scale_f16_f32arith_scalar(hd, acc16.data(), ms);
+            } else {
+              for (float& a : acc) a *= ms;
+            }
+          } else {
+            vs = std::exp(sc - m);
+          }
+          if (vt == DType::kF16) {
+            ggml_mad_f16_f32arith_scalar(hd, acc16.data(), reinterpret_cast<const uint16_t*>(vr),
+                                         vs);
+          } else {
+            quant::traits(vt)->dequantize(vr, vrow.data(), hd);
+            for (int i = 0; i < hd; ++i) acc[i] = std::fma(vrow[i], vs, acc[i]);
+          }
+          l = std::fma(l, ms, vs);
+        }
+        for (int i = 0; i < hd; ++i) {
+          ref[(t * nh + h) * hd + i] =
+              (vt == DType::kF16 ? fp16_to_fp32(acc16[i]) : acc[i]) * (1.0f / l);
+        }
+      }
+    }
+    const auto a = run(kt, vt, 1);
+    const auto b = run(kt, vt, 3);
+    ASSERT_EQ(a.size(), ref.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), ref.data(), ref.size() * 4));
+    EXPECT_EQ(0, std::memcmp(b.data(), ref.data(), ref.size() * 4));
+    // a row's bits do not depend on the batch's height (no tiled kernel for a tall
+    // batch here): row t of the 70-row batch is the last row of a (t + 1)-row one
+    for (int t = 0; t < T; t += 9) {
+      CpuRig one(ll);
+      AttnGraph og;
+      const auto& pg = attn_graph(one, t + 1, 1, 1, &og, kt, true, hd, nh, nkv, vt);
+      const CausalRows pr = causal_rows(t + 1);
+      one.fill_f32(pg, "q", std::span<const float>(vq.data(), (t + 1) * nh * hd));
+      one.fill_f32(pg, "k", std::span<const float>(vk.data(), (t + 1) * nkv * hd));
+      one.fill_f32(pg, "v", std::span<const float>(vv.data(), (t + 1) * nkv * hd));
+      one.fill_i32(pg, "cells", pr.cells);
+      one.fill_i32(pg, "win", pr.win);
+      ASSERT_TRUE(one.run(pg).ok());
+      const auto o = one.read(pg, og.out);
+      ASSERT_EQ(0, std::memcmp(o.data() + t * nh * hd, ref.data() + t * nh * hd, nh * hd * 4))
+          << "token " << t;
+    }
   }
 }
 

@@ -88,11 +88,108 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   float* scratch_all = reinterpret_cast<float*>(
       c.scratch.get(static_cast<size_t>(c.pool.n_threads() * stride) * sizeof(float)));
 
-  if (n.params.ggml_f16 != 0) {
-    if (kn.dtype != DType::kF16 || vn.dtype != DType::kF16) {
+  if (n.params.ggml_f16 != 0 && (kn.dtype != DType::kF16 || vn.dtype != DType::kF16)) {
+    // llama.cpp's flash attention over a quantized (or mixed) cache: never tiled, never
+    // split-KV (both need K and V f16 or f32 alike), so every row takes its per-row
+    // vector kernel (flash_attn_ext_f16_one_chunk): Q converted to K's activation format
+    // (q8_0 for a q8_0 / q4_0 K, f16 for an f16 K) and scored with K's mul_mat dot in
+    // ggml's x86 order; an f16 V accumulates as in the f16 path, a quantized V decodes
+    // each row to f32 and accumulates in f32 (acc = fma(v, p, acc), ggml_vec_mad_f32's
+    // vector body: head sizes that are multiples of its 64-float step).
+    if (kn.dtype == DType::kF32 || vn.dtype == DType::kF32) {
       return make_error(fmt::format("attention '{}': ggml-f16 numerics over {} K / {} V cells",
                                     n.name, dtype_name(kn.dtype), dtype_name(vn.dtype)));
     }
+    const bool k16 = kn.dtype == DType::kF16;
+    const DotKernel kdot = k16 ? DotKernel{} : c.k.dot_kernel(kn.dtype);
+    const quant::TypeTraits* kt = k16 ? nullptr : quant::traits(kn.dtype);
+    const quant::TypeTraits* vt = vn.dtype == DType::kF16 ? nullptr : quant::traits(vn.dtype);
+    if ((!k16 && (kdot.vec_dot == nullptr || kt == nullptr || hd % kt->block_size != 0)) ||
+        (vt != nullptr && hd_v % vt->block_size != 0)) {
+      return make_error(fmt::format("attention '{}': no {} K / {} V cells of head size {}", n.name,
+                                    dtype_name(kn.dtype), dtype_name(vn.dtype), hd));
+    }
+    quant::DequantizeFn vdeq = vt != nullptr ? vt->dequantize : nullptr;
+    if (vn.dtype == DType::kQ8_0 && k.q8_0_to_f32 != nullptr) vdeq = k.q8_0_to_f32;
+    if (vn.dtype == DType::kQ4_0 && k.q4_0_to_f32 != nullptr) vdeq = k.q4_0_to_f32;
+    const auto* kc = c.data.as<const uint8_t>(n.src[1]);
+    const auto* vc = c.data.as<const uint8_t>(n.src[2]);
+    // bytes of a cell's row and of one head's slice of it
+    const int64_t k_row_bytes = k16 ? row_k * 2 : row_k / kt->block_size * kt->type_size;
+    const int64_t k_head_bytes = k16 ? hd * 2 : hd / kt->block_size * kt->type_size;
+    const int64_t v_row_bytes = vt == nullptr ? row_v * 2 : row_v / vt->block_size * vt->type_size;
+    const int64_t v_head_bytes = vt == nullptr ? hd_v * 2 : hd_v / vt->block_size * vt->type_size;
+    const auto dot16 = k.ggml_fa_dot_f16 != nullptr ? k.ggml_fa_dot_f16 : ggml_dot_f16_vec_scalar;
+    const auto mad16 = k.ggml_fa_mad_f16 != nullptr ? k.ggml_fa_mad_f16 : ggml_mad_f16_scalar;
+    const auto scale16 =
+        k.ggml_fa_scale_f16 != nullptr ? k.ggml_fa_scale_f16 : ggml_scale_f16_scalar;
+    auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
+      // acc32 [hd_v], V row [hd_v], then Q in K's format (at most hd f16 or q8_0 bytes)
+      // and the f16 accumulator [hd_v]
+      float* acc = scratch_all + thread * stride;
+      float* vrow = acc + hd_v;
+      auto* qq = reinterpret_cast<uint8_t*>(vrow + hd_v);
+      auto* acc16 = reinterpret_cast<uint16_t*>(qq + hd * 2);
+      for (int64_t item = lo; item < hi; ++item) {
+        const int64_t t = item / n_head;
+        const int64_t h = item % n_head;
+        const int64_t kvh = h / group;
+        const float* qr = q + (t * n_head + h) * hd;
+        if (k16) {
+          from_f32_f16(qr, qq, hd);
+        } else {
+          kdot.from_f32(qr, qq, hd);
+        }
+        if (vt == nullptr) {
+          std::fill(acc16, acc16 + hd_v, uint16_t{0});
+        } else {
+          std::fill(acc, acc + hd_v, 0.0f);
+        }
+        float m = -INFINITY;
+        float l = 0.0f;
+        for (int64_t r = 0; r < n_runs; ++r) {
+          const int64_t first = win[t * 2 * n_runs + 2 * r];
+          const int64_t end = first + win[t * 2 * n_runs + 2 * r + 1];
+          for (int64_t cell = first; cell < end; ++cell) {
+            const uint8_t* kr = kc + cell * k_row_bytes + kvh * k_head_bytes;
+            const float sc = (k16 ? dot16(hd, reinterpret_cast<const uint16_t*>(kr),
+                                          reinterpret_cast<const uint16_t*>(qq))
+                                  : kdot.vec_dot(hd, kr, qq)) *
+                             scale;
+            float ms = 1.0f;
+            float vs = 1.0f;
+            const uint8_t* vr = vc + cell * v_row_bytes + kvh * v_head_bytes;
+            if (sc > m) {
+              ms = std::exp(m - sc);  // m = −inf on the first cell: ms = 0
+              m = sc;
+              if (vt == nullptr) {
+                scale16(hd_v, acc16, ms);
+              } else {
+                for (int64_t i = 0; i < hd_v; ++i) acc[i] *= ms;
+              }
+            } else {
+              vs = std::exp(sc - m);
+            }
+            if (vt == nullptr) {
+              mad16(hd_v, acc16, reinterpret_cast<const uint16_t*>(vr), vs);
+            } else {
+              vdeq(vr, vrow, hd_v);
+              for (int64_t i = 0; i < hd_v; ++i) acc[i] = std::fma(vrow[i], vs, acc[i]);
+            }
+            l = std::fma(l, ms, vs);
+          }
+        }
+        float* o = out + t * (n_head * hd_v) + h * hd_v;
+        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        for (int64_t i = 0; i < hd_v; ++i) {
+          o[i] = (vt == nullptr ? fp16_to_fp32(acc16[i]) : acc[i]) * inv;
+        }
+      }
+    };
+    parallel_range(c.pool, n_tok * n_head, 1, body);
+    return Ok{};
+  }
+  if (n.params.ggml_f16 != 0) {
     const auto* kc = c.data.as<const uint16_t>(n.src[1]);
     const auto* vc = c.data.as<const uint16_t>(n.src[2]);
     const auto dot16 = k.ggml_fa_dot_f16 != nullptr ? k.ggml_fa_dot_f16 : ggml_dot_f16_vec_scalar;

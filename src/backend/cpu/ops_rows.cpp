@@ -70,17 +70,21 @@ Status op_kv_store(const OpCtx& c, NodeId id) {
     }
     return Ok{};
   }
-  if (region.dtype != DType::kF32) {  // a quantized cache: llama.cpp's reference quantizer
+  if (region.dtype != DType::kF32) {
+    // A quantized cache, each row as llama.cpp's CPU stores it (set_rows with the type's
+    // from_float): q8_0 by its x86 quantize_row_q8_0 (from_f32_q8_0: d = amax/127 as f16,
+    // q = round-half-even(x · 127/amax)), q4_0 by the reference quantizer.
     const quant::TypeTraits* tt = quant::traits(region.dtype);
     if (tt == nullptr || tt->quantize_ref == nullptr) {
       return make_error(
           fmt::format("kv_store '{}': no quantizer for {}", n.name, dtype_name(region.dtype)));
     }
+    const auto quantize = region.dtype == DType::kQ8_0 ? from_f32_q8_0 : tt->quantize_ref;
     const uint64_t row_bytes = static_cast<uint64_t>(row) / tt->block_size * tt->type_size;
     auto* dst = c.data.as<uint8_t>(id);  // aliases the region
     for (int64_t t = 0; t < n_tok; ++t) {
       if (cells[t] < 0) continue;
-      tt->quantize_ref(src + t * row, dst + static_cast<uint64_t>(cells[t]) * row_bytes, row);
+      quantize(src + t * row, dst + static_cast<uint64_t>(cells[t]) * row_bytes, row);
     }
     return Ok{};
   }
