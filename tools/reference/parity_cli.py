@@ -14,6 +14,7 @@ minfer, so texts equal once invalid UTF-8 reads as U+FFFD count as the same toke
 usage: parity_cli.py --llama-completion PATH [--minfer PATH] [--models A.gguf,B.gguf]
        [--prompts tools/reference/prompts/parity_cli.json] [--numerics default,llamacpp]
        [--fa auto,off] [--only NAME,NAME] [--out DIR]
+       [--cache-types K/V]
        parity_cli.py --llama-completion PATH --models ONE.gguf --only ... --record FILE.json
 Writes DIR/runs.json (every text) and prints a markdown table; a cell reads
 "identical/prompts" and, for each differing prompt, the byte where the texts part.
@@ -46,10 +47,18 @@ DEFAULT_MODELS = [
 N_PREDICT = 64
 
 
-def run_llama(exe: str, model: Path, text: str, fa: str) -> bytes:
+def cache_flags(cache_types: str) -> list[str]:
+    """"K/V" (e.g. q8_0/q8_0) → -ctk K -ctv V, both tools' spelling; "" → none (f16)."""
+    if not cache_types:
+        return []
+    k, v = cache_types.split("/")
+    return ["-ctk", k, "-ctv", v]
+
+
+def run_llama(exe: str, model: Path, text: str, fa: str, cache_types: str = "") -> bytes:
     cmd = [exe, "-m", str(model), "-p", text, "-n", str(N_PREDICT), "--temp", "0", "--top-k", "1",
            "--repeat-penalty", "1", "-c", "1024", "-t", "2", "--no-display-prompt", "--no-escape",
-           "-no-cnv", "--no-perf"]
+           "-no-cnv", "--no-perf", *cache_flags(cache_types)]
     if fa != "auto":
         cmd += ["-fa", fa]
     r = subprocess.run(cmd, capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
@@ -64,10 +73,12 @@ def run_llama(exe: str, model: Path, text: str, fa: str) -> bytes:
     return out
 
 
-def run_minfer(exe: str, model: Path, text: str, numerics: str) -> tuple[bytes, list[int]]:
+def run_minfer(exe: str, model: Path, text: str, numerics: str,
+               cache_types: str = "") -> tuple[bytes, list[int]]:
     dump = Path("/tmp") / f"parity_cli_{os.getpid()}.json"
     cmd = [exe, str(model), text, "-n", str(N_PREDICT), "--temp", "0", "--repeat-penalty", "1",
-           "--no-template", "-t", "2", "--numerics", numerics, "--dump-json", str(dump)]
+           "--no-template", "-t", "2", "--numerics", numerics, "--dump-json", str(dump),
+           *cache_flags(cache_types)]
     r = subprocess.run(cmd, capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise RuntimeError(f"minfer: exit {r.returncode}\n{r.stderr.decode()[-2000:]}")
@@ -95,9 +106,10 @@ def record(args, prompts: list[dict]) -> int:
     if len(names) != 1:
         sys.exit("parity_cli: --record takes one model")
     model = Path(names[0]) if "/" in names[0] else MODELS / names[0]
+    kv = " ".join(cache_flags(args.cache_types))
     cmd = (f"llama-completion -m MODEL -p PROMPT -n {N_PREDICT} --temp 0 --top-k 1 --repeat-penalty 1 "
-           "-c 1024 -t 2 --no-display-prompt --no-escape -no-cnv (flash attention auto, f16 KV, "
-           "-b 2048 -ub 512: its defaults)")
+           f"-c 1024 -t 2 --no-display-prompt --no-escape -no-cnv {kv + ' ' if kv else ''}"
+           f"(flash attention auto, {'' if kv else 'f16 KV, '}-b 2048 -ub 512: its defaults)")
     rec = {
         "format": "llama-completion greedy texts, version 1",
         "reference": {"command": cmd, "build": args.build_note},
@@ -105,8 +117,10 @@ def record(args, prompts: list[dict]) -> int:
         "n_predict": N_PREDICT,
         "prompts": [],
     }
+    if args.cache_types:
+        rec["cache_types"] = dict(zip(("k", "v"), args.cache_types.split("/")))
     for p in prompts:
-        text = run_llama(args.llama_completion, model, p["text"], "auto")
+        text = run_llama(args.llama_completion, model, p["text"], "auto", args.cache_types)
         rec["prompts"].append({"name": p["name"], "text": p["text"],
                                "generated_text_b64": base64.b64encode(text).decode(),
                                "generated_text": text.decode("utf-8", "replace")})
@@ -128,6 +142,8 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/parity_cli")
     ap.add_argument("--record", default="", help="write llama-completion's texts (one model) here")
     ap.add_argument("--build-note", default="", help="how the llama-completion was built (--record)")
+    ap.add_argument("--cache-types", default="",
+                    help="K/V cache types for both tools, e.g. q8_0/q8_0 (default: f16)")
     args = ap.parse_args()
 
     prompts = json.loads(Path(args.prompts).read_text())
@@ -148,12 +164,13 @@ def main() -> int:
         cells = {(n, fa): [0, []] for n in numerics for fa in fas}
         for p in prompts:
             rec = runs[model.name][p["name"]] = {}
-            ref = {fa: run_llama(args.llama_completion, model, p["text"], fa) for fa in fas}
+            ref = {fa: run_llama(args.llama_completion, model, p["text"], fa, args.cache_types)
+                   for fa in fas}
             for fa in fas:
                 rec[f"llama-completion fa={fa}"] = ref[fa].decode("utf-8", "replace")
             ours = {}
             for n in numerics:
-                text, ids = run_minfer(args.minfer, model, p["text"], n)
+                text, ids = run_minfer(args.minfer, model, p["text"], n, args.cache_types)
                 ours[n] = text
                 rec[f"minfer {n}"] = text.decode("utf-8", "replace")
                 rec[f"minfer {n} ids"] = ids
