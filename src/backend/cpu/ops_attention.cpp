@@ -35,6 +35,11 @@ constexpr int32_t kChunk = 64;
 // Query tokens per work item of the f32 path (a tuning knob: the arithmetic of a row does
 // not depend on it).
 constexpr int64_t kTokBlock = 8;
+// Cells whose K and V rows (one KV head's slice) a work item keeps widened or decoded
+// over f16 / quantized cells, direct-mapped by cell: the block's tokens walk the same
+// chunks in turn, so a row is decoded once per item, not once per token (a tuning knob:
+// decoding is exact, the bits do not depend on it).
+constexpr int64_t kRowCache = 2 * kChunk;
 
 // AttnNumerics::kGgmlF16: llama.cpp's CPU flash-attention vector path, element for
 // element (ggml-cpu ops.cpp, flash_attn_ext_f16_one_chunk), as its default native build
@@ -82,9 +87,11 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   // path), or acc [hd_v] + K row + V row, then f16 Q [hd] and f16 accumulator [hd_v] (the
   // ggml_f16 path); reserved before the threads start.
   // The tiled path: acc [hd_v] and the visible cells (int32) after it.
+  // The f32 path over f16 / quantized cells adds its row cache: kRowCache K rows [hd],
+  // V rows [hd_v] and their cells (int32).
   const int64_t stride =
-      std::max({kTokBlock * 2 * hd_v + hd + hd_v + 16, 2 * hd_v + hd + (hd + hd_v + 1) / 2 + 16,
-                hd_v + n_cells * n_runs + 16});
+      std::max({kTokBlock * 2 * hd_v + kRowCache * (hd + hd_v + 1) + 16,
+                2 * hd_v + hd + (hd + hd_v + 1) / 2 + 16, hd_v + n_cells * n_runs + 16});
   float* scratch_all = reinterpret_cast<float*>(
       c.scratch.get(static_cast<size_t>(c.pool.n_threads() * stride) * sizeof(float)));
 
@@ -320,7 +327,10 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   // tokens mostly share, are still in L1 for the next token. Each (token, head) keeps its
   // own arithmetic, in its own order: the bits of a single-head, single-token walk.
   const bool f32_cells = kn.dtype == DType::kF32 && vn.dtype == DType::kF32;
-  const bool pair_heads = f32_cells && k.attn_scores2_f32 != nullptr && group >= 2;
+  // Two query heads of one KV head per item: over f32 cells when attn_scores2_f32 reads
+  // each K row once for both; over f16 / quantized cells always (each row is widened or
+  // decoded once for both heads).
+  const bool pair_heads = group >= 2 && (!f32_cells || k.attn_scores2_f32 != nullptr);
   // How a K or a V row of the window reaches f32: read in place (f32), widened (f16) or
   // dequantized (q8_0 / q4_0; one head's slice of a row is whole blocks, as
   // Model::check_params requires). K and V may hold different formats.
@@ -351,9 +361,11 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   auto run = [&](auto* kc, auto* vc) {
     auto body = [&](int64_t lo, int64_t hi, int32_t thread) {
       float* acc_base = scratch_all + thread * stride;  // acc [kTokBlock][2][hd_v]
-      float* kbuf = acc_base + kTokBlock * 2 * hd_v;
-      float* vbuf = kbuf + hd;
-      // off and len count elements
+      float* kcache = acc_base + kTokBlock * 2 * hd_v;  // [kRowCache][hd]
+      float* vcache = kcache + kRowCache * hd;          // [kRowCache][hd_v]
+      auto* cached_cell = reinterpret_cast<int32_t*>(vcache + kRowCache * hd_v);
+      // a row slice in f32: read in place (f32), widened (f16) or decoded; off and len
+      // count elements
       auto row = [&](const RowFormat& rf, const std::byte* base, int64_t off, int64_t len,
                      float* buf) -> const float* {
         if (rf.dtype == DType::kF32) return reinterpret_cast<const float*>(base) + off;
@@ -363,6 +375,23 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           rf.deq(base + off / rf.block * rf.bytes, buf, len);
         }
         return buf;
+      };
+      // The item's cache slot holding `cell`'s K and V slices of KV head kvh, filled on a
+      // miss (the cache is emptied when an item starts).
+      auto cached = [&](int64_t cell, int64_t kvh) -> int64_t {
+        const int64_t slot = cell % kRowCache;
+        if (cached_cell[slot] != cell) {
+          float* kd = kcache + slot * hd;
+          float* vd = vcache + slot * hd_v;
+          const float* kr =
+              row(fmt_k, reinterpret_cast<const std::byte*>(kc), cell * row_k + kvh * hd, hd, kd);
+          if (kr != kd) std::copy(kr, kr + hd, kd);
+          const float* vr = row(fmt_v, reinterpret_cast<const std::byte*>(vc),
+                                cell * row_v + kvh * hd_v, hd_v, vd);
+          if (vr != vd) std::copy(vr, vr + hd_v, vd);
+          cached_cell[slot] = static_cast<int32_t>(cell);
+        }
+        return slot;
       };
       constexpr bool kF32Cells =
           std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>, float>;
@@ -391,6 +420,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
         const int64_t nh = std::min(heads_per_item, (kvh + 1) * group - h0);
         const int64_t t0 = tb * kTokBlock;
         const int64_t nb = std::min(kTokBlock, n_tok - t0);
+        if constexpr (!kF32Cells) std::fill(cached_cell, cached_cell + kRowCache, int32_t{-1});
         for (int64_t b = 0; b < nb; ++b) {
           Walk& w = walk[b];
           w.t = t0 + b;
@@ -457,12 +487,12 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
                 }
               } else {
                 for (int64_t i = 0; i < pc.n; ++i) {
-                  const int64_t cell = pc.cell + i;
-                  const float v =
-                      k.dot_f32(hd, w.qr[0], row(fmt_k, kc, cell * row_k + kvh * hd, hd, kbuf)) *
-                      scale;
-                  s[0][pc.off + i] = v;
-                  mc[0] = std::fmax(mc[0], v);
+                  const float* kr = kcache + cached(pc.cell + i, kvh) * hd;
+                  for (int64_t j = 0; j < nh; ++j) {
+                    const float v = k.dot_f32(hd, w.qr[j], kr) * scale;
+                    s[j][pc.off + i] = v;
+                    mc[j] = std::fmax(mc[j], v);
+                  }
                 }
               }
             }
@@ -489,13 +519,13 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
                                        w.acc[j]);
                 }
               } else {
-                const float* sp = s[0] + pc.off;
                 for (int64_t i = 0; i < pc.n; ++i) {
-                  const int64_t cell = pc.cell + i;
-                  const float p = std::exp(sp[i] - w.m[0]);
-                  w.l[0] += p;
-                  k.axpy_f32(hd_v, p, row(fmt_v, vc, cell * row_v + kvh * hd_v, hd_v, vbuf),
-                             w.acc[0]);
+                  const float* vr = vcache + cached(pc.cell + i, kvh) * hd_v;
+                  for (int64_t j = 0; j < nh; ++j) {
+                    const float p = std::exp(s[j][pc.off + i] - w.m[j]);
+                    w.l[j] += p;
+                    k.axpy_f32(hd_v, p, vr, w.acc[j]);
+                  }
                 }
               }
             }
