@@ -713,6 +713,10 @@ def test_llamacpp_numerics_reproduce_llamacpp_default_repack_build_bit_for_bit(g
 # `--numerics llamacpp` follows under MINFER_CPU_ISA=avx2 (and on a CPU without AVX-512).
 CLI_GOLDEN_DIR = GOLDEN_DIR / "cli"
 CLI_AVX2_GOLDEN_DIR = GOLDEN_DIR / "cli-avx2"
+# cli-kvq: the same tool with -ctk / -ctv q8_0 or q4_0 (the golden's "cache_types"): its
+# flash attention's per-row kernel over quantized rows, which the mode follows with the
+# same flags.
+CLI_KVQ_GOLDEN_DIR = GOLDEN_DIR / "cli-kvq"
 
 
 def cpu_has_avx512_kernels() -> bool:
@@ -725,7 +729,8 @@ def cpu_has_avx512_kernels() -> bool:
     return all(f" {f}" in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
 
 
-@pytest.mark.parametrize("path", sorted(CLI_GOLDEN_DIR.glob("*.json")) + sorted(CLI_AVX2_GOLDEN_DIR.glob("*.json")),
+@pytest.mark.parametrize("path", sorted(CLI_GOLDEN_DIR.glob("*.json")) + sorted(CLI_AVX2_GOLDEN_DIR.glob("*.json"))
+                         + sorted(CLI_KVQ_GOLDEN_DIR.glob("*.json")),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_llamacpp_numerics_print_llama_completions_text_bytewise(path):
     """`--numerics llamacpp -t 2` prints llama-completion's 64 greedy tokens byte for byte:
@@ -750,9 +755,11 @@ def test_llamacpp_numerics_print_llama_completions_text_bytewise(path):
     model = model_for(golden)
     if sha256(model) != golden["model"]["sha256"]:
         pytest.skip(f"{model} is not the file the goldens were recorded on (sha256 differs)")
+    kv = golden.get("cache_types")
+    extra = ("--numerics", "llamacpp") + (("-ctk", kv["k"], "-ctv", kv["v"]) if kv else ())
     with tempfile.TemporaryDirectory() as t:
         for p in golden["prompts"]:
-            got = run_engine(model, p, golden["n_predict"], False, Path(t), extra=("--numerics", "llamacpp"),
+            got = run_engine(model, p, golden["n_predict"], False, Path(t), extra=extra,
                              env={"MINFER_CPU_ISA": "avx2"} if avx2_build else None)
             want = base64.b64decode(p["generated_text_b64"])
             at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
