@@ -13,6 +13,7 @@
 #include "engine_flags.h"
 #include "files.h"
 #include "model_path.h"
+#include "run_flags.h"
 #include "server/server.h"
 
 namespace minfer::cli {
@@ -144,6 +145,10 @@ int run_serve(const std::vector<std::string>& args) {
   p.flag("--metrics", "accepted for llama.cpp compatibility: /metrics is always served", [] {});
   KvFlags kv;
   add_kv_flags(p, kv);
+  p.section(
+      "speculative decoding (the default of every request; speculative.n_max etc. per request)");
+  std::string model_draft;
+  add_spec_flags(p, o.scheduler.spec, model_draft);
   p.section("accepted for llama.cpp compatibility");
   std::vector<std::string> notices;
   bool mlock = false;
@@ -209,12 +214,26 @@ int run_serve(const std::vector<std::string>& args) {
     return fail("--kv-events-replay and --kv-events-topic need --kv-events ENDPOINT");
   }
   o.scheduler.step_tokens = static_cast<uint32_t>(step);
+  if (auto st = check_spec_flags(o.scheduler.spec, model_draft); !st.ok()) {
+    return fail("serve: " + st.error().message);
+  }
+  if (!model_draft.empty()) {
+    return fail(
+        "serve: -md (a draft model) drafts in single-shot runs only; the server drafts by "
+        "prompt lookup: give --spec-ngram N");
+  }
 
   // Before the engine starts its worker threads: they must not take SIGINT/SIGTERM.
   server::block_shutdown_signals();
   // Usage errors (--cache-type, --numerics) before the model is looked for.
   auto options = engine_options(n_threads, kv);
   if (!options) return fail(options.error().message);
+  if (o.scheduler.spec.ngram > 0 && engine::llamacpp_family(options->numerics)) {
+    std::fprintf(stderr,
+                 "notice: speculative decoding under --numerics llamacpp*: llama.cpp's arithmetic "
+                 "makes a row depend on its batch in places, so the output may differ from the "
+                 "run without it (as llama.cpp's does)\n");
+  }
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
   // Loaded once the server listens (it answers 503 "loading model" meanwhile).

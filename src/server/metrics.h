@@ -66,6 +66,11 @@ struct Metrics {
   std::atomic<uint64_t> prefill_ns{0};            // step time, split by row share
   std::atomic<uint64_t> decode_ns{0};
   std::atomic<uint64_t> steps{0};
+  // Speculative decoding: draft tokens run as rows, those the samples agreed with, and
+  // the drafts (steps of a sequence that ran one).
+  std::atomic<uint64_t> spec_draft_tokens{0};
+  std::atomic<uint64_t> spec_accepted_tokens{0};
+  std::atomic<uint64_t> spec_drafts{0};
   std::atomic<uint64_t> kv_cells_total{0};
   std::atomic<uint64_t> kv_cells_used{0};
   std::atomic<uint64_t> kv_cells_shared{0};  // cells read by more than one sequence

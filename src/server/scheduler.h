@@ -25,6 +25,7 @@
 #include "engine/embed.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "server/kv_events.h"
 #include "server/metrics.h"
 #include "server/viz.h"
@@ -88,8 +89,19 @@ class JobStream {
   std::atomic<bool> cancelled_{false};
 };
 
+// Speculative decoding of one request (prompt lookup, engine/speculative.h): each step
+// its pending token and up to n_max tokens drafted from its history run as rows of its
+// sequence; the rows are sampled in order while they agree with the draft. n_max 0: off.
+struct JobSpec {
+  int32_t ngram = 0;  // the n-gram matched in the history
+  int32_t n_max = 0;  // tokens drafted at most per step
+  int32_t n_min = 0;  // a shorter draft is not run
+  bool enabled() const { return ngram > 0 && n_max > 0; }
+};
+
 struct Job {
   std::vector<engine::TokenId> prompt;
+  JobSpec spec;
   std::unique_ptr<engine::SequenceState> state;  // created (validated) on the HTTP thread
   std::shared_ptr<JobStream> stream;
   std::chrono::steady_clock::time_point arrived;  // set by Scheduler::submit
@@ -140,6 +152,10 @@ struct SchedulerOptions {
   uint32_t max_queue = 64;     // waiting requests past the slots; more → 429
   uint32_t step_tokens = 512;  // rows per step (decode rows + prefill chunks)
   KvEventsOptions kv_events;   // endpoint empty: no events
+  // Speculative decoding's defaults for a request that does not choose (--spec-ngram,
+  // --draft-max, --draft-min, --draft-p-min; ngram 0: off unless a request opts in).
+  // Prompt lookup only: `draft` (a draft model) must stay null.
+  engine::SpecOptions spec;
 };
 
 enum class SubmitResult : uint8_t { kQueued, kQueueFull, kDraining };
@@ -184,6 +200,9 @@ class Scheduler {
     uint64_t last_used = 0;  // admission tick, for LRU eviction of idle caches
     Job job;
     engine::TokenId next_token = 0;  // kDecode: the row to run
+    std::vector<engine::TokenId> draft;  // kDecode: tokens drafted after it this step
+    uint32_t row = 0;                    // the batch row of next_token (decoding)
+    uint32_t draft_row = 0;              // the batch row of draft[0]
     int32_t n_reused = 0;
     uint64_t admitted_at = 0;  // admission order: prefill chunks go first come first served
     uint32_t step_rows = 0;    // kPrefill: prompt rows in the batch being run
@@ -204,6 +223,10 @@ class Scheduler {
   Status step();
   enum class Outcome : uint8_t { kCompleted, kCancelled, kFailed };
   void finish(Slot& slot, JobEvent ev, bool keep_cells, Outcome outcome);
+  // Samples the slot's rows in order — `first` (the last fed token's), then its draft's
+  // while the samples agree with it — emits the tokens as one event, removes the draft
+  // rows past the last agreeing one from the KV, and finishes the request at a stop.
+  void sample_rows(Slot& slot, const engine::BatchLogits& logits, size_t first);
   void fail_batch(const std::string& message);
   void publish_kv();
   // KV events: brings the block index to every slot's cached tokens ([0, n_past) of
