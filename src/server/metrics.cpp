@@ -85,7 +85,9 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
       ld(m.prefill_tokens));
   put(out, "prefix_reused_tokens_total", "counter", "prompt tokens reused from cached cells",
       ld(m.prefix_reused_tokens));
-  put(out, "decode_tokens_total", "counter", "decode rows run", ld(m.decode_tokens));
+  put(out, "decode_tokens_total", "counter",
+      "decode rows run (one per running request and step; draft rows counted apart)",
+      ld(m.decode_tokens));
   const double prefill_s = ld(m.prefill_ns) * 1e-9;
   const double decode_s = ld(m.decode_ns) * 1e-9;
   put(out, "prefill_seconds_total", "counter", "forward time spent on prompt rows", prefill_s);

@@ -62,7 +62,7 @@ struct Metrics {
   std::atomic<uint64_t> completion_tokens{0};
   std::atomic<uint64_t> prefill_tokens{0};        // prompt tokens actually decoded
   std::atomic<uint64_t> prefix_reused_tokens{0};  // prompt tokens found in cached cells
-  std::atomic<uint64_t> decode_tokens{0};         // decode rows run
+  std::atomic<uint64_t> decode_tokens{0};         // decode rows run (drafts apart)
   std::atomic<uint64_t> prefill_ns{0};            // step time, split by row share
   std::atomic<uint64_t> decode_ns{0};
   std::atomic<uint64_t> steps{0};
