@@ -526,6 +526,7 @@ void Scheduler::admit(Job job) {
   target->n_past = reuse;
   target->n_reused = static_cast<int32_t>(reuse);
   target->state = SlotState::kPrefill;
+  target->draft_cap = job.spec.n_max;
   target->admitted_at = ++tick_;
   target->last_used = tick_;
   job.state->reset(prompt);
@@ -572,7 +573,7 @@ Status Scheduler::step() {
     const auto pos = static_cast<int64_t>(s.n_past);  // next_token's position
     // Positions after `pos` the request may use, and one token fewer than max_tokens
     // still allows (the row after the last draft token samples one more).
-    int64_t n_max = std::min<int64_t>({s.job.spec.n_max, left,
+    int64_t n_max = std::min<int64_t>({s.draft_cap, left,
                                        static_cast<int64_t>(st.options().n_ctx) - 1 - pos});
     if (st.options().n_predict >= 0) {
       n_max = std::min<int64_t>(n_max, st.options().n_predict - st.n_generated() - 1);
@@ -721,6 +722,13 @@ void Scheduler::sample_rows(Slot& slot, const engine::BatchLogits& logits, size_
       s->tokens.push_back(ev.token);
       s->n_past++;
       continue;
+    }
+    if (drafted) {
+      const auto kept = static_cast<int32_t>(i);  // draft tokens the samples agreed with
+      const int32_t floor = std::max(s->job.spec.n_min, 1);
+      s->draft_cap = kept == static_cast<int32_t>(n_draft)
+                         ? std::min(s->job.spec.n_max, std::max(s->draft_cap, kept) * 2)
+                         : std::max(floor, kept + 1);
     }
     if (past_rows) engine_.kv_cells()->seq_rm(s->seq, static_cast<kv::Pos>(s->n_past), -1);
     if (ev.feed) {

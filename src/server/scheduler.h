@@ -203,6 +203,10 @@ class Scheduler {
     std::vector<engine::TokenId> draft;  // kDecode: tokens drafted after it this step
     uint32_t row = 0;                    // the batch row of next_token (decoding)
     uint32_t draft_row = 0;              // the batch row of draft[0]
+    // Tokens the next draft may have (1..spec.n_max): one more than the last draft's
+    // agreeing tokens after a miss, doubled after a draft kept whole. A miss costs the
+    // batch its rows; the length never changes the tokens (sample_rows).
+    int32_t draft_cap = 0;
     int32_t n_reused = 0;
     uint64_t admitted_at = 0;  // admission order: prefill chunks go first come first served
     uint32_t step_rows = 0;    // kPrefill: prompt rows in the batch being run
