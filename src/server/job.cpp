@@ -291,13 +291,13 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
                                n_ctx < server_n_ctx ? "num_ctx" : "the server's --n-ctx or -c")});
   }
   // Speculative decoding: the request's speculative.* over the server's defaults. A
-  // request on a server started without --spec-ngram opts in with speculative.n_max > 0
-  // and drafts with n-grams of kRequestNgram tokens.
+  // request on a server started without --spec-ngram or -md opts in with
+  // speculative.n_max > 0 and drafts with n-grams of kRequestNgram tokens.
   JobSpec spec;
   {
     constexpr int32_t kRequestNgram = 3;
     const engine::SpecOptions& d = ctx.scheduler.options().spec;
-    const int32_t n_max = r.spec_n_max.value_or(d.ngram > 0 ? d.n_max : 0);
+    const int32_t n_max = r.spec_n_max.value_or(d.enabled() ? d.n_max : 0);
     if (n_max > 0) {
       if (r.spec_n_min && *r.spec_n_min > n_max) {
         return reject(bad_request(fmt::format(
@@ -305,9 +305,12 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
             "or 'speculative.n_max'): no draft would be run",
             *r.spec_n_min, n_max)));
       }
-      spec = JobSpec{.ngram = d.ngram > 0 ? d.ngram : kRequestNgram,
+      const bool model = d.draft != nullptr;
+      spec = JobSpec{.ngram = model ? 0 : (d.ngram > 0 ? d.ngram : kRequestNgram),
+                     .model = model,
                      .n_max = n_max,
-                     .n_min = std::min(r.spec_n_min.value_or(d.n_min), n_max)};
+                     .n_min = std::min(r.spec_n_min.value_or(d.n_min), n_max),
+                     .p_min = r.spec_p_min.value_or(d.p_min)};
     }
   }
   out.n_prompt = static_cast<int32_t>(prompt.size());

@@ -92,11 +92,15 @@ class JobStream {
 // Speculative decoding of one request (prompt lookup, engine/speculative.h): each step
 // its pending token and up to n_max tokens drafted from its history run as rows of its
 // sequence; the rows are sampled in order while they agree with the draft. n_max 0: off.
+// With the server's draft model (-md) instead, the draft is that model's most likely
+// tokens while their probability is at least p_min.
 struct JobSpec {
-  int32_t ngram = 0;  // the n-gram matched in the history
-  int32_t n_max = 0;  // tokens drafted at most per step
-  int32_t n_min = 0;  // a shorter draft is not run
-  bool enabled() const { return ngram > 0 && n_max > 0; }
+  int32_t ngram = 0;    // the n-gram matched in the history
+  bool model = false;   // the draft model drafts (ngram unused)
+  int32_t n_max = 0;    // tokens drafted at most per step
+  int32_t n_min = 0;    // a shorter draft is not run
+  float p_min = 0.75f;  // the draft model's probability floor
+  bool enabled() const { return (ngram > 0 || model) && n_max > 0; }
 };
 
 struct Job {
@@ -154,7 +158,8 @@ struct SchedulerOptions {
   KvEventsOptions kv_events;   // endpoint empty: no events
   // Speculative decoding's defaults for a request that does not choose (--spec-ngram,
   // --draft-max, --draft-min, --draft-p-min; ngram 0: off unless a request opts in).
-  // Prompt lookup only: `draft` (a draft model) must stay null.
+  // `draft`: the draft model's context (-md), sized by start() like the engine's (one
+  // sequence per slot); null: prompt lookup.
   engine::SpecOptions spec;
 };
 
@@ -207,6 +212,11 @@ class Scheduler {
     // agreeing tokens after a miss, doubled after a draft kept whole. A miss costs the
     // batch its rows; the length never changes the tokens (sample_rows).
     int32_t draft_cap = 0;
+    // The draft model: the tokens in its KV for this sequence (positions 0..), and the
+    // draft this step may have (draft_with_model).
+    std::vector<engine::TokenId> draft_kv;
+    int32_t draft_want = 0;
+    bool draft_done = false;
     int32_t n_reused = 0;
     uint64_t admitted_at = 0;  // admission order: prefill chunks go first come first served
     uint32_t step_rows = 0;    // kPrefill: prompt rows in the batch being run
@@ -231,6 +241,10 @@ class Scheduler {
   // while the samples agree with it — emits the tokens as one event, removes the draft
   // rows past the last agreeing one from the KV, and finishes the request at a stop.
   void sample_rows(Slot& slot, const engine::BatchLogits& logits, size_t first);
+  // The draft model's drafts of the slots in drafting_ (each up to its draft_want):
+  // their histories caught up in its KV in chunks of step_tokens rows, then one forward
+  // per drafted token with a row of every slot still drafting.
+  Status draft_with_model();
   void fail_batch(const std::string& message);
   void publish_kv();
   // KV events: brings the block index to every slot's cached tokens ([0, n_past) of
@@ -265,6 +279,9 @@ class Scheduler {
   engine::Batch batch_;
   std::vector<Slot*> row_slot_;  // per batch row: its slot when the row asked for logits
   std::vector<Slot*> prefill_order_;
+  engine::Batch draft_batch_;      // the draft model's rows
+  std::vector<Slot*> drafting_;    // slots the draft model drafts for this step
+  std::vector<Slot*> draft_rows_;  // per draft_batch_ row: the slot whose draft it extends
   uint64_t tick_ = 0;
   // KV events (null when off).
   std::unique_ptr<KvEventPublisher> kv_events_;

@@ -1,12 +1,14 @@
-"""Stage 17 tests: speculative decoding in the server (--spec-ngram, --draft-max,
---draft-min; per request llama-server's speculative.n_max / n_min / p_min) on a real
+"""Stage 17 tests: speculative decoding in the server (--spec-ngram or -md, --draft-max,
+--draft-min, --draft-p-min; per request llama-server's speculative.n_max / n_min / p_min) on a real
 `minfer serve` with SmolLM2 on loopback. Bars: with and without speculation a request
 gets the same bytes and the same logprobs (every row's), greedy over the prompts of
 tests/data/speculative/prompts.json alone and beside concurrent neighbours (under
 --numerics llamacpp the bytes and tokens: its logits depend on the batch in places); seeded sampling, a stop string and a JSON schema give the plain run's output;
 streaming assembles to the non-streaming text and carries several tokens in a chunk;
 speculative.n_max 0 turns it off and a request opts in on a server without it; bad fields
-are 400; the /metrics counters move (accepted <= drafted, > 0 on a repeating text)."""
+are 400; the /metrics counters move (accepted <= drafted, > 0 on a repeating text); a
+draft model (the model requantized) drafts beside neighbours with the same bar, and one
+with another vocabulary is refused at startup."""
 import json
 import os
 import subprocess
@@ -204,8 +206,51 @@ def test_a_request_opts_in_on_a_server_without_spec_ngram(plain_server):
     assert spec_counts(plain_server) == after
 
 
+@pytest.fixture(scope="module")
+def draft_server(tmp_path_factory):
+    # A draft model made by `minfer quantize` (the model requantized to Q4_0): the same
+    # vocabulary, other logits, so its drafts are often right and sometimes not.
+    if not MODEL.exists():
+        pytest.skip(f"{MODEL} not present (scripts/setup.sh)")
+    draft = tmp_path_factory.mktemp("draft") / "draft-q4_0.gguf"
+    q = subprocess.run([BIN, "quantize", MODEL, draft, "Q4_0", "--allow-requantize", "-t", "2"],
+                       capture_output=True, timeout=300)
+    assert q.returncode == 0, q.stderr.decode()
+    s = start("-md", draft, "--draft-max", 6)
+    yield s
+    s.kill()
+
+
+def test_a_draft_model_drafts_and_the_output_is_the_plain_runs(draft_server):
+    before = spec_counts(draft_server)
+    alone = {p: complete(draft_server, p, **{"speculative.n_max": 0}) for p in PROMPTS[::2]}
+    assert spec_counts(draft_server) == before
+    # p_min 0: the draft model proposes every step's whole draft (more rows to reject).
+    jobs = [(p, {"speculative.p_min": 0.0}) for p in PROMPTS[::2]] + \
+           [(p, {}) for p in PROMPTS[::4]] + [(p, {"speculative.n_max": 0}) for p in PROMPTS[1::4]]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        got = list(pool.map(lambda j: complete(draft_server, j[0], **j[1]), jobs))
+    for (p, kw), g in zip(jobs, got):
+        if p in alone:
+            assert g == alone[p], (p, kw)
+    after = spec_counts(draft_server)
+    drafted = after["minfer_spec_decode_draft_tokens_total"] - before["minfer_spec_decode_draft_tokens_total"]
+    accepted = (after["minfer_spec_decode_accepted_tokens_total"]
+                - before["minfer_spec_decode_accepted_tokens_total"])
+    assert 0 < accepted < drafted  # mostly right, not always: the rejections ran too
+
+
+def test_a_draft_model_with_another_vocabulary_is_an_error():
+    gemma = MODEL.parent / "gemma-3-270m-q4_k_m.gguf"
+    if not gemma.exists() or not MODEL.exists():
+        pytest.skip("the models are not present (scripts/setup.sh)")
+    r = subprocess.run([BIN, "serve", str(MODEL), "--port", "0", "-t", "2", "-md", str(gemma)],
+                       capture_output=True, timeout=300)
+    assert r.returncode != 0
+    assert "the draft model's vocabulary differs from the target's" in r.stderr.decode()
+
+
 @pytest.mark.parametrize("args, needle", [
-    (["-md", "draft.gguf"], "the server drafts by prompt lookup: give --spec-ngram N"),
     (["--spec-ngram", 2, "--draft-max", 4, "--draft-min", 6], "--draft-min 6 is above --draft-max 4"),
     (["--spec-ngram", 2, "-md", "draft.gguf"], "give --spec-ngram or -md"),
     (["--draft-max", 0], "--draft-max"),
