@@ -151,6 +151,15 @@ def test_chat_with_speculation_is_the_plain_chat(spec_server):
     assert outs[0] == outs[1] and outs[0]
 
 
+def test_props_shows_the_request_defaults(spec_server):
+    status, body = spec_server.request("GET", "/props")
+    assert status == 200
+    params = json.loads(body)["default_generation_settings"]["params"]
+    assert params["speculative.n_max"] == 8
+    assert params["speculative.n_min"] == 0
+    assert params["speculative.p_min"] == pytest.approx(0.75)
+
+
 def test_metrics_counters_and_vllm_names(spec_server):
     before = spec_counts(spec_server)
     complete(spec_server, REPEATING, max_tokens=64, **{"speculative.n_max": 16})
@@ -194,6 +203,8 @@ def plain_server():
 
 
 def test_a_request_opts_in_on_a_server_without_spec_ngram(plain_server):
+    status, body = plain_server.request("GET", "/props")
+    assert json.loads(body)["default_generation_settings"]["params"]["speculative.n_max"] == 0
     before = spec_counts(plain_server)
     want = complete(plain_server, REPEATING, max_tokens=64)
     assert spec_counts(plain_server) == before  # off by default
