@@ -2,7 +2,9 @@
 // runs the step loop of continuous batching (ARCHITECTURE §2b "Server").
 // Invariants: only the inference thread touches the engine and the KV cells; each
 // step is one engine.decode(batch) carrying a decode row of every running sequence
-// first, then prefill chunks of admitting sequences under the step token budget; a
+// first (a speculating one's draft after it, as rows of its sequence), then prefill
+// chunks of admitting sequences under the step token budget; draft rows the samples
+// did not keep leave the KV before the next step; a
 // request never fails for lack of cells (n_seq_max = slots and every sequence stays
 // below n_ctx positions, so used cells <= slots × n_ctx, the arena); a cancelled
 // request's cells are freed at the start of the next step; a sequence whose stream is
