@@ -13,6 +13,7 @@
 #include "engine_flags.h"
 #include "files.h"
 #include "model_path.h"
+#include "run_flags.h"
 #include "server/server.h"
 
 namespace minfer::cli {
@@ -144,6 +145,10 @@ int run_serve(const std::vector<std::string>& args) {
   p.flag("--metrics", "accepted for llama.cpp compatibility: /metrics is always served", [] {});
   KvFlags kv;
   add_kv_flags(p, kv);
+  p.section(
+      "speculative decoding (the default of every request; speculative.n_max etc. per request)");
+  std::string model_draft;
+  add_spec_flags(p, o.scheduler.spec, model_draft);
   p.section("accepted for llama.cpp compatibility");
   std::vector<std::string> notices;
   bool mlock = false;
@@ -209,16 +214,33 @@ int run_serve(const std::vector<std::string>& args) {
     return fail("--kv-events-replay and --kv-events-topic need --kv-events ENDPOINT");
   }
   o.scheduler.step_tokens = static_cast<uint32_t>(step);
+  if (auto st = check_spec_flags(o.scheduler.spec, model_draft); !st.ok()) {
+    return fail("serve: " + st.error().message);
+  }
 
   // Before the engine starts its worker threads: they must not take SIGINT/SIGTERM.
   server::block_shutdown_signals();
   // Usage errors (--cache-type, --numerics) before the model is looked for.
   auto options = engine_options(n_threads, kv);
   if (!options) return fail(options.error().message);
+  if ((o.scheduler.spec.ngram > 0 || !model_draft.empty()) &&
+      engine::llamacpp_family(options->numerics)) {
+    std::fprintf(stderr,
+                 "notice: speculative decoding under --numerics llamacpp*: llama.cpp's arithmetic "
+                 "makes a row depend on its batch in places, so the output may differ from the "
+                 "run without it (as llama.cpp's does)\n");
+  }
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
+  std::string draft_path;
+  if (!model_draft.empty()) {
+    auto dp = resolve_model_path(model_draft);
+    if (!dp) return fail("draft model: " + dp.error().message);
+    draft_path = *dp;
+  }
   // Loaded once the server listens (it answers 503 "loading model" meanwhile).
   std::unique_ptr<engine::Engine> eng;
+  std::unique_ptr<engine::Engine> draft;
   auto load = [&](server::ServerOptions& so) -> Result<engine::Context*> {
     auto opened = engine::Engine::open(*path, *options);
     if (!opened) return opened.error();
@@ -245,6 +267,18 @@ int run_serve(const std::vector<std::string>& args) {
                                    std::to_string(so.scheduler.n_ctx) + " positions per request, "
                              : "serve: --n-ctx " + std::to_string(so.scheduler.n_ctx) + " is ") +
                         "past the model's context length " + std::to_string(n_ctx_train));
+    }
+    if (!draft_path.empty()) {
+      // -md: the draft model, with the server's engine flags; start() sizes its KV.
+      if (encoder) return make_error("serve: -md needs a generative model to draft for");
+      auto d = engine::Engine::open(draft_path, *options);
+      if (!d) return d.error().context("draft model");
+      draft = std::move(*d);
+      if (draft->hparams().embeddings_out || !draft->has_tokenizer()) {
+        return make_error("draft model: '" + model_draft + "' is not a generative model");
+      }
+      MINFER_TRY_STATUS(engine::check_draft_vocab(eng->tokenizer(), draft->tokenizer()));
+      so.scheduler.spec.draft = draft.get();
     }
     if (so.model_id.empty()) so.model_id = std::filesystem::path(*path).filename().string();
     so.model_path = *path;

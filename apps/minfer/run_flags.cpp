@@ -115,6 +115,39 @@ int32_t resolve_threads(int32_t requested) {
   return requested;
 }
 
+void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_draft) {
+  p.option(
+      "--spec-ngram", "N",
+      "draft from the history: the last N tokens matched earlier in the prompt and the\n"
+      "output, the tokens that followed proposed (prompt lookup; 0: off)",
+      [&spec](const std::string& v) { return set_int(v, "--spec-ngram", 0, 1024, spec.ngram); });
+  p.string_opt("-md,--model-draft", "PATH",
+               "draft model (the target's vocabulary); its greedy tokens are proposed",
+               model_draft);
+  p.option("--draft-max,--draft,--draft-n", "N",
+           fmt::format("tokens drafted at most per verifying forward ({})", spec.n_max),
+           [&spec](const std::string& v) { return set_int(v, "--draft-max", 1, 1024, spec.n_max); });
+  p.option("--draft-min,--draft-n-min", "N",
+           fmt::format("a shorter draft is not verified ({})", spec.n_min),
+           [&spec](const std::string& v) { return set_int(v, "--draft-min", 0, 1024, spec.n_min); });
+  p.float_opt("--draft-p-min", "P",
+              fmt::format("-md: the draft ends at a token its model gives less probability ({})",
+                          spec.p_min),
+              spec.p_min, 0.0f, 1.0f);
+}
+
+Status check_spec_flags(const engine::SpecOptions& spec, const std::string& model_draft) {
+  if (spec.ngram > 0 && !model_draft.empty()) {
+    return make_error("give --spec-ngram or -md (--model-draft), not both");
+  }
+  if (spec.n_min > spec.n_max) {
+    return make_error(
+        fmt::format("--draft-min {} is above --draft-max {}: no draft would be verified",
+                    spec.n_min, spec.n_max));
+  }
+  return Ok{};
+}
+
 void add_run_flags(ArgParser& p, RunArgs& a) {
   sample::SamplerConfig& sc = a.sampler;
 
@@ -214,25 +247,8 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
            });
   add_kv_flags(p, a.kv);
 
-  p.section("speculative decoding (single-shot runs)");
-  p.option(
-      "--spec-ngram", "N",
-      "draft from the history: the last N tokens matched earlier in the prompt and the\n"
-      "output, the tokens that followed proposed (prompt lookup; 0: off)",
-      [&a](const std::string& v) { return set_int(v, "--spec-ngram", 0, 1024, a.spec.ngram); });
-  p.string_opt("-md,--model-draft", "PATH",
-               "draft model (the target's vocabulary); its greedy tokens are proposed",
-               a.model_draft);
-  p.option("--draft-max,--draft,--draft-n", "N",
-           fmt::format("tokens drafted at most per verifying forward ({})", a.spec.n_max),
-           [&a](const std::string& v) { return set_int(v, "--draft-max", 1, 1024, a.spec.n_max); });
-  p.option("--draft-min,--draft-n-min", "N",
-           fmt::format("a shorter draft is not verified ({})", a.spec.n_min),
-           [&a](const std::string& v) { return set_int(v, "--draft-min", 0, 1024, a.spec.n_min); });
-  p.float_opt("--draft-p-min", "P",
-              fmt::format("-md: the draft ends at a token its model gives less probability ({})",
-                          a.spec.p_min),
-              a.spec.p_min, 0.0f, 1.0f);
+  p.section("speculative decoding (single-shot runs; serve takes the same flags)");
+  add_spec_flags(p, a.spec, a.model_draft);
 
   p.section("constrained output");
   p.option("--grammar", "GBNF",
@@ -453,14 +469,7 @@ Status prepare_run(RunArgs& a) {
   for (const auto& [path, flag] : outputs) {
     if (!path->empty()) MINFER_TRY_STATUS(check_writable(*path, flag));
   }
-  if (a.spec.ngram > 0 && !a.model_draft.empty()) {
-    return make_error("give --spec-ngram or -md (--model-draft), not both");
-  }
-  if (a.spec.n_min > a.spec.n_max) {
-    return make_error(
-        fmt::format("--draft-min {} is above --draft-max {}: no draft would be verified",
-                    a.spec.n_min, a.spec.n_max));
-  }
+  MINFER_TRY_STATUS(check_spec_flags(a.spec, a.model_draft));
   MINFER_TRY_STATUS(compile_constraint(a));
   // Every usage error that needs no model comes before the model is looked for.
   auto options = engine_options(a.n_threads, a.kv);

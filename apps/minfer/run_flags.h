@@ -80,6 +80,12 @@ std::function<std::unique_ptr<engine::TokenConstraint>()> constraint_factory(
 
 void add_run_flags(ArgParser& p, RunArgs& a);
 
+// --spec-ngram, -md/--model-draft, --draft-max, --draft-min, --draft-p-min: the one
+// registration of the speculative-decoding flags, shared by single-shot runs and serve.
+void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_draft);
+// Not both drafters; a minimum no draft could reach. Error: which, with the flags' names.
+Status check_spec_flags(const engine::SpecOptions& spec, const std::string& model_draft);
+
 // `minfer MODEL -cnv [flags]`: the conversation mode (cmd_chat.cpp); run_generate
 // hands over the parsed flags.
 int run_chat(RunArgs& a);

@@ -76,6 +76,21 @@ size_t ngram_draft(std::span<const TokenId> history, int32_t n, int32_t n_max,
   return 0;
 }
 
+std::optional<TokenId> draft_token(std::span<const float> logits, float p_min,
+                                   int32_t n_vocab_target) {
+  if (logits.empty()) return std::nullopt;
+  // The most likely token (the lowest id among equals) and its softmax probability.
+  size_t best = 0;
+  for (size_t v = 1; v < logits.size(); ++v) {
+    if (logits[v] > logits[best]) best = v;
+  }
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - logits[best]);
+  const double p = 1.0 / sum;
+  if (!(p >= p_min) || static_cast<int64_t>(best) >= n_vocab_target) return std::nullopt;
+  return static_cast<TokenId>(best);
+}
+
 DraftModel::DraftModel(Context& ctx, int32_t n_batch, int32_t n_max)
     : ctx_(ctx), n_batch_(n_batch), batch_(static_cast<size_t>(std::max(n_max, 2))) {
   kv_tokens_.reserve(ctx.n_ctx_seq());
@@ -112,16 +127,9 @@ Status DraftModel::draft(std::span<const TokenId> history, int32_t n_max, float 
     logits = decoded->row(n - 1);
   }
   for (int32_t i = 0; i < n_max; ++i) {
-    // The most likely token (the lowest id among equals) and its softmax probability.
-    size_t best = 0;
-    for (size_t v = 1; v < logits.size(); ++v) {
-      if (logits[v] > logits[best]) best = v;
-    }
-    double sum = 0.0;
-    for (float l : logits) sum += std::exp(static_cast<double>(l) - logits[best]);
-    const double p = 1.0 / sum;
-    if (!(p >= p_min) || static_cast<int64_t>(best) >= n_vocab_target) break;
-    const auto id = static_cast<TokenId>(best);
+    const std::optional<TokenId> pick = draft_token(logits, p_min, n_vocab_target);
+    if (!pick) break;
+    const TokenId id = *pick;
     out.push_back(id);
     // The last drafted token needs no forward; nothing follows an end of generation.
     if (i + 1 == n_max || ctx_.tokenizer().is_eog(id)) break;

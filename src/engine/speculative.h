@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -44,6 +45,12 @@ Status check_draft_vocab(const tokenizer::Tokenizer& target, const tokenizer::To
 // than n + 1).
 size_t ngram_draft(std::span<const TokenId> history, int32_t n, int32_t n_max,
                    std::vector<TokenId>& out);
+
+// A draft model's pick from its logits (F32 [n_vocab]): the most likely token (the lowest
+// id among equals) when its softmax probability is at least p_min and it is inside the
+// target's vocabulary (n_vocab_target); none otherwise (the draft ends there).
+std::optional<TokenId> draft_token(std::span<const float> logits, float p_min,
+                                   int32_t n_vocab_target);
 
 // A draft model on its own context (sequence 0). It keeps the tokens of its KV; before
 // drafting it removes what differs from the history and decodes the rest, so rollbacks

@@ -482,6 +482,33 @@ std::optional<ApiError> parse_completion_json(const json& j, Endpoint endpoint, 
     if (auto e = budget_field(*tb, "thinking_budget_tokens", budget)) return e;
     out.reasoning_budget = budget;
   }
+  // Speculative decoding (llama-server's flat keys; docs/USAGE.md "Speculative decoding
+  // in the server"). Out of range is an error here, where llama-server clamps.
+  if (field(j, "speculative.n_max") != nullptr) {
+    int64_t v = 0;
+    if (auto e = integer(j, "speculative.n_max", 0, kMaxDraftTokens, v)) return e;
+    out.spec_n_max = static_cast<int32_t>(v);
+  }
+  if (field(j, "speculative.n_min") != nullptr) {
+    int64_t v = 0;
+    if (auto e = integer(j, "speculative.n_min", 0, kMaxDraftTokens, v)) return e;
+    out.spec_n_min = static_cast<int32_t>(v);
+  }
+  if (field(j, "speculative.p_min") != nullptr) {
+    float v = 0.0f;
+    if (auto e = number(j, "speculative.p_min", 0.0, 1.0, v)) return e;
+    out.spec_p_min = v;
+  }
+  if (out.spec_n_max && out.spec_n_min && *out.spec_n_max > 0 && *out.spec_n_min > *out.spec_n_max) {
+    return bad_request(fmt::format(
+        "'speculative.n_min' ({}) is above 'speculative.n_max' ({}): no draft would be run",
+        *out.spec_n_min, *out.spec_n_max));
+  }
+  if (field(j, "speculative") != nullptr) {
+    return bad_request(
+        "'speculative' is not an object here: give 'speculative.n_max', 'speculative.n_min' and "
+        "'speculative.p_min' as keys of the body (llama-server's names)");
+  }
   return {};
 }
 

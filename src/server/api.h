@@ -101,7 +101,16 @@ struct CompletionRequest {
   // thinking). Absent: the server's --reasoning-format / --reasoning-budget.
   std::optional<bool> reasoning_split;
   std::optional<int32_t> reasoning_budget;
+  // llama-server's speculative.n_max / n_min / p_min (flat keys): tokens drafted at
+  // most per step (0: no speculation), the shortest draft run, a draft model's
+  // probability floor. Absent: the server's --draft-max / --draft-min / --draft-p-min.
+  std::optional<int32_t> spec_n_max;
+  std::optional<int32_t> spec_n_min;
+  std::optional<float> spec_p_min;
 };
+
+// The most tokens a request may draft per step (the bound of --draft-max too).
+inline constexpr int32_t kMaxDraftTokens = 1024;
 
 // reasoning_effort's budgets (OpenAI's names): none 0, minimal 64, low 256, medium 1024,
 // high 4096 reasoning tokens. Error: another value.

@@ -390,6 +390,11 @@ void handle_props(ServerContext& ctx, http::Response& res) {
               {"presence_penalty", sc.presence_penalty},
               {"frequency_penalty", sc.frequency_penalty},
               {"seed", sc.seed}};
+  // Speculative decoding's request defaults (llama-server's keys; n_max 0: off).
+  const engine::SpecOptions& spec = ctx.options.scheduler.spec;
+  params["speculative.n_max"] = spec.enabled() ? spec.n_max : 0;
+  params["speculative.n_min"] = spec.n_min;
+  params["speculative.p_min"] = spec.p_min;
   reply_json(res, {{"default_generation_settings",
                     {{"id", 0},
                      {"n_ctx", ctx.options.scheduler.n_ctx},

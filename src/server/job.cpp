@@ -290,6 +290,29 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
                                prompt.size(), n_ctx,
                                n_ctx < server_n_ctx ? "num_ctx" : "the server's --n-ctx or -c")});
   }
+  // Speculative decoding: the request's speculative.* over the server's defaults. A
+  // request on a server started without --spec-ngram or -md opts in with
+  // speculative.n_max > 0 and drafts with n-grams of kRequestNgram tokens.
+  JobSpec spec;
+  {
+    constexpr int32_t kRequestNgram = 3;
+    const engine::SpecOptions& d = ctx.scheduler.options().spec;
+    const int32_t n_max = r.spec_n_max.value_or(d.enabled() ? d.n_max : 0);
+    if (n_max > 0) {
+      if (r.spec_n_min && *r.spec_n_min > n_max) {
+        return reject(bad_request(fmt::format(
+            "'speculative.n_min' ({}) is above the draft's maximum {} (the server's --draft-max "
+            "or 'speculative.n_max'): no draft would be run",
+            *r.spec_n_min, n_max)));
+      }
+      const bool model = d.draft != nullptr;
+      spec = JobSpec{.ngram = model ? 0 : (d.ngram > 0 ? d.ngram : kRequestNgram),
+                     .model = model,
+                     .n_max = n_max,
+                     .n_min = std::min(r.spec_n_min.value_or(d.n_min), n_max),
+                     .p_min = r.spec_p_min.value_or(d.p_min)};
+    }
+  }
   out.n_prompt = static_cast<int32_t>(prompt.size());
   request_log().n_prompt = out.n_prompt;
   r.seq.n_ctx = n_ctx;
@@ -317,7 +340,7 @@ std::optional<ApiError> submit_completion(ServerContext& ctx, CompletionRequest&
     auto state =
         engine::SequenceState::create(ctx.tok, ctx.scheduler.token_bytes(), seq, std::move(own));
     if (!state.ok()) return reject(bad_request(state.error().message));
-    jobs.push_back(Job{.prompt = prompt, .state = std::move(*state)});
+    jobs.push_back(Job{.prompt = prompt, .spec = spec, .state = std::move(*state)});
   }
   // Choice 0 first; the others once its prompt is prefilled (its first event is there):
   // admitted then, they share its prompt cells copy-on-write (Scheduler::admit) instead

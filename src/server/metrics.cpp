@@ -85,7 +85,9 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
       ld(m.prefill_tokens));
   put(out, "prefix_reused_tokens_total", "counter", "prompt tokens reused from cached cells",
       ld(m.prefix_reused_tokens));
-  put(out, "decode_tokens_total", "counter", "decode rows run", ld(m.decode_tokens));
+  put(out, "decode_tokens_total", "counter",
+      "decode rows run (one per running request and step; draft rows counted apart)",
+      ld(m.decode_tokens));
   const double prefill_s = ld(m.prefill_ns) * 1e-9;
   const double decode_s = ld(m.decode_ns) * 1e-9;
   put(out, "prefill_seconds_total", "counter", "forward time spent on prompt rows", prefill_s);
@@ -95,6 +97,17 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
   put(out, "decode_tokens_per_second", "gauge", "decode rows per second of forward time",
       decode_s > 0 ? ld(m.decode_tokens) / decode_s : 0.0);
   put(out, "steps_total", "counter", "forward steps (one batch each)", ld(m.steps));
+  const double drafted = ld(m.spec_draft_tokens);
+  const double accepted = ld(m.spec_accepted_tokens);
+  put(out, "spec_decode_drafts_total", "counter",
+      "speculative decoding: drafts verified (a sequence's step with draft rows)",
+      ld(m.spec_drafts));
+  put(out, "spec_decode_draft_tokens_total", "counter",
+      "speculative decoding: draft tokens run as rows", drafted);
+  put(out, "spec_decode_accepted_tokens_total", "counter",
+      "speculative decoding: draft tokens the samples agreed with (kept)", accepted);
+  put(out, "spec_decode_acceptance_rate", "gauge",
+      "accepted / draft tokens (0 before any draft)", drafted > 0 ? accepted / drafted : 0.0);
   const double total = ld(m.kv_cells_total);
   const double used = ld(m.kv_cells_used);
   put(out, "kv_cells_total", "gauge", "cells of the KV arena", total);
@@ -125,6 +138,10 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
   put_vllm(out, "prompt_tokens_total", "counter", "prompt tokens of admitted requests",
            ld(m.prompt_tokens));
   put_vllm(out, "generation_tokens_total", "counter", "generated tokens", ld(m.completion_tokens));
+  put_vllm(out, "spec_decode_num_drafts_total", "counter", "drafts verified", ld(m.spec_drafts));
+  put_vllm(out, "spec_decode_num_draft_tokens_total", "counter", "draft tokens run", drafted);
+  put_vllm(out, "spec_decode_num_accepted_tokens_total", "counter", "draft tokens accepted",
+           accepted);
   fmt::format_to(std::back_inserter(out),
                  "# HELP vllm:request_success_total requests that finished, by reason\n"
                  "# TYPE vllm:request_success_total counter\n"

@@ -62,10 +62,15 @@ struct Metrics {
   std::atomic<uint64_t> completion_tokens{0};
   std::atomic<uint64_t> prefill_tokens{0};        // prompt tokens actually decoded
   std::atomic<uint64_t> prefix_reused_tokens{0};  // prompt tokens found in cached cells
-  std::atomic<uint64_t> decode_tokens{0};         // decode rows run
+  std::atomic<uint64_t> decode_tokens{0};         // decode rows run (drafts apart)
   std::atomic<uint64_t> prefill_ns{0};            // step time, split by row share
   std::atomic<uint64_t> decode_ns{0};
   std::atomic<uint64_t> steps{0};
+  // Speculative decoding: draft tokens run as rows, those the samples agreed with, and
+  // the drafts (steps of a sequence that ran one).
+  std::atomic<uint64_t> spec_draft_tokens{0};
+  std::atomic<uint64_t> spec_accepted_tokens{0};
+  std::atomic<uint64_t> spec_drafts{0};
   std::atomic<uint64_t> kv_cells_total{0};
   std::atomic<uint64_t> kv_cells_used{0};
   std::atomic<uint64_t> kv_cells_shared{0};  // cells read by more than one sequence

@@ -15,6 +15,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Prompt rows a step runs at least while a prompt waits (decode rows never starve it).
+constexpr uint32_t kMinPrefill = 16;
+
 uint64_t ns_between(Clock::time_point t0, Clock::time_point t1) {
   return t1 > t0 ? static_cast<uint64_t>(
                        std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count())
@@ -79,13 +82,22 @@ Status Scheduler::start() {
                                    .n_ctx_seq = options_.n_ctx,
                                    .n_runs = 2};
   MINFER_TRY_STATUS(engine_.set_context(ctx));
+  if (options_.spec.draft != nullptr) {
+    if (Status st = options_.spec.draft->set_context(ctx); !st.ok()) {
+      return st.error().context("the draft model");
+    }
+    draft_batch_ = engine::Batch(options_.step_tokens + options_.n_slots);
+  }
   slots_.resize(options_.n_slots);
   for (uint32_t i = 0; i < options_.n_slots; ++i) {
     slots_[i].seq = static_cast<engine::SeqId>(i);
     slots_[i].tokens.reserve(options_.n_ctx);
   }
-  batch_ = engine::Batch(options_.step_tokens + options_.n_slots);
-  row_slot_.reserve(options_.step_tokens + options_.n_slots);
+  // Rows: decode rows and drafts under step_tokens, then a prefill chunk of at least
+  // kMinPrefill (step()).
+  batch_ = engine::Batch(options_.step_tokens + options_.n_slots + kMinPrefill);
+  row_slot_.reserve(options_.step_tokens + options_.n_slots + kMinPrefill);
+  for (Slot& s : slots_) s.draft.reserve(options_.step_tokens);
   metrics_.kv_cells_total.store(ctx.n_cells, std::memory_order_relaxed);
   if (!options_.kv_events.endpoint.empty()) {
     MINFER_TRY(kv_events_, KvEventPublisher::open(options_.kv_events, metrics_.kv_events_dropped));
@@ -525,6 +537,7 @@ void Scheduler::admit(Job job) {
   target->n_past = reuse;
   target->n_reused = static_cast<int32_t>(reuse);
   target->state = SlotState::kPrefill;
+  target->draft_cap = job.spec.n_max;
   target->admitted_at = ++tick_;
   target->last_used = tick_;
   job.state->reset(prompt);
@@ -551,13 +564,66 @@ Status Scheduler::step() {
   uint32_t n_decode = 0;
   for (Slot& s : slots_) {
     s.decoding = s.state == SlotState::kDecode && !s.job.stream->full();
+    s.draft.clear();
     if (!s.decoding) continue;
+    s.row = static_cast<uint32_t>(batch_.size());
     batch_.add(s.next_token, s.seq, static_cast<int32_t>(s.n_past), true);
     row_slot_.push_back(&s);
     n_decode++;
   }
+  // Speculating sequences' drafts (prompt lookup on their history), as further rows of
+  // their sequences, within what is left of the step's budget once every running
+  // sequence has its row. A draft's length changes how many tokens a step yields,
+  // never which: the rows are sampled in order and kept while they agree.
+  const uint32_t n_decode_rows = n_decode;
+  uint32_t n_drafted = 0;
+  drafting_.clear();
+  for (Slot& s : slots_) {
+    if (!s.decoding || !s.job.spec.enabled()) continue;
+    const uint32_t left = options_.step_tokens > n_decode ? options_.step_tokens - n_decode : 0;
+    const engine::SequenceState& st = *s.job.state;
+    const auto pos = static_cast<int64_t>(s.n_past);  // next_token's position
+    // Positions after `pos` the request may use, and one token fewer than max_tokens
+    // still allows (the row after the last draft token samples one more).
+    int64_t n_max = std::min<int64_t>({s.draft_cap, left,
+                                       static_cast<int64_t>(st.options().n_ctx) - 1 - pos});
+    if (st.options().n_predict >= 0) {
+      n_max = std::min<int64_t>(n_max, st.options().n_predict - st.n_generated() - 1);
+    }
+    if (n_max <= 0) continue;
+    if (s.job.spec.model) {
+      // Drafted below, with the other slots the model drafts for; its rows held.
+      s.draft_want = static_cast<int32_t>(n_max);
+      drafting_.push_back(&s);
+      n_decode += static_cast<uint32_t>(n_max);
+      continue;
+    }
+    engine::ngram_draft(s.tokens, s.job.spec.ngram, static_cast<int32_t>(n_max), s.draft);
+    n_decode += static_cast<uint32_t>(s.draft.size());
+  }
+  if (!drafting_.empty()) {
+    MINFER_TRY_STATUS(draft_with_model());
+    for (Slot* s : drafting_) {
+      n_decode -= static_cast<uint32_t>(s->draft_want) - static_cast<uint32_t>(s->draft.size());
+    }
+  }
+  for (Slot& s : slots_) {
+    if (s.draft.empty()) continue;
+    if (s.draft.size() < static_cast<size_t>(std::max(s.job.spec.n_min, 1))) {
+      n_decode -= static_cast<uint32_t>(s.draft.size());
+      s.draft.clear();
+      continue;
+    }
+    const auto pos = static_cast<int64_t>(s.n_past);
+    s.draft_row = static_cast<uint32_t>(batch_.size());
+    for (size_t i = 0; i < s.draft.size(); ++i) {
+      batch_.add(s.draft[i], s.seq, static_cast<int32_t>(pos + 1 + static_cast<int64_t>(i)),
+                 true);
+      row_slot_.push_back(nullptr);  // sampled with the slot's first row
+    }
+    n_drafted += static_cast<uint32_t>(s.draft.size());
+  }
   // Then prefill chunks, first come first served, under the step's token budget.
-  constexpr uint32_t kMinPrefill = 16;
   uint32_t budget =
       std::max(options_.step_tokens > n_decode ? options_.step_tokens - n_decode : 0U, kMinPrefill);
   std::vector<Slot*>& order = prefill_order_;
@@ -619,8 +685,9 @@ Status Scheduler::step() {
   metrics_.prefill_ns.fetch_add(dt * n_prefill / n_rows, std::memory_order_relaxed);
   metrics_.decode_ns.fetch_add(dt * n_decode / n_rows, std::memory_order_relaxed);
   metrics_.prefill_tokens.fetch_add(n_prefill, std::memory_order_relaxed);
-  metrics_.decode_tokens.fetch_add(n_decode, std::memory_order_relaxed);
+  metrics_.decode_tokens.fetch_add(n_decode_rows, std::memory_order_relaxed);
   metrics_.steps.fetch_add(1, std::memory_order_relaxed);
+  metrics_.spec_draft_tokens.fetch_add(n_drafted, std::memory_order_relaxed);
 
   // The rows are in the KV now.
   for (Slot& s : slots_) {
@@ -632,17 +699,106 @@ Status Scheduler::step() {
     }
   }
   for (size_t r = 0; r < row_slot_.size(); ++r) {
-    Slot* s = row_slot_[r];
-    if (!s) continue;
-    auto ev_or = s->job.state->next(logits.row(r));
+    if (Slot* s = row_slot_[r]) sample_rows(*s, logits, r);
+  }
+  return Ok{};
+}
+
+Status Scheduler::draft_with_model() {
+  engine::Context& d = *options_.spec.draft;
+  kv::KvCells& kv = *d.kv_cells();
+  const int32_t n_vocab = engine_.tokenizer().n_vocab();
+  // What the draft KV holds of each history: the common prefix, less its last token at
+  // least (its logits are gone), stays; the rest is removed and decoded again.
+  for (Slot* s : drafting_) {
+    s->draft_done = false;
+    size_t keep = 0;
+    const size_t common = std::min(s->draft_kv.size(), s->tokens.size());
+    while (keep < common && s->draft_kv[keep] == s->tokens[keep]) ++keep;
+    keep = std::min(keep, s->tokens.size() - 1);
+    kv.seq_rm(s->seq, static_cast<kv::Pos>(keep), -1);
+    s->draft_kv.resize(keep);
+  }
+  // A slot's pick from the draft's logits of its last row: the next draft token, or the
+  // end of its draft.
+  auto pick = [&](Slot* s, std::span<const float> logits) {
+    const std::optional<engine::TokenId> id =
+        engine::draft_token(logits, s->job.spec.p_min, n_vocab);
+    if (!id) {
+      s->draft_done = true;
+      return;
+    }
+    s->draft.push_back(*id);
+    // The last drafted token needs no forward; nothing follows an end of generation.
+    if (static_cast<int32_t>(s->draft.size()) >= s->draft_want || engine_.tokenizer().is_eog(*id))
+      s->draft_done = true;
+  };
+  // Catch-up, in chunks of step_tokens rows: each slot's last history row asks for logits.
+  const size_t chunk = std::max<uint32_t>(options_.step_tokens, 1);
+  auto run = [&]() -> Status {
+    if (draft_batch_.empty()) return Ok{};
+    if (draft_batch_.n_logits() == 0) {
+      // A chunk in the middle of a history: decode() wants one logits row.
+      engine::Batch& b = draft_batch_;
+      const engine::BatchRow last = b.rows().back();
+      std::vector<engine::BatchRow> rows(b.rows().begin(), b.rows().end() - 1);
+      b.clear();
+      for (const auto& r : rows) b.add(r.token, r.seq, r.pos, false);
+      b.add(last.token, last.seq, last.pos, true);
+      draft_rows_.back() = nullptr;
+    }
+    MINFER_TRY(const engine::BatchLogits logits, d.decode(draft_batch_));
+    for (size_t r = 0; r < draft_rows_.size(); ++r) {
+      if (draft_rows_[r] != nullptr) pick(draft_rows_[r], logits.row(r));
+    }
+    draft_batch_.clear();
+    draft_rows_.clear();
+    return Ok{};
+  };
+  draft_batch_.clear();
+  draft_rows_.clear();
+  for (Slot* s : drafting_) {
+    for (size_t at = s->draft_kv.size(); at < s->tokens.size(); ++at) {
+      const bool last = at + 1 == s->tokens.size();
+      draft_batch_.add(s->tokens[at], s->seq, static_cast<int32_t>(at), last);
+      draft_rows_.push_back(last ? s : nullptr);
+      s->draft_kv.push_back(s->tokens[at]);
+      if (draft_batch_.size() >= chunk) MINFER_TRY_STATUS(run());
+    }
+  }
+  MINFER_TRY_STATUS(run());
+  // Then one token per forward for every slot still drafting.
+  for (;;) {
+    for (Slot* s : drafting_) {
+      if (s->draft_done) continue;
+      const engine::TokenId id = s->draft.back();
+      draft_batch_.add(id, s->seq, static_cast<int32_t>(s->draft_kv.size()), true);
+      draft_rows_.push_back(s);
+      s->draft_kv.push_back(id);
+    }
+    if (draft_batch_.empty()) return Ok{};
+    MINFER_TRY_STATUS(run());
+  }
+}
+
+void Scheduler::sample_rows(Slot& slot, const engine::BatchLogits& logits, size_t first) {
+  Slot* s = &slot;
+  // Only a decoding slot ran a draft this step (a prompt's last row has none).
+  const bool drafted = s->decoding && first == s->row && !s->draft.empty();
+  const size_t n_draft = drafted ? s->draft.size() : 0;
+  if (drafted) metrics_.spec_drafts.fetch_add(1, std::memory_order_relaxed);
+  JobEvent je;  // every token of this step, as one event
+  for (size_t i = 0;; ++i) {
+    // Row i: the last fed token's (i == 0), else draft[i - 1]'s; its sample goes at n_past.
+    const size_t row = i == 0 ? first : s->draft_row + i - 1;
+    auto ev_or = s->job.state->next(logits.row(row));
     if (!ev_or.ok()) {
       finish(*s, {.final = true, .error = ev_or.error().message}, false, Outcome::kFailed);
-      continue;
+      return;
     }
     const engine::SeqEvent& ev = *ev_or;
-    JobEvent je;
-    je.text.assign(ev.text);
-    je.reasoning.assign(ev.reasoning);
+    je.text.append(ev.text);
+    je.reasoning.append(ev.reasoning);
     const bool generated = ev.token >= 0 && ev.stop != engine::SeqStop::kEog;
     if (generated) {
       metrics_.completion_tokens.fetch_add(1, std::memory_order_relaxed);
@@ -662,6 +818,26 @@ Status Scheduler::step() {
       }
       je.logprobs.push_back(std::move(lp));
     }
+    // Draft rows past n_past hold tokens the sequence does not have (rejected, or after
+    // a stop): out of the KV, so the next rows land at their positions.
+    const bool past_rows = i < n_draft;
+    if (ev.feed && i < n_draft && ev.token == s->draft[i]) {
+      // The sample agrees with the draft: that token is in the KV already.
+      MINFER_CHECK(static_cast<size_t>(ev.pos) == s->n_past, "draft token at %zu, fed at %d",
+                   s->n_past, ev.pos);
+      metrics_.spec_accepted_tokens.fetch_add(1, std::memory_order_relaxed);
+      s->tokens.push_back(ev.token);
+      s->n_past++;
+      continue;
+    }
+    if (drafted) {
+      const auto kept = static_cast<int32_t>(i);  // draft tokens the samples agreed with
+      const int32_t floor = std::max(s->job.spec.n_min, 1);
+      s->draft_cap = kept == static_cast<int32_t>(n_draft)
+                         ? std::min(s->job.spec.n_max, std::max(s->draft_cap, kept) * 2)
+                         : std::max(floor, kept + 1);
+    }
+    if (past_rows) engine_.kv_cells()->seq_rm(s->seq, static_cast<kv::Pos>(s->n_past), -1);
     if (ev.feed) {
       s->tokens.push_back(ev.token);
       s->next_token = ev.token;
@@ -674,8 +850,8 @@ Status Scheduler::step() {
       je.stop_string = s->job.state->stop_string();
       finish(*s, std::move(je), /*keep_cells=*/true, Outcome::kCompleted);
     }
+    return;
   }
-  return Ok{};
 }
 
 void Scheduler::finish(Slot& s, JobEvent ev, bool keep_cells, Outcome outcome) {

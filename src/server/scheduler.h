@@ -2,7 +2,9 @@
 // runs the step loop of continuous batching (ARCHITECTURE §2b "Server").
 // Invariants: only the inference thread touches the engine and the KV cells; each
 // step is one engine.decode(batch) carrying a decode row of every running sequence
-// first, then prefill chunks of admitting sequences under the step token budget; a
+// first (a speculating one's draft after it, as rows of its sequence), then prefill
+// chunks of admitting sequences under the step token budget; draft rows the samples
+// did not keep leave the KV before the next step; a
 // request never fails for lack of cells (n_seq_max = slots and every sequence stays
 // below n_ctx positions, so used cells <= slots × n_ctx, the arena); a cancelled
 // request's cells are freed at the start of the next step; a sequence whose stream is
@@ -25,6 +27,7 @@
 #include "engine/embed.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "server/kv_events.h"
 #include "server/metrics.h"
 #include "server/viz.h"
@@ -88,8 +91,23 @@ class JobStream {
   std::atomic<bool> cancelled_{false};
 };
 
+// Speculative decoding of one request (prompt lookup, engine/speculative.h): each step
+// its pending token and up to n_max tokens drafted from its history run as rows of its
+// sequence; the rows are sampled in order while they agree with the draft. n_max 0: off.
+// With the server's draft model (-md) instead, the draft is that model's most likely
+// tokens while their probability is at least p_min.
+struct JobSpec {
+  int32_t ngram = 0;    // the n-gram matched in the history
+  bool model = false;   // the draft model drafts (ngram unused)
+  int32_t n_max = 0;    // tokens drafted at most per step
+  int32_t n_min = 0;    // a shorter draft is not run
+  float p_min = 0.75f;  // the draft model's probability floor
+  bool enabled() const { return (ngram > 0 || model) && n_max > 0; }
+};
+
 struct Job {
   std::vector<engine::TokenId> prompt;
+  JobSpec spec;
   std::unique_ptr<engine::SequenceState> state;  // created (validated) on the HTTP thread
   std::shared_ptr<JobStream> stream;
   std::chrono::steady_clock::time_point arrived;  // set by Scheduler::submit
@@ -140,6 +158,11 @@ struct SchedulerOptions {
   uint32_t max_queue = 64;     // waiting requests past the slots; more → 429
   uint32_t step_tokens = 512;  // rows per step (decode rows + prefill chunks)
   KvEventsOptions kv_events;   // endpoint empty: no events
+  // Speculative decoding's defaults for a request that does not choose (--spec-ngram,
+  // --draft-max, --draft-min, --draft-p-min; ngram 0: off unless a request opts in).
+  // `draft`: the draft model's context (-md), sized by start() like the engine's (one
+  // sequence per slot); null: prompt lookup.
+  engine::SpecOptions spec;
 };
 
 enum class SubmitResult : uint8_t { kQueued, kQueueFull, kDraining };
@@ -184,6 +207,18 @@ class Scheduler {
     uint64_t last_used = 0;  // admission tick, for LRU eviction of idle caches
     Job job;
     engine::TokenId next_token = 0;  // kDecode: the row to run
+    std::vector<engine::TokenId> draft;  // kDecode: tokens drafted after it this step
+    uint32_t row = 0;                    // the batch row of next_token (decoding)
+    uint32_t draft_row = 0;              // the batch row of draft[0]
+    // Tokens the next draft may have (1..spec.n_max): one more than the last draft's
+    // agreeing tokens after a miss, doubled after a draft kept whole. A miss costs the
+    // batch its rows; the length never changes the tokens (sample_rows).
+    int32_t draft_cap = 0;
+    // The draft model: the tokens in its KV for this sequence (positions 0..), and the
+    // draft this step may have (draft_with_model).
+    std::vector<engine::TokenId> draft_kv;
+    int32_t draft_want = 0;
+    bool draft_done = false;
     int32_t n_reused = 0;
     uint64_t admitted_at = 0;  // admission order: prefill chunks go first come first served
     uint32_t step_rows = 0;    // kPrefill: prompt rows in the batch being run
@@ -204,6 +239,14 @@ class Scheduler {
   Status step();
   enum class Outcome : uint8_t { kCompleted, kCancelled, kFailed };
   void finish(Slot& slot, JobEvent ev, bool keep_cells, Outcome outcome);
+  // Samples the slot's rows in order — `first` (the last fed token's), then its draft's
+  // while the samples agree with it — emits the tokens as one event, removes the draft
+  // rows past the last agreeing one from the KV, and finishes the request at a stop.
+  void sample_rows(Slot& slot, const engine::BatchLogits& logits, size_t first);
+  // The draft model's drafts of the slots in drafting_ (each up to its draft_want):
+  // their histories caught up in its KV in chunks of step_tokens rows, then one forward
+  // per drafted token with a row of every slot still drafting.
+  Status draft_with_model();
   void fail_batch(const std::string& message);
   void publish_kv();
   // KV events: brings the block index to every slot's cached tokens ([0, n_past) of
@@ -238,6 +281,9 @@ class Scheduler {
   engine::Batch batch_;
   std::vector<Slot*> row_slot_;  // per batch row: its slot when the row asked for logits
   std::vector<Slot*> prefill_order_;
+  engine::Batch draft_batch_;      // the draft model's rows
+  std::vector<Slot*> drafting_;    // slots the draft model drafts for this step
+  std::vector<Slot*> draft_rows_;  // per draft_batch_ row: the slot whose draft it extends
   uint64_t tick_ = 0;
   // KV events (null when off).
   std::unique_ptr<KvEventPublisher> kv_events_;

@@ -51,6 +51,14 @@ TEST(Api, bad_fields_are_400s_naming_the_field) {
       {"{" + kMsg + R"(, "response_format": {"type": "yaml"}})", "yaml"},
       {"{" + kMsg + R"(, "grammar": "a", "json_schema": {"type": "object"}})", "one of"},
       {"{" + kMsg + R"(, "stream_options": 1})", "stream_options"},
+      {"{" + kMsg + R"(, "speculative.n_max": -1})", "'speculative.n_max' must be in [0, 1024]"},
+      {"{" + kMsg + R"(, "speculative.n_max": 1025})", "'speculative.n_max' must be in [0, 1024]"},
+      {"{" + kMsg + R"(, "speculative.n_max": true})", "'speculative.n_max' must be an integer"},
+      {"{" + kMsg + R"(, "speculative.n_min": 0.5})", "'speculative.n_min' must be an integer"},
+      {"{" + kMsg + R"(, "speculative.p_min": -0.1})", "'speculative.p_min' must be in [0, 1]"},
+      {"{" + kMsg + R"(, "speculative.n_max": 3, "speculative.n_min": 4})",
+       "'speculative.n_min' (4) is above 'speculative.n_max' (3)"},
+      {"{" + kMsg + R"(, "speculative": {"n_max": 3}})", "give 'speculative.n_max'"},
   };
   for (const auto& [body, word] : cases) {
     auto e = chat(body);
@@ -124,6 +132,21 @@ TEST(Api, good_request_fills_the_options) {
   EXPECT_EQ(r.seq.sampler.logit_bias[0].id, 3);
   EXPECT_EQ(r.seq.top_logprobs, 2);
   EXPECT_TRUE(r.stream && r.include_usage && r.logprobs);
+}
+
+TEST(Api, speculative_fields_are_read_with_llama_servers_flat_names) {
+  CompletionRequest r;
+  ASSERT_FALSE(comp(R"({"prompt": "x"})", &r));
+  EXPECT_FALSE(r.spec_n_max || r.spec_n_min || r.spec_p_min);  // absent: the server's flags
+  ASSERT_FALSE(comp(
+      R"({"prompt": "x", "speculative.n_max": 6, "speculative.n_min": 2, "speculative.p_min": 0.5})",
+      &r));
+  EXPECT_EQ(r.spec_n_max, 6);
+  EXPECT_EQ(r.spec_n_min, 2);
+  EXPECT_EQ(r.spec_p_min, 0.5f);
+  // n_max 0 turns speculation off; n_min above it then asks for nothing.
+  ASSERT_FALSE(comp(R"({"prompt": "x", "speculative.n_max": 0, "speculative.n_min": 5})", &r));
+  EXPECT_EQ(r.spec_n_max, 0);
 }
 
 TEST(Api, defaults_are_llama_servers) {
