@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/allocator.h"
 #include "backend/registry.h"
 #include "core/result.h"
 #include "engine/batch.h"
@@ -27,9 +28,6 @@
 #include "sched/sched.h"
 #include "tokenizer/tokenizer.h"
 
-namespace minfer::alloc {
-class Allocator;
-}
 
 namespace minfer::engine {
 
@@ -74,6 +72,11 @@ struct EngineOptions {
   // Backends besides the CPU (always there), by registry name in priority order
   // (`--device`); "cpu" names the CPU. Error at create: an unknown or repeated name.
   std::vector<std::string> devices;
+  // -ngl N: the last N repeating layers (their weights, uploaded once here, and their KV
+  // regions) run on the first device of `devices`; N > the layer count (or N < 0) also
+  // places the output head there, as llama.cpp does. Without a device: everything on the
+  // CPU (the CLI prints a notice).
+  int32_t n_gpu_layers = 0;
 };
 
 // Every device a context may name: the CPU first (its kernel set and threads), then
@@ -235,11 +238,24 @@ class Context {
   Status rebuild(const graph::GraphParams& params);
   graph::ComputeGraph build_runtime(const graph::GraphParams& params) const;
 
+  // Uploads, once per context, every weight a non-CPU backend's nodes read (-ngl).
+  Status upload_weights();
+
   std::shared_ptr<const LoadedModel> loaded_;
   const model::Model* model_ = nullptr;  // = &loaded_->model()
   EngineOptions options_;
   int32_t n_threads_ = 0;
-  sched::Scheduler sched_;
+  sched::Scheduler sched_;  // before every buffer of its backends' memory (dies last)
+  graph::LayerPlacement placement_;
+  struct DeviceWeight {
+    std::string name;
+    graph::BackendId backend = graph::kBackendCpu;
+    std::byte* data = nullptr;  // the backend's address
+    uint64_t bytes = 0;
+  };
+  std::vector<DeviceWeight> device_weights_;  // bound into every allocator (set_context)
+  std::vector<alloc::Buffer> weight_buffers_;  // one per device that holds weights
+  std::vector<float> logits_host_;  // a device-resident head's logits, read with get
 
   Result<const graph::ComputeGraph*> prepare(const graph::GraphParams& params);
 

@@ -100,10 +100,22 @@ TEST(Sched, PlacementPrefersBuilderBackendElseFirstSupportingInPriorityOrder) {
   EXPECT_EQ(h.node(1).backend, 1);  // silu → gpu (priority)
   EXPECT_EQ(h.node(2).backend, 0);  // scale → cpu (gpu lacks it)
   EXPECT_EQ(h.node(3).backend, 1);  // softmax → gpu
+  // Leaves keep their placement: an input of an unregistered backend is refused by name.
+  auto unregistered = s.plan(h);
+  ASSERT_FALSE(unregistered.ok());
+  EXPECT_NE(unregistered.error().message.find("backend 7 is not registered"), std::string::npos)
+      << unregistered.error().message;
+  h.assign_backend(x, 0);  // the host fills it; the gpu split gets a planned copy
   auto p = s.plan(h);
   ASSERT_TRUE(p.ok()) << p.error().message;
   ASSERT_EQ((*p)->splits.size(), 3u);
   EXPECT_EQ((*p)->splits[0].backend, 1);
+  EXPECT_EQ((*p)->splits[0].foreign_srcs, std::vector<NodeId>{0});
+  ASSERT_EQ((*p)->splits[0].copies.size(), 1u);
+  EXPECT_EQ((*p)->splits[0].copies[0].bytes, 8 * sizeof(float));
+  EXPECT_EQ((*p)->splits[0].copies[0].from, 0);
+  // Every activation crossing a split is one planned copy; this step moves 3 × 32 bytes.
+  EXPECT_EQ((*p)->bytes_copied_per_execute, 3 * 8 * sizeof(float));
   EXPECT_EQ((*p)->splits[1].first, 2);
   EXPECT_EQ((*p)->splits[1].last, 2);
   EXPECT_EQ((*p)->splits[1].foreign_srcs, std::vector<NodeId>{1});
