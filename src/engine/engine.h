@@ -222,6 +222,10 @@ class Context {
   const graph::CacheStats& cache_stats() const;
   const sched::SchedStats& sched_stats() const { return sched_.stats(); }
   size_t scheduler_plans() const { return sched_.n_plans(); }
+  // The split plan the last forward ran (its splits and the copies one step moves).
+  const sched::SplitPlan* split_plan() const { return sched_.find_plan(stats_.graph_uid); }
+  // Where -ngl placed the layers (part of every GraphParams this context builds).
+  const graph::LayerPlacement& placement() const { return placement_; }
   // Per-op timing of every forward from now on (the viz live panel, --dump-trace);
   // nullptr turns it off. The hook runs on the thread that drives this context.
   void set_profile_hook(sched::ProfileHook hook) { sched_.set_profile_hook(std::move(hook)); }

@@ -183,6 +183,11 @@ class Scheduler {
   // the only one: the scheduler never drops a plan on its own.
   void forget(uint64_t uid);
   size_t n_plans() const { return plans_.size(); }  // cached split plans
+  // The cached split plan of graph `uid` (nullptr: none) — its splits and copies.
+  const SplitPlan* find_plan(uint64_t uid) const {
+    auto it = plans_.find(uid);
+    return it == plans_.end() ? nullptr : &it->second;
+  }
   const SchedStats& stats() const { return stats_; }
 
  private:
