@@ -99,8 +99,8 @@ Status Allocator::ensure_region(const ComputeGraph& g, NodeId id) {
     static constexpr uint64_t kChunk = 1 << 16;
     static const std::vector<std::byte> zeros(kChunk);
     for (uint64_t at = 0; at < bytes; at += kChunk) {
-      MINFER_TRY_STATUS(
-          pit->second.memory->write(r.buffer.data() + at, zeros.data(), std::min(kChunk, bytes - at)));
+      MINFER_TRY_STATUS(pit->second.memory->write(r.buffer.data() + at, zeros.data(),
+                                                  std::min(kChunk, bytes - at)));
     }
   }
   r.info = RegionInfo{.layer = key.layer,
@@ -170,9 +170,9 @@ Status Allocator::map_graph(const ComputeGraph& g) {
       if (w == weights_.end()) continue;
       for (const BoundWeight& b : w->second) {
         if (b.bytes != want) {
-          return make_error(fmt::format(
-              "weight '{}' bound on backend {} with {} bytes; graph needs {} ({} {})", n.name,
-              b.backend, b.bytes, want, dtype_name(n.dtype), n.shape.str()));
+          return make_error(
+              fmt::format("weight '{}' bound on backend {} with {} bytes; graph needs {} ({} {})",
+                          n.name, b.backend, b.bytes, want, dtype_name(n.dtype), n.shape.str()));
         }
       }
     }
@@ -261,8 +261,8 @@ Status Allocator::read_node(const ComputeGraph& g, NodeId id, std::span<std::byt
   const Node& n = g.node(id);
   const uint64_t bytes = graph::tensor_bytes(n.dtype, n.shape);
   if (out.size() != bytes) {
-    return make_error(fmt::format("read_node '{}': {} bytes asked, node holds {}", n.name,
-                                  out.size(), bytes));
+    return make_error(
+        fmt::format("read_node '{}': {} bytes asked, node holds {}", n.name, out.size(), bytes));
   }
   auto it = pools_.find(n.backend);
   if (it == pools_.end() || !it->second.memory) {

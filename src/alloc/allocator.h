@@ -110,8 +110,7 @@ class Allocator final : public graph::GraphMemory {
   // One cell's row to / from the host through the region's memory (session export and
   // import; the address from region_cell may be a device's).
   Status read_cell(int32_t layer, graph::KvKind kind, int64_t cell, std::span<std::byte> out) const;
-  Status write_cell(int32_t layer, graph::KvKind kind, int64_t cell,
-                    std::span<const std::byte> in);
+  Status write_cell(int32_t layer, graph::KvKind kind, int64_t cell, std::span<const std::byte> in);
   size_t n_regions() const { return regions_.size(); }
 
   // Arena capacity per backend (bytes), 0 if none yet.

@@ -24,7 +24,8 @@ Result<void*> Backend::alloc_buffer(uint64_t bytes, uint64_t alignment) {
     return make_error(fmt::format("{}: allocation of {} bytes overflows", name(), bytes));
   }
   void* p = std::aligned_alloc(alignment, rounded);
-  if (p == nullptr) return make_error(fmt::format("{}: allocation of {} bytes failed", name(), rounded));
+  if (p == nullptr)
+    return make_error(fmt::format("{}: allocation of {} bytes failed", name(), rounded));
   return p;
 }
 

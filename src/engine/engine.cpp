@@ -224,8 +224,7 @@ Status Context::upload_weights() {
     }
   }
   std::unordered_map<std::string, std::pair<const void*, uint64_t>> host;
-  model_->weights().for_each(
-      [&](const model::WeightRef& w) { host[w.name] = {w.data, w.bytes}; });
+  model_->weights().for_each([&](const model::WeightRef& w) { host[w.name] = {w.data, w.bytes}; });
   auto aligned = [](uint64_t b) {
     return (b + alloc::kTensorAlignment - 1) / alloc::kTensorAlignment * alloc::kTensorAlignment;
   };
@@ -248,7 +247,8 @@ Status Context::upload_weights() {
       if (wb != b) continue;
       const auto& [data, bytes] = host.at(name);
       MINFER_TRY_STATUS(dev->set(buf.data() + at, data, bytes));
-      device_weights_.push_back({.name = name, .backend = b, .data = buf.data() + at, .bytes = bytes});
+      device_weights_.push_back(
+          {.name = name, .backend = b, .data = buf.data() + at, .bytes = bytes});
       at += aligned(bytes);
     }
     MINFER_TRY_STATUS(dev->wait_fence(dev->record_fence()));

@@ -28,7 +28,6 @@
 #include "sched/sched.h"
 #include "tokenizer/tokenizer.h"
 
-
 namespace minfer::engine {
 
 // Arithmetic the engine commits to (ARCHITECTURE §6).
@@ -257,9 +256,9 @@ class Context {
     std::byte* data = nullptr;  // the backend's address
     uint64_t bytes = 0;
   };
-  std::vector<DeviceWeight> device_weights_;  // bound into every allocator (set_context)
+  std::vector<DeviceWeight> device_weights_;   // bound into every allocator (set_context)
   std::vector<alloc::Buffer> weight_buffers_;  // one per device that holds weights
-  std::vector<float> logits_host_;  // a device-resident head's logits, read with get
+  std::vector<float> logits_host_;             // a device-resident head's logits, read with get
 
   Result<const graph::ComputeGraph*> prepare(const graph::GraphParams& params);
 

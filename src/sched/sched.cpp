@@ -168,9 +168,10 @@ Result<SplitPlan> Scheduler::build_plan(const ComputeGraph& g) const {
       }
       if (k == 0 && graph::op_is_alias(n.op)) {
         // An alias shares its source's bytes: it cannot sit on another backend.
-        return make_error(fmt::format("{} aliases node {} on backend {} (an alias must live "
-                                      "where its source does)",
-                                      describe(g, id), n.src[k], src.backend));
+        return make_error(
+            fmt::format("{} aliases node {} on backend {} (an alias must live "
+                        "where its source does)",
+                        describe(g, id), n.src[k], src.backend));
       }
       if (std::find(s.foreign_srcs.begin(), s.foreign_srcs.end(), n.src[k]) ==
           s.foreign_srcs.end()) {
@@ -186,15 +187,17 @@ Result<SplitPlan> Scheduler::build_plan(const ComputeGraph& g) const {
       const Node& n = g.node(src);
       const backend::Backend* from = backend(n.backend);
       if (from == nullptr) {
-        return make_error(fmt::format("{} is read by split [{}..{}] but its backend {} is not "
-                                      "registered",
-                                      describe(g, src), s.first, s.last, n.backend));
+        return make_error(
+            fmt::format("{} is read by split [{}..{}] but its backend {} is not "
+                        "registered",
+                        describe(g, src), s.first, s.last, n.backend));
       }
       SplitCopy c{.src = src,
                   .from = n.backend,
                   .bytes = graph::tensor_bytes(n.dtype, n.shape),
                   .offset = s.copy_bytes};
-      c.via_host = !from->host_addressable() && !to->host_addressable() && !to->can_copy_from(*from);
+      c.via_host =
+          !from->host_addressable() && !to->host_addressable() && !to->can_copy_from(*from);
       if (c.via_host) staging = std::max(staging, c.bytes);
       s.copy_bytes += (c.bytes + alloc::kTensorAlignment - 1) / alloc::kTensorAlignment *
                       alloc::kTensorAlignment;
@@ -220,7 +223,8 @@ Status Scheduler::resolve_data(const ComputeGraph& g, const alloc::Allocator& al
   std::vector<std::byte*>& base = plan.node_data;
   base.resize(g.size());
   for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
-    base[static_cast<size_t>(id)] = weight_root(id) != graph::kNoNode ? nullptr : allocator.data(g, id);
+    base[static_cast<size_t>(id)] =
+        weight_root(id) != graph::kNoNode ? nullptr : allocator.data(g, id);
   }
   for (const Split& s : plan.splits) {
     s.data.assign(base.begin(), base.end());

@@ -69,8 +69,8 @@ struct Split {
   std::vector<graph::NodeId> nodes;      // compute nodes of the run, ascending
   std::vector<graph::NodeId> foreign_srcs;
   std::vector<SplitCopy> copies;
-  uint64_t copy_bytes = 0;     // bytes of the copy buffer (aligned sum)
-  alloc::Buffer copy_buffer;   // on this split's backend; owned by the plan
+  uint64_t copy_bytes = 0;               // bytes of the copy buffer (aligned sum)
+  alloc::Buffer copy_buffer;             // on this split's backend; owned by the plan
   mutable std::vector<std::byte*> data;  // this split's node memory table (NodeData)
 };
 

@@ -163,8 +163,8 @@ TEST(DecodeStep, SteadyStateAllocatesNothingWithLayersOnASealedBackend) {
     EXPECT_EQ(steps, 24);
     EXPECT_GT(t->sched_stats().copies, copies);  // the split copies did run
     EXPECT_GT(sealed.counters.nodes_run, 0u);
-    EXPECT_EQ(g_allocs.load(), 0u) << "ngl " << ngl << ": " << g_allocs.load()
-                                   << " allocations in " << steps << " decode steps";
+    EXPECT_EQ(g_allocs.load(), 0u) << "ngl " << ngl << ": " << g_allocs.load() << " allocations in "
+                                   << steps << " decode steps";
     (*g)->finish();
   }
 }

@@ -26,8 +26,7 @@ using minfer::testing::ScopedSealed;
 using minfer::testing::SealedBackend;
 using minfer::testing::SealedCounters;
 
-const std::string kSmol =
-    std::string(MINFER_CACHE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const std::string kSmol = std::string(MINFER_CACHE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 struct Mode {
   std::string name;
@@ -37,7 +36,8 @@ struct Mode {
 std::vector<Mode> modes() {
   std::vector<Mode> m = {{"default", {}}};
   if (backend::cpu::detect_isa() != backend::cpu::CpuIsa::kScalar) {  // llamacpp needs AVX2
-    m.push_back({"llamacpp", {.kv_format = graph::KvFormat::kF16, .numerics = Numerics::kLlamaCpp}});
+    m.push_back(
+        {"llamacpp", {.kv_format = graph::KvFormat::kF16, .numerics = Numerics::kLlamaCpp}});
   }
   return m;
 }
@@ -110,8 +110,8 @@ std::vector<std::vector<float>> run_mixed(Engine& e) {
   return out;
 }
 
-#define REQUIRE_SMOL()                                                  \
-  if (!std::filesystem::exists(kSmol)) {                                \
+#define REQUIRE_SMOL()                                                   \
+  if (!std::filesystem::exists(kSmol)) {                                 \
     GTEST_SKIP() << kSmol << " not present (tools/make_test_models.sh)"; \
   }
 
@@ -128,8 +128,8 @@ TEST(Offload, AnyLayerSplitGivesTheCpuLogits_bitwise) {
       ScopedSealed sealed(cpu_options(mode.options, threads));
       // 0, 1, half and all layers; n_layer + 1 also places the output head (llama.cpp).
       for (int32_t ngl : {0, 1, n_layer / 2, n_layer, n_layer + 1}) {
-        const std::string what = mode.name + " t" + std::to_string(threads) + " ngl " +
-                                 std::to_string(ngl);
+        const std::string what =
+            mode.name + " t" + std::to_string(threads) + " ngl " + std::to_string(ngl);
         sealed.counters = {};
         auto e = open_engine(mode.options, threads, ngl, true);
         ASSERT_TRUE(e) << what;

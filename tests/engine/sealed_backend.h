@@ -7,6 +7,7 @@
 // not uploaded) is an Error naming the node. It counts the bytes it moves.
 #pragma once
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <cstdint>
@@ -17,8 +18,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
@@ -67,7 +66,10 @@ class SealedBackend final : public backend::Backend {
       return make_error(fmt::format("sealed: {} bytes of storage failed", size));
     }
     blocks_[reinterpret_cast<uintptr_t>(aligned)] =
-        Block{.map = base, .map_bytes = size + alignment, .addr = aligned, .size = size,
+        Block{.map = base,
+              .map_bytes = size + alignment,
+              .addr = aligned,
+              .size = size,
               .storage = static_cast<std::byte*>(storage)};
     c_.live_buffers++;
     return static_cast<void*>(aligned);
@@ -144,9 +146,10 @@ class SealedBackend final : public backend::Backend {
       const auto base = reinterpret_cast<uintptr_t>(b.addr);
       if (a >= base && a + bytes <= base + b.size) return b.storage + (a - base);
     }
-    return make_error(fmt::format("sealed {}: {} bytes at {} are not in sealed memory (a host "
-                                  "pointer, or another backend's)",
-                                  what, bytes, p));
+    return make_error(
+        fmt::format("sealed {}: {} bytes at {} are not in sealed memory (a host "
+                    "pointer, or another backend's)",
+                    what, bytes, p));
   }
   Status map_node(const graph::ComputeGraph& g, graph::NodeId reader, graph::NodeId id,
                   const backend::NodeData& data) {
