@@ -27,6 +27,8 @@ namespace minfer::sched {
 
 // A backend's memory as the allocator sees it (alloc::MemoryResource over the Backend's
 // alloc_buffer / free_buffer / set / get), so src/alloc never depends on backends.
+// The backend must outlive every buffer allocated through it (a Context declares its
+// scheduler before the graph cache that owns the allocator, so the cache dies first).
 class BackendMemory final : public alloc::MemoryResource {
  public:
   explicit BackendMemory(backend::Backend& b) : b_(b) {}
