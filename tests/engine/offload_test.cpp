@@ -277,6 +277,36 @@ TEST(Offload, PlacementIsPartOfTheReuseIdentity) {
   EXPECT_EQ(cache.stats().rebuilds, 2u);
 }
 
+TEST(Offload, TheContextsPlacementIsInEveryGraphItBuildsAndTheCpuAloneIgnoresNgl) {
+  REQUIRE_SMOL();
+  const EngineOptions o{};
+  ScopedSealed sealed(cpu_options(o, 1));
+  auto e = open_engine(o, 1, 3, true);
+  auto cpu = open_engine(o, 1, 3, false);  // -ngl with no device: everything on the CPU
+  ASSERT_TRUE(e && cpu);
+  EXPECT_EQ(cpu->placement(), graph::LayerPlacement{});
+  EXPECT_EQ(e->placement().n_layers, 3);
+  EXPECT_NE(e->placement().device, graph::kBackendCpu);
+  Batch b;
+  for (int32_t i = 0; i < 4; ++i) b.add(40 + i, 0, i, i == 3);
+  auto r1 = e->decode(b);
+  ASSERT_TRUE(r1.ok());
+  const auto got = copy(r1->row(3));
+  auto r2 = cpu->decode(b);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_TRUE(same_bits(got, copy(r2->row(3))));
+  EXPECT_EQ(e->cache()->current_params().cparams.placement, e->placement());
+  EXPECT_EQ(e->params_for(1, 1).cparams.placement, e->placement());
+  EXPECT_EQ(cpu->split_plan()->splits.size(), 1u);
+  // Which nodes went: exactly the last 3 layers' (weights and KV regions among them).
+  const graph::ComputeGraph& g = e->cache()->current();
+  const int32_t n_layer = static_cast<int32_t>(e->hparams().n_layer);
+  for (const graph::Node& n : g.nodes()) {
+    const bool offloaded = n.layer >= n_layer - 3;
+    EXPECT_EQ(n.backend == e->placement().device, offloaded) << n.name;
+  }
+}
+
 TEST(Offload, EvictedGraphsAreReleasedOnEveryBackendAndRebuiltOnesPreparedAgain) {
   REQUIRE_SMOL();
   const EngineOptions o{};
