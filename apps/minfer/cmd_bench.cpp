@@ -158,7 +158,8 @@ int run_bench(const std::vector<std::string>& args) {
   for (const std::string& n : notices) fmt::print(stderr, "notice: {}\n", n);
 
   // Usage errors (--cache-type, --numerics) before the model is looked for.
-  if (auto options = engine_options(0, kv); !options) return fail(options.error().message);
+  auto kv_types = engine_options(0, kv);
+  if (!kv_types) return fail(kv_types.error().message);
   auto path = resolve_model_path(model_arg);
   if (!path) return fail(path.error().message);
   const int32_t max_p = *std::max_element(prompts.begin(), prompts.end());
@@ -305,7 +306,6 @@ int run_bench(const std::vector<std::string>& args) {
   if (format == "json") {
     // minfer's fields, then llama-bench's (its JSON output's names and units), so
     // scripts written for either read it.
-    const std::string type_k = kv.cache_type.empty() ? "f32" : kv.cache_type;
     char when[32];
     const std::time_t now = std::time(nullptr);
     std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -333,8 +333,8 @@ int run_bench(const std::vector<std::string>& args) {
       j["model_n_params"] = params;
       j["backends"] = backend;
       j["n_threads"] = r.threads;
-      j["type_k"] = type_k;
-      j["type_v"] = type_k;
+      j["type_k"] = std::string(graph::kv_format_name(kv_types->kv_format.k));
+      j["type_v"] = std::string(graph::kv_format_name(kv_types->kv_format.v));
       j["n_gpu_layers"] = kv.n_gpu_layers;
       j["n_prompt"] = r.n_prompt;
       j["n_gen"] = r.n_gen;

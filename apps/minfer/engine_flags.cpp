@@ -20,12 +20,13 @@
 namespace minfer::cli {
 
 void add_kv_flags(ArgParser& p, KvFlags& flags) {
-  p.string_opt("--cache-type,-ctk,--cache-type-k", "TYPE",
-               "KV cache element type: f32 (default), f16, q8_0 or q4_0\n"
+  p.string_opt("--cache-type", "TYPE",
+               "KV cache element type of K and V: f32 (default), f16, q8_0 or q4_0\n"
                "(env MINFER_CACHE_TYPE)",
                flags.cache_type);
-  // llama.cpp types K and V apart; here one type holds both, so -ctv must agree.
-  p.string_opt("-ctv,--cache-type-v", "TYPE", "the same as -ctk (K and V share one type)",
+  p.string_opt("-ctk,--cache-type-k", "TYPE", "the K cache's type (over --cache-type)",
+               flags.cache_type_k);
+  p.string_opt("-ctv,--cache-type-v", "TYPE", "the V cache's type (over --cache-type)",
                flags.cache_type_v);
   p.string_opt("--numerics", "MODE",
                "default, or llamacpp: reproduce llama.cpp's CPU arithmetic bit for bit\n"
@@ -139,25 +140,31 @@ Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& f
             fmt::format("--device: unknown device '{}' (available: {})", name, names));
     }
   }
-  if (!flags.cache_type_v.empty() && flags.cache_type_v != flags.cache_type) {
-    return make_error(fmt::format(
-        "-ctv {}: K and V share one cache type here; give the same type to -ctk (now '{}')",
-        flags.cache_type_v, flags.cache_type.empty() ? "default" : flags.cache_type));
-  }
-  const bool type_flag = !flags.cache_type.empty();
-  const std::string& type = type_flag ? flags.cache_type : config.cache_type;
-  if (!type.empty()) {
-    auto parsed = graph::parse_kv_format(type);
-    if (!parsed) return parsed.error().context(type_flag ? "--cache-type" : "MINFER_CACHE_TYPE");
-    // A type the parser knows but the KV store does not hold yet is a usage error too,
-    // found here, before the model is opened.
-    if (auto dt = kv::kv_dtype(*parsed); !dt) {
-      return dt.error().context(type_flag ? "--cache-type" : "MINFER_CACHE_TYPE");
+  // Each of K and V: its own flag, else --cache-type, else MINFER_CACHE_TYPE, else the
+  // default (f16 under llama.cpp's numerics, f32 otherwise). A type the parser knows but
+  // the KV store does not hold is a usage error too, found before the model is opened.
+  auto resolve = [&](const std::string& own, std::string_view own_name,
+                     graph::KvFormat fallback) -> Result<graph::KvFormat> {
+    std::string_view from = own_name;
+    const std::string* type = &own;
+    if (type->empty()) {
+      from = "--cache-type";
+      type = &flags.cache_type;
     }
-    options.kv_format = *parsed;
-  } else if (engine::llamacpp_family(options.numerics)) {
-    options.kv_format = graph::KvFormat::kF16;
-  }
+    if (type->empty()) {
+      from = "MINFER_CACHE_TYPE";
+      type = &config.cache_type;
+    }
+    if (type->empty()) return fallback;
+    auto parsed = graph::parse_kv_format(*type);
+    if (!parsed) return parsed.error().context(std::string(from));
+    if (auto dt = kv::kv_dtype(*parsed); !dt) return dt.error().context(std::string(from));
+    return *parsed;
+  };
+  const graph::KvFormat fallback =
+      engine::llamacpp_family(options.numerics) ? graph::KvFormat::kF16 : graph::KvFormat::kF32;
+  MINFER_TRY(options.kv_format.k, resolve(flags.cache_type_k, "-ctk", fallback));
+  MINFER_TRY(options.kv_format.v, resolve(flags.cache_type_v, "-ctv", fallback));
   return options;
 }
 

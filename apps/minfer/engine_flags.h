@@ -14,8 +14,9 @@
 namespace minfer::cli {
 
 struct KvFlags {
-  std::string cache_type;    // --cache-type / -ctk (empty: MINFER_CACHE_TYPE, else f32)
-  std::string cache_type_v;  // -ctv: must equal cache_type (one type for K and V)
+  std::string cache_type;    // --cache-type: K and V (empty: MINFER_CACHE_TYPE, else f32)
+  std::string cache_type_k;  // -ctk / --cache-type-k: K alone, over --cache-type
+  std::string cache_type_v;  // -ctv / --cache-type-v: V alone, over --cache-type
   std::string numerics;      // --numerics (empty: MINFER_NUMERICS, else default)
   std::string device;        // --device / -dev: NAME[,NAME...] (empty or none: the CPU)
   int32_t n_gpu_layers = 0;  // -ngl: the last N layers on the first device (N > n_layer: + head)
@@ -26,7 +27,7 @@ struct KvFlags {
 // nullopt when -ngl was not given, is 0, or a device takes the layers.
 std::optional<std::string> ngl_notice(const KvFlags& flags);
 
-// Registers --cache-type, --numerics and --device.
+// Registers --cache-type, -ctk, -ctv, --numerics, --device and -ngl.
 void add_kv_flags(ArgParser& p, KvFlags& flags);
 
 // llama.cpp's engine flags this build has no use for, accepted with a notice each (added
@@ -45,7 +46,7 @@ void lock_memory();
 
 // The engine options of a model-running command: its thread count, the traces from
 // Config, and the flags resolved (a flag wins over its MINFER_* variable);
-// `--numerics llamacpp` implies the f16 cache unless a cache type is given. An unknown
+// `--numerics llamacpp` implies the f16 cache for K or V unless a type is given for it. An unknown
 // value is an Error naming it and where it came from.
 Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& flags);
 

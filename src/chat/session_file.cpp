@@ -113,7 +113,12 @@ Status write_session(const std::string& path, const SessionData& data) {
   std::string head;
   head.append(kMagic, sizeof kMagic);
   put<uint32_t>(head, kSessionVersion);
-  put<uint32_t>(head, 0);
+  uint32_t kv_types = 0;
+  if (data.kv_format) {
+    kv_types = (static_cast<uint32_t>(data.kv_format->k) + 1) |
+               ((static_cast<uint32_t>(data.kv_format->v) + 1) << 8);
+  }
+  put<uint32_t>(head, kv_types);
   put<uint64_t>(head, data.model_hash);
   put<uint64_t>(head, state.size());
   put<uint64_t>(head, data.n_kv_tokens);
@@ -157,8 +162,18 @@ Result<SessionData> read_session(const std::string& path) {
     return make_error(fmt::format("session: '{}' has version {}, this build reads {}", path,
                                   version, kSessionVersion));
   }
-  (void)get<uint32_t>(in, off);  // flags
+  const auto kv_types = get<uint32_t>(in, off);
   SessionData d;
+  if (kv_types != 0) {
+    const uint32_t k = kv_types & 0xff, v = (kv_types >> 8) & 0xff;
+    constexpr uint32_t kFormats = static_cast<uint32_t>(graph::KvFormat::kQ4_0) + 1;
+    if (k == 0 || k > kFormats || v == 0 || v > kFormats || (kv_types >> 16) != 0) {
+      return make_error(fmt::format(
+          "session: '{}' names KV cache types {:#x} this build does not know", path, kv_types));
+    }
+    d.kv_format =
+        graph::KvFormats(static_cast<graph::KvFormat>(k - 1), static_cast<graph::KvFormat>(v - 1));
+  }
   d.model_hash = get<uint64_t>(in, off);
   const auto state_len = get<uint64_t>(in, off);
   d.n_kv_tokens = get<uint64_t>(in, off);
@@ -188,6 +203,16 @@ Result<SessionData> read_session(const std::string& path) {
   d.kv.resize(d.n_kv_tokens * d.kv_token_bytes);
   if (!d.kv.empty()) std::memcpy(d.kv.data(), in.data() + off, d.kv.size());  // none after /clear
   return d;
+}
+
+Status check_kv_format(const std::string& what, const SessionData& data, graph::KvFormats format) {
+  if (!data.kv_format || *data.kv_format == format || data.n_kv_tokens == 0) return Ok{};
+  return make_error(fmt::format(
+      "{} holds a {} KV cache (K {}, V {}), this run's is {} (K {}, V {}): pass the same "
+      "-ctk / -ctv",
+      what, graph::kv_formats_name(*data.kv_format), graph::kv_format_name(data.kv_format->k),
+      graph::kv_format_name(data.kv_format->v), graph::kv_formats_name(format),
+      graph::kv_format_name(format.k), graph::kv_format_name(format.v)));
 }
 
 }  // namespace minfer::chat

@@ -146,7 +146,7 @@ Status Context::init(const EngineOptions& options) {
     }
     if (options.kv_format != graph::KvFormat::kF16) {
       return make_error(fmt::format("--numerics llamacpp needs the f16 KV cache (cache type is {})",
-                                    graph::kv_format_name(options.kv_format)));
+                                    graph::kv_formats_name(options.kv_format)));
     }
   }
   {  // the KV format / attention numerics pair is checked once, before any context

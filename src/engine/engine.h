@@ -66,7 +66,7 @@ struct EngineOptions {
   int32_t n_threads = 0;       // CPU worker threads including the caller; 0 = all cores
   bool rebuild_trace = false;  // one stderr line per rebuild (Config::rebuild_trace)
   bool graph_trace = false;    // split layout + census per execute (Config::graph_trace)
-  graph::KvFormat kv_format = graph::KvFormat::kF32;  // KV cache element type
+  graph::KvFormats kv_format;  // element types of the K and the V cache (f32 both)
   Numerics numerics = Numerics::kDefault;
   // Backends besides the CPU (always there), by registry name in priority order
   // (`--device`); "cpu" names the CPU. Error at create: an unknown or repeated name.
@@ -199,6 +199,8 @@ class Context {
   // kv_token_bytes() is the size of one position's record (0 before any forward has
   // created the regions). Error: no context, or a position in range that no cell holds.
   uint64_t kv_token_bytes() const;
+  // The element formats of the K and the V cache (session files record them).
+  graph::KvFormats kv_format() const { return options_.kv_format; }
   Result<std::vector<std::byte>> kv_export(uint32_t n_tokens) const;
   // Restores positions [0, n_tokens) from kv_export bytes (same model and n_ctx; the
   // caller checks that): frees every cell, creates the regions if no graph has run

@@ -217,16 +217,21 @@ NodeId GraphBuilder::attention(NodeId q, NodeId k, NodeId v, NodeId window,
                "attention: window %s must be I32 [2 * n_runs, %lld]", nm(wn).c_str(),
                static_cast<long long>(n_tokens));
   MINFER_CHECK(p.scale > 0.0f, "attention: scale %g must be > 0", static_cast<double>(p.scale));
-  const bool block_type = kn.dtype == DType::kQ8_0 || kn.dtype == DType::kQ4_0;
-  MINFER_CHECK(
-      kn.dtype == vn.dtype && (kn.dtype == DType::kF32 || kn.dtype == DType::kF16 || block_type),
-      "attention: K %s and V %s must both be F32, F16, Q8_0 or Q4_0", nm(kn).c_str(),
-      nm(vn).c_str());
-  MINFER_CHECK(!block_type || (head_dim % 32 == 0 && vn.shape.ne[0] / p.n_head_kv % 32 == 0),
-               "attention: a quantized K/V region %s holds whole 32-blocks per head",
-               nm(kn).c_str());
-  MINFER_CHECK(!p.ggml_f16 || kn.dtype == DType::kF16,
-               "attention: ggml-f16 numerics need F16 K/V regions (K is %s)", nm(kn).c_str());
+  // K and V may hold different cell types (-ctk / -ctv).
+  auto cell_type = [](DType d) {
+    return d == DType::kF32 || d == DType::kF16 || d == DType::kQ8_0 || d == DType::kQ4_0;
+  };
+  auto block_type = [](DType d) { return d == DType::kQ8_0 || d == DType::kQ4_0; };
+  MINFER_CHECK(cell_type(kn.dtype) && cell_type(vn.dtype),
+               "attention: K %s and V %s must each be F32, F16, Q8_0 or Q4_0", nm(kn).c_str(),
+               nm(vn).c_str());
+  MINFER_CHECK((!block_type(kn.dtype) || head_dim % 32 == 0) &&
+                   (!block_type(vn.dtype) || vn.shape.ne[0] / p.n_head_kv % 32 == 0),
+               "attention: a quantized K/V region (K %s, V %s) holds whole 32-blocks per head",
+               nm(kn).c_str(), nm(vn).c_str());
+  MINFER_CHECK(!p.ggml_f16 || (kn.dtype == DType::kF16 && vn.dtype == DType::kF16),
+               "attention: ggml-f16 numerics need F16 K/V regions (K %s, V %s)", nm(kn).c_str(),
+               nm(vn).c_str());
   const int64_t head_dim_v = vn.shape.ne[0] / p.n_head_kv;
   Node n =
       make(Op::kAttention, {q, k, v, window}, Shape{head_dim_v * p.n_head, n_tokens}, DType::kF32);

@@ -24,7 +24,7 @@ Status validate(const GraphParams& p) {
     return make_error(
         fmt::format("graph params: attention numerics ggml-f16 needs the f16 KV "
                     "cache (kv_format is {})",
-                    kv_format_name(p.cparams.kv_format)));
+                    kv_formats_name(p.cparams.kv_format)));
   }
   return Ok{};
 }
@@ -47,6 +47,11 @@ std::string_view kv_format_name(KvFormat f) {
   return "?";
 }
 
+std::string kv_formats_name(KvFormats f) {
+  if (f.k == f.v) return std::string(kv_format_name(f.k));
+  return fmt::format("{}/{}", kv_format_name(f.k), kv_format_name(f.v));
+}
+
 std::string_view attn_numerics_name(AttnNumerics a) {
   return a == AttnNumerics::kGgmlF16 ? "ggml-f16" : "f32";
 }
@@ -65,7 +70,7 @@ std::string to_string(const GraphParams& p) {
       "{{n_tokens={} n_out={} gtype={} n_ctx={} window_runs={} fuse_rms_norm_mul={} "
       "kv_format={} attn={} offload={}@{}{}}}",
       p.n_tokens, p.n_out, graph_type_name(p.gtype), c.n_ctx, c.window.n_runs,
-      c.fusion.rms_norm_mul, kv_format_name(c.kv_format), attn_numerics_name(c.attn_numerics),
+      c.fusion.rms_norm_mul, kv_formats_name(c.kv_format), attn_numerics_name(c.attn_numerics),
       c.placement.n_layers, c.placement.device, c.placement.head ? "+head" : "");
 }
 

@@ -18,17 +18,29 @@ namespace minfer::graph {
 // llama.cpp's llm_graph_params does, and lets a batch of decodes be a Decode graph.
 enum class GraphType : uint8_t { kPrefill, kDecode };
 
-// Element format of the KV regions: it sizes every cell, so a graph built for one
-// format never serves another. kF32 and kF16 are implemented; kQ8_0 is reserved.
+// Element format of a KV region: it sizes every cell, so a graph built for one format
+// never serves another. q8_0 / q4_0 rows are quantized as they are stored.
 enum class KvFormat : uint8_t { kF32, kF16, kQ8_0, kQ4_0 };
+
+// The formats of the K and of the V regions (llama.cpp's -ctk / -ctv); they may differ.
+// One format converts to the pair holding it for both.
+struct KvFormats {
+  KvFormat k = KvFormat::kF32;
+  KvFormat v = KvFormat::kF32;
+
+  constexpr KvFormats() = default;
+  constexpr KvFormats(KvFormat both) : k(both), v(both) {}  // NOLINT(google-explicit-constructor)
+  constexpr KvFormats(KvFormat k_format, KvFormat v_format) : k(k_format), v(v_format) {}
+  bool operator==(const KvFormats&) const = default;
+};
 
 // How attention accumulates over the KV window (part of the numerics, so of topology).
 //  kF32:    f32 scores and f32 accumulator, softmax rescaled at fixed 64-cell chunks.
 //  kGgmlF16: llama.cpp's CPU flash-attention vector path, reproduced: Q rounded to f16,
 //           Q·K in f32 lanes, per-cell online softmax, the V accumulator rounded to f16
 //           after every step (in f16 arithmetic over 128-element steps, as llama.cpp's
-//           native build on an AVX512-FP16 CPU runs it). Needs kv_format kF16. Opt-in, for
-//           token-exact agreement with llama.cpp; it is still batch- and thread-independent
+//           native build on an AVX512-FP16 CPU runs it). Needs kv_format kF16 for K and V. Opt-in,
+//           for token-exact agreement with llama.cpp; it is still batch- and thread-independent
 //           (invariant 8).
 enum class AttnNumerics : uint8_t { kF32, kGgmlF16 };
 
@@ -68,7 +80,7 @@ struct CParams {
   uint32_t n_ctx = 0;   // KV cells per region; sizes the persistent regions
   WindowLayout window;  // attention window input layout
   FusionFlags fusion;   // fusion-pass switches
-  KvFormat kv_format = KvFormat::kF32;
+  KvFormats kv_format;  // K and V region formats
   AttnNumerics attn_numerics = AttnNumerics::kF32;
   LayerPlacement placement;
 
@@ -90,6 +102,8 @@ Status validate(const GraphParams& params);
 
 std::string_view graph_type_name(GraphType t);
 std::string_view kv_format_name(KvFormat f);
+// "f16" when K and V share a format, else "q8_0/f16" (K/V).
+std::string kv_formats_name(KvFormats f);
 std::string_view attn_numerics_name(AttnNumerics a);
 // Parses "f32" / "f16" / "q8_0" / "q4_0" (MINFER_CACHE_TYPE, --cache-type); unknown → Error.
 Result<KvFormat> parse_kv_format(std::string_view text);

@@ -31,7 +31,8 @@ Result<KvCells> KvCells::create(const KvOptions& o) {
   if (o.n_seq_max == 0 || o.n_seq_max > kMaxSeqs) {
     return make_error(fmt::format("KV cells: n_seq_max {} outside 1..{}", o.n_seq_max, kMaxSeqs));
   }
-  MINFER_TRY_STATUS(kv_dtype(o.format));
+  MINFER_TRY_STATUS(kv_dtype(o.format.k));
+  MINFER_TRY_STATUS(kv_dtype(o.format.v));
   KvCells c;
   c.n_ctx_ = o.n_ctx;
   c.n_seq_max_ = o.n_seq_max;

@@ -26,9 +26,9 @@ using Pos = int32_t;
 inline constexpr uint32_t kMaxSeqs = 64;
 
 struct KvOptions {
-  uint32_t n_ctx = 0;      // cells, = the regions' extent
-  uint32_t n_seq_max = 1;  // sequences that may coexist (1..kMaxSeqs)
-  graph::KvFormat format = graph::KvFormat::kF32;
+  uint32_t n_ctx = 0;       // cells, = the regions' extent
+  uint32_t n_seq_max = 1;   // sequences that may coexist (1..kMaxSeqs)
+  graph::KvFormats format;  // of the K and the V regions
 };
 
 // One row of a batch: the token at position `pos` of sequence `seq`.
@@ -62,7 +62,7 @@ class KvCells {
 
   uint32_t n_ctx() const { return n_ctx_; }
   uint32_t n_seq_max() const { return n_seq_max_; }
-  graph::KvFormat format() const { return format_; }
+  graph::KvFormats format() const { return format_; }
   uint32_t n_used() const { return n_used_; }
   // Position held by a cell, -1 when free.
   Pos pos(int32_t cell) const { return pos_.at(static_cast<size_t>(cell)); }
@@ -135,7 +135,7 @@ class KvCells {
 
   uint32_t n_ctx_ = 0;
   uint32_t n_seq_max_ = 0;
-  graph::KvFormat format_ = graph::KvFormat::kF32;
+  graph::KvFormats format_;
   uint32_t n_used_ = 0;
   std::vector<Pos> pos_;                                // per cell, -1 free
   std::vector<uint64_t> seqs_;                          // per cell, bit s set: sequence s reads it

@@ -26,13 +26,16 @@ graph::NodeId declare_swa_window(graph::GraphBuilder& b, const graph::GraphParam
 
 KvLayerRegions declare_kv_regions(graph::GraphBuilder& b, const graph::GraphParams& p,
                                   int32_t layer, int64_t n_embd_k, int64_t n_embd_v) {
-  auto dtype = kv_dtype(p.cparams.kv_format);
-  MINFER_CHECK(dtype.ok(), "declare_kv_regions: %s",
-               dtype.ok() ? "" : dtype.error().message.c_str());
+  auto k_dtype = kv_dtype(p.cparams.kv_format.k);
+  auto v_dtype = kv_dtype(p.cparams.kv_format.v);
+  MINFER_CHECK(k_dtype.ok() && v_dtype.ok(), "declare_kv_regions: %s",
+               !k_dtype.ok()   ? k_dtype.error().message.c_str()
+               : !v_dtype.ok() ? v_dtype.error().message.c_str()
+                               : "");
   const int64_t n_ctx = p.cparams.n_ctx;
   KvLayerRegions r;
-  r.k = b.kv_region(layer, graph::KvKind::kK, *dtype, {n_embd_k, n_ctx});  // F32 [n_embd_k, n_ctx]
-  r.v = b.kv_region(layer, graph::KvKind::kV, *dtype, {n_embd_v, n_ctx});  // F32 [n_embd_v, n_ctx]
+  r.k = b.kv_region(layer, graph::KvKind::kK, *k_dtype, {n_embd_k, n_ctx});  // [n_embd_k, n_ctx]
+  r.v = b.kv_region(layer, graph::KvKind::kV, *v_dtype, {n_embd_v, n_ctx});  // [n_embd_v, n_ctx]
   return r;
 }
 

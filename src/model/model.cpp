@@ -60,14 +60,16 @@ Result<std::unique_ptr<Model>> Model::load(const gguf::Model& file) {
 
 Status Model::check_params(const graph::GraphParams& p) const {
   MINFER_TRY_STATUS(graph::validate(p));
-  MINFER_TRY(DType kv_type, kv::kv_dtype(p.cparams.kv_format));
   // A quantized cache holds whole blocks per head (attention reads one head's slice).
-  const uint32_t block = dtype_info(kv_type).block_size;
-  if (hp_.n_embd_head % block != 0) {
-    return make_error(
-        fmt::format("KV cache type {} needs a head size that is a multiple of {}; "
-                    "this model's is {}",
-                    graph::kv_format_name(p.cparams.kv_format), block, hp_.n_embd_head));
+  for (graph::KvFormat f : {p.cparams.kv_format.k, p.cparams.kv_format.v}) {
+    MINFER_TRY(DType kv_type, kv::kv_dtype(f));
+    const uint32_t block = dtype_info(kv_type).block_size;
+    if (hp_.n_embd_head % block != 0) {
+      return make_error(
+          fmt::format("KV cache type {} needs a head size that is a multiple of {}; "
+                      "this model's is {}",
+                      graph::kv_format_name(f), block, hp_.n_embd_head));
+    }
   }
   return Ok{};
 }

@@ -173,6 +173,7 @@ void Scheduler::save_slot(Slot& s, const std::string& path, SlotCommand::Reply& 
   d.n_kv_tokens = tokens.size();
   if (!tokens.empty()) {
     d.kv_token_bytes = engine_.kv_token_bytes();
+    d.kv_format = engine_.kv_format();
     auto kv = engine_.kv_export_seq(s.seq, static_cast<uint32_t>(tokens.size()));
     if (!kv.ok()) {
       reply.status = 500;
@@ -220,6 +221,10 @@ void Scheduler::restore_slot(Slot& s, const std::string& path, SlotCommand::Repl
   if (tokens.size() > options_.n_ctx) {
     return fail(fmt::format("'{}' holds {} tokens, more than n_ctx {} (--n-ctx)", path,
                             tokens.size(), options_.n_ctx));
+  }
+  if (Status st = chat::check_kv_format(fmt::format("'{}'", path), *d, engine_.kv_format());
+      !st.ok()) {
+    return fail(st.error().message);
   }
   // (0 before the first forward made the KV regions: kv_import_seq makes them and checks
   // the size then.)

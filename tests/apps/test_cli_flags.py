@@ -482,11 +482,31 @@ def test_flags_of_the_other_mode_are_refused_not_ignored(tmp_path):
 
 
 @needs_model
-def test_llama_cpp_cache_type_flags_share_one_type():
-    r = minfer(MODEL, PROMPT, *RAW, "-n", 2, "-ctk", "f16", "-ctv", "f16")
+@pytest.mark.parametrize("flags,k,v", [
+    ([], "f32", "f32"),
+    (["-ctk", "q8_0"], "q8_0", "f32"),            # llama.cpp: the other keeps its default
+    (["-ctk", "q8_0", "-ctv", "f16"], "q8_0", "f16"),
+    (["--cache-type", "f16"], "f16", "f16"),      # minfer's flag: both
+    (["--cache-type", "f16", "-ctv", "q4_0"], "f16", "q4_0"),
+    (["--numerics", "llamacpp", "-ctv", "f16"], "f16", "f16"),
+])
+def test_k_and_v_cache_types_are_set_apart(flags, k, v):
+    r = minfer("bench", "-m", MODEL, "-p", 8, "-n", 2, "-r", 1, "-t", 1, "-o", "json", *flags)
     assert r.returncode == 0, r.stderr.decode()
-    usage_error(minfer(MODEL, PROMPT, *RAW, "-n", 2, "-ctk", "f16", "-ctv", "f32"),
-                "-ctv f32: K and V share one cache type")
+    rows = json.loads(r.stdout)
+    assert {(row["type_k"], row["type_v"]) for row in rows} == {(k, v)}
+
+
+@needs_model
+def test_mixed_k_and_v_cache_types_generate_and_a_bad_one_names_its_flag():
+    r = minfer(MODEL, PROMPT, *RAW, "-n", 4, "-ctk", "q8_0", "-ctv", "f16")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().strip()
+    usage_error(minfer(MODEL, PROMPT, *RAW, "-n", 2, "-ctk", "f16", "-ctv", "q5_1"),
+                "-ctv: unknown KV cache type 'q5_1'")
+    # llama.cpp's arithmetic reads f16 cells only
+    usage_error(minfer(MODEL, PROMPT, *RAW, "-n", 2, "--numerics", "llamacpp", "-ctv", "q8_0"),
+                "--numerics llamacpp needs the f16 KV cache (cache type is f16/q8_0)")
 
 
 @needs_model
@@ -544,7 +564,7 @@ def test_no_arguments_is_a_usage_error():
     (["--cache-type", "q5_0"], "--cache-type: unknown KV cache type 'q5_0'"),
     (["--numerics", "bogus"], "--numerics"),
     (["--chat-template", "bogus"], "--chat-template: unknown template name 'bogus'"),
-    (["-ctk", "f16", "-ctv", "f32"], "-ctv f32"),
+    (["-ctk", "f16", "-ctv", "q5_0"], "-ctv: unknown KV cache type 'q5_0'"),
     (["--chat-template-kwargs", "[1]"], "--chat-template-kwargs: expected a JSON object"),
     (["--device", "nosuch"], "--device: unknown device 'nosuch' (available: cpu"),
     (["-dev", "cpu,"], "--device 'cpu,': an empty name"),

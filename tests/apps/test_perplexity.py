@@ -167,7 +167,7 @@ def test_quantized_kv_caches_measured_by_kl_divergence_against_the_f32_cache(tex
     assert r.returncode == 0, r.stderr
     stats = {}
     for t in ("f32", "q8_0", "q4_0"):
-        r = run(m, "--kl-divergence-base", base, "--kl-divergence", "-b", 128, "-t", 2, "-ctk", t)
+        r = run(m, "--kl-divergence-base", base, "--kl-divergence", "-b", 128, "-t", 2, "-ctk", t, "-ctv", t)
         assert r.returncode == 0, r.stderr
         kld = next(l for l in r.stdout.splitlines() if l.startswith("Mean    KLD:"))
         top = next(l for l in r.stdout.splitlines() if l.startswith("Same top p:"))

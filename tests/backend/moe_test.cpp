@@ -202,7 +202,7 @@ std::vector<DotTable> dot_tables() {
   const CpuIsa isa = detect_isa();
   if (isa != CpuIsa::kScalar) {
     t.push_back({"avx2", avx2_dot_kernel});
-    t.push_back({"llamacpp", llamacpp_or_avx2});
+    t.push_back({"llamacpp", llamacpp_dot_kernel});
   }
   if (isa == CpuIsa::kAvx512) t.push_back({"avx512", avx512_dot_kernel});
   return t;

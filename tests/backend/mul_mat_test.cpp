@@ -407,7 +407,7 @@ TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
 // bit for bit, and the batched (sgemm) form equals a one-accumulator reference.
 TEST(VecDotSimd, LlamaCppF16DotsFollowTheirOrder_bitwise) {
   if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU";
-  const DotKernel k = llamacpp_f16_dot_kernel();
+  const DotKernel k = llamacpp_dot_kernel(DType::kF16);
   ASSERT_NE(k.vec_dot_batch, nullptr);
   for (int64_t n : {16, 37, 64, 100, 128, 896, 4864}) {
     SCOPED_TRACE(n);
@@ -447,7 +447,7 @@ TEST(VecDotSimd, LlamaCppF16DotsFollowTheirOrder_bitwise) {
 // FMA accumulator, reduced the same way —, each against a plain 16-lane emulation.
 TEST(VecDotSimd, LlamaCppF32DotsFollowTheirOrder_bitwise) {
   if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU";
-  const DotKernel k = llamacpp_f32_dot_kernel();
+  const DotKernel k = llamacpp_dot_kernel(DType::kF32);
   ASSERT_NE(k.vec_dot_batch, nullptr);
   auto reduce = [](const float* lane) {  // _mm512_reduce_add_ps: 8, 4, then 2 + 2
     float l8[8], l4[4];
@@ -619,13 +619,13 @@ TEST(VecDotSimd, LlamaCppRepackDotsEqualTheirScalarReferences_bitwise) {
     const char* what;
   };
   const Pair pairs[] = {
-      {DType::kQ4_0, avx2_dot_q4_0_q8_0_repack, vec_dot_q4_0_q8_0_repack, "q4_0 repack"},
-      {DType::kQ4_K, avx2_dot_q4_k_q8_k_repack_gemv, vec_dot_q4_k_q8_k_repack_gemv, "q4_k gemv"},
-      {DType::kQ4_K, avx2_dot_q4_k_q8_k_repack_gemm, vec_dot_q4_k_q8_k_repack_gemm, "q4_k gemm"},
-      {DType::kQ5_0, avx2_dot_q5_0_q8_0_ggml, ggml_dot_q5_0_q8_0_lanes, "q5_0 ggml lanes"},
-      {DType::kQ6_K, avx2_dot_q6_k_q8_k_tiled, vec_dot_q6_k_q8_k_tiled, "q6_k tiled"},
-      {DType::kQ5_K, avx2_dot_q5_k_q8_k_ggml, ggml_dot_q5_k_q8_k_lanes, "q5_k ggml lanes"},
-      {DType::kQ5_K, avx2_dot_q5_k_q8_k_tiled, vec_dot_q5_k_q8_k_tiled, "q5_k tiled"},
+      {DType::kQ4_0, dot_q4_0_q8_0_repack_avx2, dot_q4_0_q8_0_repack_scalar, "q4_0 repack"},
+      {DType::kQ4_K, dot_q4_k_q8_k_repack_gemv_avx2, dot_q4_k_q8_k_repack_gemv_scalar, "q4_k gemv"},
+      {DType::kQ4_K, dot_q4_k_q8_k_repack_gemm_avx2, dot_q4_k_q8_k_repack_gemm_scalar, "q4_k gemm"},
+      {DType::kQ5_0, dot_q5_0_q8_0_ggml_avx2, dot_q5_0_q8_0_ggml_scalar, "q5_0 ggml lanes"},
+      {DType::kQ6_K, dot_q6_k_q8_k_tiled_avx2, dot_q6_k_q8_k_tiled_scalar, "q6_k tiled"},
+      {DType::kQ5_K, dot_q5_k_q8_k_ggml_avx2, dot_q5_k_q8_k_ggml_scalar, "q5_k ggml lanes"},
+      {DType::kQ5_K, dot_q5_k_q8_k_tiled_avx2, dot_q5_k_q8_k_tiled_scalar, "q5_k tiled"},
   };
   for (const Pair& pr : pairs)
     for (int64_t k : {int64_t{512}, int64_t{1024}, int64_t{4864}}) {
@@ -643,7 +643,7 @@ TEST(VecDotSimd, LlamaCppRepackDotsEqualTheirScalarReferences_bitwise) {
       }
     }
   if (!have_avx512()) return;
-  const DotKernel dk = avx512_rows_q4_0_repack_dot_kernel();
+  const DotKernel dk = llamacpp_repack_dot_kernel(DType::kQ4_0);  // the AVX-512 rows form here
   ASSERT_NE(dk.gemm, nullptr);
   for (int64_t k : {int64_t{512}, int64_t{544}, int64_t{16448}}) {
     const uint64_t w_row = *quant::row_bytes(DType::kQ4_0, k);
@@ -669,7 +669,7 @@ TEST(VecDotSimd, LlamaCppRepackDotsEqualTheirScalarReferences_bitwise) {
         for (int64_t j = 0; j < n_x; ++j)
           for (int64_t i = 0; i < n_w; ++i) {
             const float r =
-                vec_dot_q4_0_q8_0_repack(k, wb.data() + i * w_row, xq.data() + j * x_row);
+                dot_q4_0_q8_0_repack_scalar(k, wb.data() + i * w_row, xq.data() + j * x_row);
             const float v = dk.vec_dot(k, wb.data() + i * w_row, xq.data() + j * x_row);
             ASSERT_EQ(fp32_to_bits(r), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
                 << "k " << k << " n_w " << n_w << " n_x " << n_x << " i " << i << " j " << j;
@@ -684,7 +684,7 @@ TEST(VecDotSimd, LlamaCppRepackDotsEqualTheirScalarReferences_bitwise) {
 // Q4_K GEMV and GEMM orders disagree with each other.
 TEST(VecDot, LlamaCppRepackOrdersDifferFromThePlainOnes) {
   if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
-  const VecDotFn plain_q4_0 = llamacpp_or_avx2(DType::kQ4_0).vec_dot;  // ggml's plain x86 order
+  const VecDotFn plain_q4_0 = llamacpp_dot_kernel(DType::kQ4_0).vec_dot;  // ggml's plain x86 order
   const VecDotFn own_q5_0 = scalar_dot_kernel(DType::kQ5_0).vec_dot;
   int differ_q4_0 = 0, differ_q4_k = 0, differ_q5_0 = 0;
   for (uint32_t seed = 1; seed <= 40; ++seed) {
@@ -698,11 +698,11 @@ TEST(VecDot, LlamaCppRepackOrdersDifferFromThePlainOnes) {
     std::vector<uint8_t> wk = encode(DType::kQ4_K, random_floats(static_cast<size_t>(k), seed));
     std::vector<uint8_t> w5 = encode(DType::kQ5_0, random_floats(static_cast<size_t>(k), seed));
     differ_q4_0 +=
-        vec_dot_q4_0_q8_0_repack(k, w0.data(), x8.data()) != plain_q4_0(k, w0.data(), x8.data());
-    differ_q4_k += vec_dot_q4_k_q8_k_repack_gemv(k, wk.data(), xk.data()) !=
-                   vec_dot_q4_k_q8_k_repack_gemm(k, wk.data(), xk.data());
+        dot_q4_0_q8_0_repack_scalar(k, w0.data(), x8.data()) != plain_q4_0(k, w0.data(), x8.data());
+    differ_q4_k += dot_q4_k_q8_k_repack_gemv_scalar(k, wk.data(), xk.data()) !=
+                   dot_q4_k_q8_k_repack_gemm_scalar(k, wk.data(), xk.data());
     differ_q5_0 +=
-        ggml_dot_q5_0_q8_0_lanes(k, w5.data(), x8.data()) != own_q5_0(k, w5.data(), x8.data());
+        dot_q5_0_q8_0_ggml_scalar(k, w5.data(), x8.data()) != own_q5_0(k, w5.data(), x8.data());
   }
   int differ_q6_k = 0;
   for (uint32_t seed = 1; seed <= 40; ++seed) {
@@ -711,7 +711,7 @@ TEST(VecDot, LlamaCppRepackOrdersDifferFromThePlainOnes) {
     std::vector<uint8_t> xk(*quant::row_bytes(DType::kQ8_K, k));
     from_f32_q8_k(x.data(), xk.data(), k);
     std::vector<uint8_t> w6 = encode(DType::kQ6_K, random_floats(static_cast<size_t>(k), seed));
-    differ_q6_k += vec_dot_q6_k_q8_k_tiled(k, w6.data(), xk.data()) !=
+    differ_q6_k += dot_q6_k_q8_k_tiled_scalar(k, w6.data(), xk.data()) !=
                    avx2_dot_kernel(DType::kQ6_K).vec_dot(k, w6.data(), xk.data());
   }
   // Q5_K: ggml's GEMV lanes, its tiled order and minfer's own per-super-block order are
@@ -725,8 +725,8 @@ TEST(VecDot, LlamaCppRepackOrdersDifferFromThePlainOnes) {
     from_f32_q8_k(x.data(), xk.data(), k);
     std::vector<uint8_t> w5 = encode(DType::kQ5_K, random_floats(static_cast<size_t>(k), seed));
     const float own = own_q5_k(k, w5.data(), xk.data());
-    const float gemv = ggml_dot_q5_k_q8_k_lanes(k, w5.data(), xk.data());
-    const float tiled = vec_dot_q5_k_q8_k_tiled(k, w5.data(), xk.data());
+    const float gemv = dot_q5_k_q8_k_ggml_scalar(k, w5.data(), xk.data());
+    const float tiled = dot_q5_k_q8_k_tiled_scalar(k, w5.data(), xk.data());
     ASSERT_NEAR(gemv, own, 1e-4f * (1.0f + std::fabs(own))) << "seed " << seed;
     ASSERT_NEAR(tiled, own, 1e-4f * (1.0f + std::fabs(own))) << "seed " << seed;
     differ_q5_k_gemv += gemv != own;
@@ -832,18 +832,18 @@ TEST(MulMat, LlamaCppNumericsFollowTheRepackBufferPerWeight_bitwise) {
           const uint8_t* wr = wb.data() + i * w_row;
           float want;
           if (cs.t == DType::kQ6_K) {  // ggml's GEMV below 8 rows, its tiled matmul from 8
-            want = m >= 8 ? vec_dot_q6_k_q8_k_tiled(k, wr, xq.data())
+            want = m >= 8 ? dot_q6_k_q8_k_tiled_scalar(k, wr, xq.data())
                           : avx2_dot_kernel(DType::kQ6_K).vec_dot(k, wr, xq.data());
           } else if (cs.t == DType::kQ5_K) {
-            want = m >= 8 ? vec_dot_q5_k_q8_k_tiled(k, wr, xq.data())
-                          : ggml_dot_q5_k_q8_k_lanes(k, wr, xq.data());
+            want = m >= 8 ? dot_q5_k_q8_k_tiled_scalar(k, wr, xq.data())
+                          : dot_q5_k_q8_k_ggml_scalar(k, wr, xq.data());
           } else if (!cs.expect_repack) {
-            want = llamacpp_or_avx2(cs.t).vec_dot(k, wr, xq.data());
+            want = llamacpp_dot_kernel(cs.t).vec_dot(k, wr, xq.data());
           } else if (cs.t == DType::kQ4_0) {
-            want = vec_dot_q4_0_q8_0_repack(k, wr, xq.data());
+            want = dot_q4_0_q8_0_repack_scalar(k, wr, xq.data());
           } else {
-            want = gemm_row ? vec_dot_q4_k_q8_k_repack_gemm(k, wr, xq.data())
-                            : vec_dot_q4_k_q8_k_repack_gemv(k, wr, xq.data());
+            want = gemm_row ? dot_q4_k_q8_k_repack_gemm_scalar(k, wr, xq.data())
+                            : dot_q4_k_q8_k_repack_gemv_scalar(k, wr, xq.data());
           }
           ASSERT_EQ(fp32_to_bits(want), fp32_to_bits(got[static_cast<size_t>(j * cs.n + i)]))
               << "row " << i << " activation " << j;

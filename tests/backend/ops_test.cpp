@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/attn_ggml_f16.h"
@@ -194,7 +195,8 @@ struct AttnGraph {
 // q [hd, nh, nt], new K/V rows for nt tokens stored at `cells`, window per token.
 const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t key, AttnGraph* ag,
                                       DType kv = DType::kF32, bool ggml_f16 = false, int hd = 8,
-                                      int nh = 4, int nkv = 2) {
+                                      int nh = 4, int nkv = 2,
+                                      std::optional<DType> kv_v = std::nullopt) {
   const int n_ctx = 160;
   GraphBuilder b;
   NodeId q = b.input("q", DType::kF32, {hd, nh, nt});
@@ -203,7 +205,7 @@ const graph::ComputeGraph& attn_graph(CpuRig& rig, int nt, int n_runs, uint32_t 
   NodeId cells = b.input("cells", DType::kI32, {nt});
   NodeId win = b.input("win", DType::kI32, {2 * n_runs, nt});
   NodeId rk = b.kv_region(0, KvKind::kK, kv, {hd * nkv, n_ctx});
-  NodeId rv = b.kv_region(0, KvKind::kV, kv, {hd * nkv, n_ctx});
+  NodeId rv = b.kv_region(0, KvKind::kV, kv_v.value_or(kv), {hd * nkv, n_ctx});
   NodeId ks = b.kv_store(rk, k, cells);
   NodeId vs = b.kv_store(rv, v, cells);
   ag->out = b.attention(q, ks, vs, win,
@@ -426,6 +428,55 @@ TEST(Attention, QuantizedCacheEqualsF32AttentionOverDequantizedKV_bitwise) {
     EXPECT_EQ(0, std::memcmp(q1.data(), ref.data(), ref.size() * 4));
     EXPECT_EQ(0, std::memcmp(q3.data(), ref.data(), ref.size() * 4));
     expect_token_by_token_equals(vq, vk, vv, ref, T, type, hd, nh, nkv);
+  }
+}
+
+// K and V of different types (-ctk / -ctv) are each stored and read in their own format:
+// the f32 computation over each one's decoded values, on 1 and 3 threads.
+TEST(Attention, MixedKAndVCacheTypesEqualF32AttentionOverEachDecoded_bitwise) {
+  const int T = 70, hd = 32, nh = 4, nkv = 2;
+  auto vq = random_floats(T * nh * hd, 61, -2.0f, 2.0f);
+  auto vk = random_floats(T * nkv * hd, 62, -2.0f, 2.0f);
+  auto vv = random_floats(T * nkv * hd, 63);
+  const CausalRows rows = causal_rows(T);
+  auto prefill = [&](DType kt, DType vt, int32_t threads, const std::vector<float>& k,
+                     const std::vector<float>& v) {
+    CpuRig rig(threads);
+    AttnGraph ag;
+    const auto& g = attn_graph(rig, T, 1, 1, &ag, kt, false, hd, nh, nkv, vt);
+    rig.fill_f32(g, "q", vq);
+    rig.fill_f32(g, "k", k);
+    rig.fill_f32(g, "v", v);
+    rig.fill_i32(g, "cells", rows.cells);
+    rig.fill_i32(g, "win", rows.win);
+    Status st = rig.run(g);
+    EXPECT_TRUE(st.ok()) << st.error().message;
+    return rig.read(g, ag.out);
+  };
+  auto decoded = [](DType type, const std::vector<float>& x) {
+    if (type == DType::kF32) return x;
+    if (type == DType::kF16) return round_to_f16(x);
+    std::vector<uint8_t> blocks(*quant::row_bytes(type, x.size()));
+    std::vector<float> out(x.size());
+    EXPECT_TRUE(quant::quantize(type, x, blocks).ok());
+    EXPECT_TRUE(quant::dequantize(type, blocks, out).ok());
+    return out;
+  };
+  const std::pair<DType, DType> pairs[] = {{DType::kQ8_0, DType::kF16},
+                                           {DType::kF16, DType::kQ4_0},
+                                           {DType::kF32, DType::kQ8_0},
+                                           {DType::kQ4_0, DType::kF32}};
+  for (const auto& [kt, vt] : pairs) {
+    SCOPED_TRACE(std::string(dtype_name(kt)) + "/" + std::string(dtype_name(vt)));
+    const auto ref = prefill(DType::kF32, DType::kF32, 2, decoded(kt, vk), decoded(vt, vv));
+    const auto a = prefill(kt, vt, 1, vk, vv);
+    const auto b = prefill(kt, vt, 3, vk, vv);
+    ASSERT_EQ(a.size(), ref.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), ref.data(), ref.size() * 4));
+    EXPECT_EQ(0, std::memcmp(b.data(), ref.data(), ref.size() * 4));
+    // and not the same-type cache's bits: the V type really is its own
+    const auto same = prefill(kt, kt, 2, vk, vv);
+    EXPECT_NE(0, std::memcmp(a.data(), same.data(), ref.size() * 4));
   }
 }
 

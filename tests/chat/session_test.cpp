@@ -207,6 +207,59 @@ TEST(Session, ChecksumIsXxh3OfEveryByteBeforeItAndVersion1FilesAreRefused) {
   EXPECT_EQ(c->cursor(), 0u);
 }
 
+// The header's kv_types word records the K and V cache formats; 0 (files from before it)
+// reads as "not recorded"; a code this build does not know is refused; a restore into
+// other types is refused naming both.
+TEST(Session, KvCacheTypesAreRecordedAndCheckedAndUnknownCodesRefused) {
+  TempPath file("kvtypes");
+  SessionData d;
+  d.model_hash = 7;
+  d.state = {{"x", 1}};
+  d.n_kv_tokens = 2;
+  d.kv_token_bytes = 4;
+  d.kv.assign(8, std::byte{1});
+  d.kv_format = graph::KvFormats(graph::KvFormat::kQ8_0, graph::KvFormat::kF16);
+  ASSERT_TRUE(write_session(file.path, d).ok());
+  auto back = read_session(file.path);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ASSERT_TRUE(back->kv_format.has_value());
+  EXPECT_EQ(*back->kv_format, *d.kv_format);
+  EXPECT_TRUE(check_kv_format("f", *back, *d.kv_format).ok());
+  Status other = check_kv_format("'f'", *back,
+                                 graph::KvFormats(graph::KvFormat::kF16, graph::KvFormat::kQ8_0));
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().message,
+            "'f' holds a q8_0/f16 KV cache (K q8_0, V f16), this run's is f16/q8_0 (K f16, V "
+            "q8_0): pass the same -ctk / -ctv");
+
+  d.kv_format.reset();  // an older writer: not recorded, nothing to check
+  ASSERT_TRUE(write_session(file.path, d).ok());
+  back = read_session(file.path);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->kv_format.has_value());
+  EXPECT_TRUE(check_kv_format("f", *back, graph::KvFormat::kF16).ok());
+
+  // An unknown code, resealed with a valid checksum, is refused by name.
+  std::string bytes;
+  {
+    std::ifstream f(file.path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  const uint32_t bad = 0x0909;
+  std::memcpy(bytes.data() + 12, &bad, 4);
+  const uint64_t sum = XXH3_64bits(bytes.data(), bytes.size() - 8);
+  std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+  {
+    std::ofstream f(file.path, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  back = read_session(file.path);
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.error().message.find("names KV cache types 0x909 this build does not know"),
+            std::string::npos)
+      << back.error().message;
+}
+
 TEST(Session, ModelHashCoversMetadataTensorTableAndWeightSamples) {
   auto a = chat_engine(64, "hash-a");
   minfer::testing::TinySpec more = testing::chat_spec();

@@ -218,6 +218,28 @@ def test_session_resumes_with_zero_prefill_and_continues_like_an_unbroken_sessio
 
 
 @needs_model
+def test_session_records_its_k_and_v_cache_types(tmp_path):
+    # K q8_0 + V f16 and K f16 + V q8_0 store rows of the same size on this model (head
+    # size 64: 68 + 128 bytes per head either way): only the recorded types tell them apart.
+    session = tmp_path / "s.session"
+    a = minfer(MODEL, "--cnv", "--temp", "0", "-n", "8", "-t", "2", "-ctk", "q8_0", "-ctv", "f16",
+               "--session", session, stdin=b"What is the capital of France?")
+    assert a.returncode == 0, a.stderr.decode()
+    saved = session.read_bytes()
+    swapped = minfer(MODEL, "--cnv", "-t", "2", "-ctk", "f16", "-ctv", "q8_0", "--session", session,
+                     stdin=b"")
+    assert swapped.returncode == 1
+    assert ("holds a q8_0/f16 KV cache (K q8_0, V f16), this run's is f16/q8_0 (K f16, V q8_0)"
+            in swapped.stderr.decode()), swapped.stderr.decode()
+    assert session.read_bytes() == saved  # the refused file is left as it was
+    same = minfer(MODEL, "--cnv", "--temp", "0", "-n", "8", "-t", "2", "-ctk", "q8_0", "-ctv", "f16",
+                  "--session", session, stdin=b"And of Germany?")
+    assert same.returncode == 0, same.stderr.decode()
+    assert re.search(r"\[session\] resumed 2 message\(s\) and \d+ KV row\(s\) .* 0 tokens prefilled",
+                     same.stderr.decode())
+
+
+@needs_model
 def test_cnv_with_no_template_is_refused():
     r = minfer(MODEL, "--cnv", "--no-template", stdin=b"")
     assert r.returncode == 1

@@ -272,18 +272,23 @@ TEST(Engine, F16CacheStaysWithinHalfPrecisionOfTheF32Cache) {
   EXPECT_LT(max_diff, 2e-2 * std::max(1.0, max_abs)) << "max |logit| " << max_abs;
 }
 
-// q8_0 and q4_0 caches keep invariant 8: logits are bit-identical on 1 and 2 threads and
-// for a prompt prefilled at once or token by token (head size 32: whole blocks per head),
-// and they are really quantized (other bits than the f32 cache, and near them).
+// q8_0 and q4_0 caches, alone or beside another V / K type, keep invariant 8: logits are
+// bit-identical on 1 and 2 threads and for a prompt prefilled at once or token by token
+// (head size 32: whole blocks per head), and they are really quantized (other bits than
+// the f32 cache, and near them).
 TEST(Engine, QuantizedCachesAreThreadAndBatchInvariant_bitwise) {
-  for (graph::KvFormat kv : {graph::KvFormat::kQ8_0, graph::KvFormat::kQ4_0}) {
+  using graph::KvFormat;
+  for (graph::KvFormats kv : {graph::KvFormats(KvFormat::kQ8_0), graph::KvFormats(KvFormat::kQ4_0),
+                              graph::KvFormats(KvFormat::kQ8_0, KvFormat::kF16),
+                              graph::KvFormats(KvFormat::kF32, KvFormat::kQ4_0)}) {
     for (const char* arch : {"llama", "qwen2", "gemma3"}) {
       const TinySpec spec{.arch = arch,
                           .n_head = 2,
                           .n_head_kv = 1,
                           .tied = false,
                           .qkv_bias = std::string(arch) == "qwen2"};
-      const std::string stem = std::string(arch) + "-" + std::string(graph::kv_format_name(kv));
+      std::string stem = std::string(arch) + "-" + graph::kv_formats_name(kv);
+      std::replace(stem.begin(), stem.end(), '/', '-');
       auto t1 = make_engine(spec, 1, 64, "qkv1-" + stem, {.kv_format = kv});
       auto t2 = make_engine(spec, 2, 64, "qkv2-" + stem, {.kv_format = kv});
       auto f32 = make_engine(spec, 2, 64, "qkvf-" + stem);
@@ -300,7 +305,8 @@ TEST(Engine, QuantizedCachesAreThreadAndBatchInvariant_bitwise) {
         max_abs = std::max(max_abs, std::fabs(static_cast<double>(ref[i])));
       }
       // 4 bits per value move a random tiny model's logits by up to a third of their range.
-      const double bound = kv == graph::KvFormat::kQ8_0 ? 0.1 : 0.5;
+      const bool four_bits = kv.k == KvFormat::kQ4_0 || kv.v == KvFormat::kQ4_0;
+      const double bound = four_bits ? 0.5 : 0.1;
       EXPECT_LT(max_diff, bound * std::max(1.0, max_abs)) << stem;
       for (size_t i = 0; i < n; ++i) {
         const std::vector<float> one = run(*t2, {kPrompt[i]}, {static_cast<int32_t>(i)}, 1);

@@ -391,3 +391,11 @@ def test_slot_save_restore_moves_a_prefix_cache_between_slots(make_server, tmp_p
     st, again = fresh.post("/v1/chat/completions", story)
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == first["usage"]["prompt_tokens"] - 1
     assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+    # A server with other KV cache types refuses the file, naming both (-ctk / -ctv).
+    other = make_server("--slots", 2, "--n-ctx", 512, "-t", 2, "-ctk", "q8_0", "-ctv", "f16",
+                        "--slot-save-path", tmp_path / "slots")
+    st, body = other.post("/slots/0?action=restore", {"filename": "story.bin"})
+    assert st == 400, body
+    assert ("holds a f32 KV cache (K f32, V f32), this run's is q8_0/f16 (K q8_0, V f16)"
+            in body["error"]["message"]), body
+    assert other.healthy()

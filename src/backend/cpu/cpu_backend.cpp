@@ -80,67 +80,6 @@ IsaKernels scalar_kernels() {
                     .geglu = geglu_scalar};
 }
 
-namespace {
-// The AVX2 table falls back per type to the scalar kernel where no AVX2 twin exists
-// (that is a choice of kernel made once per type, not a run-time fallback).
-DotKernel avx2_or_scalar(DType t) {
-  DotKernel k = avx2_dot_kernel(t);
-  return k.vec_dot != nullptr ? k : scalar_dot_kernel(t);
-}
-}  // namespace
-
-// AVX-512 where a kernel exists, else the AVX2 table's choice (again once per type).
-DotKernel avx512_or_avx2(DType t) {
-  DotKernel k = avx512_dot_kernel(t);
-  return k.vec_dot != nullptr ? k : avx2_or_scalar(t);
-}
-
-// llama.cpp's accumulation orders: the AVX2 quant dots (ggml's x86 order), the f16
-// vec/sgemm pair, ggml's x86 Q5_0 and Q5_K lanes and, for Q5_K / Q6_K batches of >= 8 rows,
-// its tiled K-quant matmul.
-DotKernel llamacpp_or_avx2(DType t) {
-  if (t == DType::kF16) return llamacpp_f16_dot_kernel();
-  if (t == DType::kF32) return llamacpp_f32_dot_kernel();
-  if (t == DType::kQ5_0) return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q5_0_q8_0_ggml};
-  if (t == DType::kQ5_K) {
-    return {.vec_dot_type = DType::kQ8_K,
-            .from_f32 = from_f32_q8_k_avx2,
-            .vec_dot = avx2_dot_q5_k_q8_k_ggml,
-            .vec_dot_batch = avx2_dot_q5_k_q8_k_tiled,
-            .batch_min_rows = 8};
-  }
-  if (t == DType::kQ6_K) {  // ggml's x86 GEMV; its tiled K-quant matmul from 8 rows
-    DotKernel k = avx2_or_scalar(t);
-    k.vec_dot_batch = avx2_dot_q6_k_q8_k_tiled;
-    k.batch_min_rows = 8;
-    return k;
-  }
-  return avx2_or_scalar(t);
-}
-
-// The weights llama.cpp's CPU_REPACK buffer takes (llamacpp_repacks), in its repack
-// GEMV/GEMM order: Q4_0 one f32 lane per row (AVX-512 rows kernels where the CPU has
-// them, the AVX2 form else: the same bits); Q4_K its GEMV for decode and for the rows
-// after the last whole group of 4, its GEMM order (and 4-row activation quantizer) for
-// the rest of a batch.
-DotKernel llamacpp_repack_dot_kernel(DType t) {
-  switch (t) {
-    case DType::kQ4_0:
-      return detect_isa() == CpuIsa::kAvx512
-                 ? avx512_rows_q4_0_repack_dot_kernel()
-                 : DotKernel{DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q4_0_q8_0_repack};
-    case DType::kQ4_K:
-      return {.vec_dot_type = DType::kQ8_K,
-              .from_f32 = from_f32_q8_k_avx2,
-              .vec_dot = avx2_dot_q4_k_q8_k_repack_gemv,
-              .vec_dot_batch = avx2_dot_q4_k_q8_k_repack_gemm,
-              .batch_group = 4,
-              .from_f32_batch = from_f32_q8_k_mat4};
-    default:
-      return {};
-  }
-}
-
 IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build) {
   // The flash-attention f16 helpers: llama.cpp's f16-arithmetic form (the AVX512-FP16
   // twins, or, on a CPU without it, nullptr: ops_attention.cpp's scalar references of
@@ -156,7 +95,7 @@ IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build) {
     k.ggml_fa_tiled_lanes8 = true;
     return k;
   }
-  return IsaKernels{.dot_kernel = llamacpp_or_avx2,
+  return IsaKernels{.dot_kernel = llamacpp_dot_kernel,
                     .repack_dot_kernel = repack ? llamacpp_repack_dot_kernel : nullptr,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
@@ -177,7 +116,7 @@ IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build) {
 }
 
 IsaKernels avx512_kernels() {
-  return IsaKernels{.dot_kernel = avx512_or_avx2,
+  return IsaKernels{.dot_kernel = avx512_or_avx2_dot_kernel,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
                     .attn_scores_f32 = attn_scores_f32_avx2,
@@ -191,7 +130,7 @@ IsaKernels avx512_kernels() {
 }
 
 IsaKernels avx2_kernels() {
-  return IsaKernels{.dot_kernel = avx2_or_scalar,
+  return IsaKernels{.dot_kernel = avx2_or_scalar_dot_kernel,
                     .dot_f32 = dot_f32_avx2,
                     .axpy_f32 = axpy_f32_avx2,
                     .attn_scores_f32 = attn_scores_f32_avx2,
@@ -251,8 +190,8 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
       return dts.size() == 3 && kv_cell_type(dts[0]) && dts[1] == DType::kF32 &&
              dts[2] == DType::kI32;
     case Op::kAttention:
-      return dts.size() == 4 && dts[0] == DType::kF32 && kv_cell_type(dts[1]) && dts[2] == dts[1] &&
-             dts[3] == DType::kI32;
+      return dts.size() == 4 && dts[0] == DType::kF32 && kv_cell_type(dts[1]) &&
+             kv_cell_type(dts[2]) && dts[3] == DType::kI32;
     case Op::kCont:
     case Op::kReshape:
     case Op::kView:

@@ -59,7 +59,6 @@ IsaKernels avx512_kernels();
 // AVX2 + llama.cpp's orders (± its repack; its flash attention in f16 or f32 arithmetic;
 // the vector width of its build: AVX-512, or AVX2 only)
 IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build = false);
-DotKernel llamacpp_or_avx2(DType weight_type);  // the llamacpp table's plain mul_mat kernels
 
 // Growable per-backend work memory: resized only when a node needs more than any
 // before it, so the steady-state decode step allocates nothing.

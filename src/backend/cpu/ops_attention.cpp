@@ -78,7 +78,6 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   const float scale = n.params.scale;
   const int64_t group = n_head / n_head_kv;
   const IsaKernels& k = c.k;
-  const bool f16_kv = kn.dtype == DType::kF16;
   // Per thread: acc [kTokBlock][2][hd_v] + K row [hd] + V row [hd_v] floats (the f32
   // path), or acc [hd_v] + K row + V row, then f16 Q [hd] and f16 accumulator [hd_v] (the
   // ggml_f16 path); reserved before the threads start.
@@ -90,6 +89,10 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       c.scratch.get(static_cast<size_t>(c.pool.n_threads() * stride) * sizeof(float)));
 
   if (n.params.ggml_f16 != 0) {
+    if (kn.dtype != DType::kF16 || vn.dtype != DType::kF16) {
+      return make_error(fmt::format("attention '{}': ggml-f16 numerics over {} K / {} V cells",
+                                    n.name, dtype_name(kn.dtype), dtype_name(vn.dtype)));
+    }
     const auto* kc = c.data.as<const uint16_t>(n.src[1]);
     const auto* vc = c.data.as<const uint16_t>(n.src[2]);
     const auto dot16 = k.ggml_fa_dot_f16 != nullptr ? k.ggml_fa_dot_f16 : ggml_dot_f16_vec_scalar;
@@ -219,18 +222,32 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
   // tokens take their chunks in turn, so the K and V rows of a chunk, which neighbouring
   // tokens mostly share, are still in L1 for the next token. Each (token, head) keeps its
   // own arithmetic, in its own order: the bits of a single-head, single-token walk.
-  const bool pair_heads = kn.dtype == DType::kF32 && k.attn_scores2_f32 != nullptr && group >= 2;
-  // Quantized cells: one head's slice of a row is whole blocks (Model::check_params).
-  const quant::TypeTraits* qt =
-      f16_kv || kn.dtype == DType::kF32 ? nullptr : quant::traits(kn.dtype);
-  if (kn.dtype != DType::kF32 && !f16_kv &&
-      (qt == nullptr || hd % qt->block_size != 0 || hd_v % qt->block_size != 0)) {
-    return make_error(fmt::format("attention '{}': no {} cells of head size {}", n.name,
-                                  dtype_name(kn.dtype), hd));
+  const bool f32_cells = kn.dtype == DType::kF32 && vn.dtype == DType::kF32;
+  const bool pair_heads = f32_cells && k.attn_scores2_f32 != nullptr && group >= 2;
+  // How a K or a V row of the window reaches f32: read in place (f32), widened (f16) or
+  // dequantized (q8_0 / q4_0; one head's slice of a row is whole blocks, as
+  // Model::check_params requires). K and V may hold different formats.
+  struct RowFormat {
+    DType dtype = DType::kF32;
+    quant::DequantizeFn deq = nullptr;
+    int64_t block = 1;
+    int64_t bytes = 0;  // per block
+  };
+  RowFormat fmt_k, fmt_v;
+  for (auto [cn, rf] : {std::pair{&kn, &fmt_k}, std::pair{&vn, &fmt_v}}) {
+    rf->dtype = cn->dtype;
+    if (cn->dtype == DType::kF32 || cn->dtype == DType::kF16) continue;
+    const quant::TypeTraits* qt = quant::traits(cn->dtype);
+    if (qt == nullptr || hd % qt->block_size != 0 || hd_v % qt->block_size != 0) {
+      return make_error(fmt::format("attention '{}': no {} cells of head size {}", n.name,
+                                    dtype_name(cn->dtype), hd));
+    }
+    rf->deq = qt->dequantize;
+    if (cn->dtype == DType::kQ8_0 && k.q8_0_to_f32 != nullptr) rf->deq = k.q8_0_to_f32;
+    if (cn->dtype == DType::kQ4_0 && k.q4_0_to_f32 != nullptr) rf->deq = k.q4_0_to_f32;
+    rf->block = qt->block_size;
+    rf->bytes = static_cast<int64_t>(qt->type_size);
   }
-  quant::DequantizeFn deq = qt != nullptr ? qt->dequantize : nullptr;
-  if (kn.dtype == DType::kQ8_0 && k.q8_0_to_f32 != nullptr) deq = k.q8_0_to_f32;
-  if (kn.dtype == DType::kQ4_0 && k.q4_0_to_f32 != nullptr) deq = k.q4_0_to_f32;
   const int64_t heads_per_item = pair_heads ? 2 : 1;
   const int64_t sets = (group + heads_per_item - 1) / heads_per_item;  // per KV head
   const int64_t n_blocks = (n_tok + kTokBlock - 1) / kTokBlock;
@@ -239,17 +256,16 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       float* acc_base = scratch_all + thread * stride;  // acc [kTokBlock][2][hd_v]
       float* kbuf = acc_base + kTokBlock * 2 * hd_v;
       float* vbuf = kbuf + hd;
-      auto row = [&](auto* base, int64_t off, int64_t len, float* buf) -> const float* {
-        using Cell = std::remove_cv_t<std::remove_pointer_t<decltype(base)>>;
-        if constexpr (std::is_same_v<Cell, float>) {
-          return base + off;
-        } else if constexpr (std::is_same_v<Cell, uint8_t>) {  // off counts elements
-          deq(base + off / qt->block_size * qt->type_size, buf, len);
-          return buf;
+      // off and len count elements
+      auto row = [&](const RowFormat& rf, const std::byte* base, int64_t off, int64_t len,
+                     float* buf) -> const float* {
+        if (rf.dtype == DType::kF32) return reinterpret_cast<const float*>(base) + off;
+        if (rf.dtype == DType::kF16) {
+          k.f16_to_f32(len, reinterpret_cast<const uint16_t*>(base) + off, buf);
         } else {
-          k.f16_to_f32(len, base + off, buf);
-          return buf;
+          rf.deq(base + off / rf.block * rf.bytes, buf, len);
         }
+        return buf;
       };
       constexpr bool kF32Cells =
           std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(kc)>>, float>;
@@ -346,7 +362,8 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
                 for (int64_t i = 0; i < pc.n; ++i) {
                   const int64_t cell = pc.cell + i;
                   const float v =
-                      k.dot_f32(hd, w.qr[0], row(kc, cell * row_k + kvh * hd, hd, kbuf)) * scale;
+                      k.dot_f32(hd, w.qr[0], row(fmt_k, kc, cell * row_k + kvh * hd, hd, kbuf)) *
+                      scale;
                   s[0][pc.off + i] = v;
                   mc[0] = std::fmax(mc[0], v);
                 }
@@ -380,7 +397,8 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
                   const int64_t cell = pc.cell + i;
                   const float p = std::exp(sp[i] - w.m[0]);
                   w.l[0] += p;
-                  k.axpy_f32(hd_v, p, row(vc, cell * row_v + kvh * hd_v, hd_v, vbuf), w.acc[0]);
+                  k.axpy_f32(hd_v, p, row(fmt_v, vc, cell * row_v + kvh * hd_v, hd_v, vbuf),
+                             w.acc[0]);
                 }
               }
             }
@@ -390,12 +408,10 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
     };
     parallel_range(c.pool, n_blocks * n_head_kv * sets, 1, body);
   };
-  if (f16_kv) {
-    run(c.data.as<const uint16_t>(n.src[1]), c.data.as<const uint16_t>(n.src[2]));
-  } else if (qt != nullptr) {
-    run(c.data.as<const uint8_t>(n.src[1]), c.data.as<const uint8_t>(n.src[2]));
-  } else {
+  if (f32_cells) {
     run(c.data.as<const float>(n.src[1]), c.data.as<const float>(n.src[2]));
+  } else {
+    run(c.data.as<const std::byte>(n.src[1]), c.data.as<const std::byte>(n.src[2]));
   }
   return Ok{};
 }

@@ -1,9 +1,13 @@
-// Stage 12 (kernels): the per-weight-type dot product table of mul_mat, after ggml-cpu's
-// type_traits_cpu: each weight type names the activation format it pairs with
-// (vec_dot_type), how an F32 activation row becomes that format, and the dot product.
+// Stage 12 (kernels): the mul_mat kernel table, after ggml-cpu's type_traits_cpu.
+// kernel_table.cpp declares, once per weight type, the activation format it pairs with
+// (vec_dot_type) and how an F32 row becomes that format; each ISA's file has one switch
+// naming only its kernels for a type (scalar_dot, avx2_dot, avx512_dot, IsaDot below);
+// the table joins them into the DotKernel mul_mat runs. Names: dot_<weight>_<act>
+// [_<order>]_<isa> and gemm_<weight>_<act>_<isa>, where <order> names another
+// accumulation order than ours (ggml, sgemm, tiled, repack_*: llama.cpp's).
 // Invariants: an activation row is quantized alone (the same bytes alone or in a
 // batch); a dot product has one fixed reduction order per ISA, whatever the caller;
-// the scalar table is the reference every SIMD entry is tested against.
+// the scalar column is the reference every SIMD entry is tested against.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +47,17 @@ struct GemmArgs {
   int64_t y_stride = 0;  // in floats
 };
 using GemmFn = void (*)(const GemmArgs& a);
+
+// One ISA's kernels for one weight type: what the ISA files return (nullptr dot: none).
+// The fields mean what DotKernel's of the same names mean.
+struct IsaDot {
+  VecDotFn dot = nullptr;
+  GemmFn gemm = nullptr;
+  int64_t gemv_rows_max = 1;
+  VecDotFn dot_batch = nullptr;
+  int64_t batch_min_rows = 2;
+  int64_t batch_w_rows_multiple = 1;
+};
 
 struct DotKernel {
   DType vec_dot_type = DType::kF32;
@@ -88,34 +103,45 @@ void from_f32_q8_1_avx2(const float* x, void* y, int64_t n);
 // AVX2 form of the Q8_K converter (ggml's quantize_row_q8_K_ref), byte for byte.
 void from_f32_q8_k_avx2(const float* x, void* y, int64_t n);
 
-// Scalar reference table (nullptr vec_dot: the weight type has no mul_mat kernel).
+// The kernel table's columns (kernel_table.cpp), each a DotKernel with vec_dot nullptr
+// where the weight type has no kernel at that ISA. Scalar: the reference. AVX2 (+FMA,
+// F16C) and AVX-512 (F, BW, VL, VNNI): only call on a CPU that has them (detect_isa).
 DotKernel scalar_dot_kernel(DType weight_type);
-// AVX2+FMA+F16C entries for the types that have one (vec_dot nullptr otherwise);
-// only call on a CPU that supports them (vec_dot_avx2.cpp is built with -mavx2).
 DotKernel avx2_dot_kernel(DType weight_type);
+DotKernel avx512_dot_kernel(DType weight_type);
+// The AVX2 column where it has a kernel, else the scalar one; the AVX-512 column where it
+// has one, else that. Chosen once per type: never a run-time fallback.
+DotKernel avx2_or_scalar_dot_kernel(DType weight_type);
+DotKernel avx512_or_avx2_dot_kernel(DType weight_type);
+
+// Each ISA file's column: its kernels for a weight type, nothing about the pairing.
+IsaDot scalar_dot(DType weight_type);  // vec_dot_scalar.cpp
+IsaDot avx2_dot(DType weight_type);    // vec_dot_avx2.cpp
+// AVX-512 (vec_dot_avx512.cpp): F16 (the AVX2 dot, two activation rows per zmm in the
+// gemm), Q6_K, and the one-lane-per-row kernels of avx512_rows_dot (Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0: bitwise the scalar reference, any n_x) and avx512_kquant_dot (Q4_K, Q5_K).
+IsaDot avx512_dot(DType weight_type);
+IsaDot avx512_rows_dot(DType weight_type);    // vec_dot_avx512_rows.cpp
+IsaDot avx512_kquant_dot(DType weight_type);  // vec_dot_avx512_kquants.cpp
+// llama.cpp's own orders on AVX2 (vec_dot_avx2.cpp), for --numerics llamacpp: F16 and F32
+// (ggml_vec_dot_* for one activation row, llamafile's tinyBLAS — one 16-lane FMA
+// accumulator per output — from 2 rows, as its AVX-512 build computes them), Q5_0 and Q5_K (ggml's
+// x86 lanes; Q5_K's tiled matmul from 8 rows), Q6_K (its tiled matmul from 8 rows); dot nullptr for
+// the types whose AVX2 kernel already has llama.cpp's order.
+IsaDot avx2_ggml_dot(DType weight_type);
+
 // The AVX2 F16 GEMM (weights and activation tiles widened to f32 per call; each output
-// avx2_dot_f16_f16's lanes and tree) and the AVX-512 one (two activation rows per zmm,
+// dot_f16_f16_avx2's lanes and tree) and the AVX-512 one (two activation rows per zmm,
 // same per-output operations); n_x 1: one dot per row.
-void gemm_f16_avx2(const GemmArgs& a);
-void gemm_f16_avx512(const GemmArgs& a);
+void gemm_f16_f16_avx2(const GemmArgs& a);
+void gemm_f16_f16_avx512(const GemmArgs& a);
 // AVX2 Q5_0 / Q5_1 (vec_dot_avx2_exact.cpp): the scalar reference's exact integers and
 // float expression per block, bitwise equal to it.
-float avx2_dot_q5_0_q8_0(int64_t n, const void* w, const void* x);
-float avx2_dot_q5_1_q8_1(int64_t n, const void* w, const void* x);
-// AVX-512 VNNI entries (F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K; vec_dot nullptr
-// otherwise), each with a register-blocked gemm; only call when detect_isa() says kAvx512.
-DotKernel avx512_dot_kernel(DType weight_type);
-
-// AVX-512 VNNI Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 with one f32 lane per weight row
-// (vec_dot_avx512_rows.cpp): bitwise equal to the scalar reference; gemm takes any n_x
-// (1: the decode GEMV). avx512_dot_kernel returns these entries for those types.
-DotKernel avx512_rows_dot_kernel(DType weight_type);
-// AVX-512 VNNI Q4_K / Q5_K, one f32 lane per weight row in the GEMM
-// (vec_dot_avx512_kquants.cpp); vec_dot nullptr for other types.
-DotKernel avx512_kquant_dot_kernel(DType weight_type);
+float dot_q5_0_q8_0_avx2(int64_t n, const void* w, const void* x);
+float dot_q5_1_q8_1_avx2(int64_t n, const void* w, const void* x);
 // AVX-512 VNNI Q6_K batch GEMM (n_x >= 2) with one zmm per x86 lane of 16 rows: bitwise
-// the Q6_K GEMV of avx512_dot_kernel (ggml's x86 lane order).
-void avx512_q6_k_gemm_rows(const GemmArgs& a);
+// the Q6_K GEMV of avx512_dot (ggml's x86 lane order).
+void gemm_q6_k_q8_k_rows_avx512(const GemmArgs& a);
 
 // F32 · F32 dot of n elements (attention scores); scalar and AVX2 variants.
 float dot_f32_scalar(int64_t n, const float* a, const float* b);
@@ -165,12 +191,6 @@ float ggml_v_expf_lane(float x);
 float ggml_dot_f16_vec8_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
 float ggml_dot_f16_vec8_avx2(int64_t n, const uint16_t* x, const uint16_t* y);
 float ggml_v_expf8_lane(float x);
-// The mul_mat table entry for F16 weights under llamacpp numerics (AVX2 only).
-DotKernel llamacpp_f16_dot_kernel();
-// llama.cpp's F32 weight matmul: ggml_vec_dot_f32 for one activation row, llamafile's
-// tinyBLAS (one 16-lane FMA accumulator per output) for two or more, as its AVX-512
-// build computes them (vec_dot_avx2.cpp; AVX2+FMA, the same operations per output).
-DotKernel llamacpp_f32_dot_kernel();
 // llama.cpp's CPU "repack" extra buffer (on by default, x86 with AVX2): at load it re-lays
 // the MUL_MAT weights of some types whose row count is a multiple of 8 into 8-row
 // interleaved blocks (llamacpp_repacks) and multiplies them with its own GEMV / GEMM
@@ -185,9 +205,9 @@ DotKernel llamacpp_f32_dot_kernel();
 // The token embedding is not repacked (llama.cpp places it for get_rows), nor is a type or
 // shape outside llamacpp_repacks; those keep the plain llamacpp kernels.
 bool llamacpp_repacks(DType weight_type, int64_t n_rows);
-float vec_dot_q4_0_q8_0_repack(int64_t n, const void* w, const void* x);
-float vec_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* w, const void* x);
-float vec_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* w, const void* x);
+float dot_q4_0_q8_0_repack_scalar(int64_t n, const void* w, const void* x);
+float dot_q4_k_q8_k_repack_gemv_scalar(int64_t n, const void* w, const void* x);
+float dot_q4_k_q8_k_repack_gemm_scalar(int64_t n, const void* w, const void* x);
 // quantize_mat_q8_K_4x8 per row: quantize_row_q8_K_ref's bytes except the scale's sign —
 // negative when any element equals +amax (the reference takes the first element of
 // largest magnitude), so only a ±amax tie differs.
@@ -195,13 +215,13 @@ void from_f32_q8_k_mat4(const float* x, void* y, int64_t n);
 // ggml's x86 Q5_0 · Q8_0 order (its plain kernel; Q5_0 is not repacked on x86): per block an
 // fma of d_w·d_x into 8 f32 lanes, lane l the exact sum of elements 4l..4l+3, then
 // hsum_float_8.
-float ggml_dot_q5_0_q8_0_lanes(int64_t n, const void* w, const void* x);
+float dot_q5_0_q8_0_ggml_scalar(int64_t n, const void* w, const void* x);
 // ggml-cpu's tiled K-quant matmul (ggml-cpu/tiled, on by default) takes a MUL_MAT of >= 8
 // activation rows whose weight is a K-quant outside the repack buffer; its AVX-512 VNNI
 // microkernel adds, per super-block in order, acc = fma(float(Σ sc·(q − 32)·y) · d_w, d_x, acc)
 // for Q6_K (its add of the product to the tile compiles to an fma).
-float vec_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);
-float avx2_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);  // vec_dot_avx2.cpp
+float dot_q6_k_q8_k_tiled_scalar(int64_t n, const void* w, const void* x);
+float dot_q6_k_q8_k_tiled_avx2(int64_t n, const void* w, const void* x);  // vec_dot_avx2.cpp
 // Q5_K (not repacked on x86), per super-block from exact s1 = Σ_j sc_j·Σq·y and
 // s2 = Σ_j m_j·bsum_j:
 //  GEMV (ggml_vec_dot_q5_K_q8_K's x86 form, the same in its AVX2 and AVX-512 builds): 8 f32
@@ -209,19 +229,22 @@ float avx2_dot_q6_k_q8_k_tiled(int64_t n, const void* w, const void* x);  // vec
 //   beside them summs = fma(−d_x·dmin_w, float(s2), summs); the result hsum_float_8 + summs.
 //  tiled (>= 8 activation rows): r = fma(−dmin_w, float(s2), d_w·float(s1)), then
 //   acc = fma(r, d_x, acc) — its AVX2 and AVX-512 VNNI microkernels alike.
-float ggml_dot_q5_k_q8_k_lanes(int64_t n, const void* w, const void* x);
-float vec_dot_q5_k_q8_k_tiled(int64_t n, const void* w, const void* x);
+float dot_q5_k_q8_k_ggml_scalar(int64_t n, const void* w, const void* x);
+float dot_q5_k_q8_k_tiled_scalar(int64_t n, const void* w, const void* x);
 // AVX2 forms (vec_dot_llamacpp_avx2.cpp), bitwise equal to the above.
-float avx2_dot_q4_0_q8_0_repack(int64_t n, const void* w, const void* x);
-float avx2_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* w, const void* x);
-float avx2_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* w, const void* x);
-float avx2_dot_q5_0_q8_0_ggml(int64_t n, const void* w, const void* x);
-float avx2_dot_q5_k_q8_k_ggml(int64_t n, const void* w, const void* x);
-float avx2_dot_q5_k_q8_k_tiled(int64_t n, const void* w, const void* x);
+float dot_q4_0_q8_0_repack_avx2(int64_t n, const void* w, const void* x);
+float dot_q4_k_q8_k_repack_gemv_avx2(int64_t n, const void* w, const void* x);
+float dot_q4_k_q8_k_repack_gemm_avx2(int64_t n, const void* w, const void* x);
+float dot_q5_0_q8_0_ggml_avx2(int64_t n, const void* w, const void* x);
+float dot_q5_k_q8_k_ggml_avx2(int64_t n, const void* w, const void* x);
+float dot_q5_k_q8_k_tiled_avx2(int64_t n, const void* w, const void* x);
 // The AVX-512 one-lane-per-row Q4_0 with the repack expression (vec_dot_avx512_rows.cpp).
-DotKernel avx512_rows_q4_0_repack_dot_kernel();
-// The llamacpp-numerics repack table: a kernel for the types llamacpp_repacks names on this
-// CPU (AVX-512 rows where detect_isa() says so, else AVX2); vec_dot nullptr otherwise.
+IsaDot avx512_rows_q4_0_repack_dot();
+// The llamacpp-numerics tables (kernel_table.cpp). Plain: llama.cpp's orders where
+// avx2_ggml_dot has them, else the AVX2 column (else scalar). Repack: a kernel for the
+// types llamacpp_repacks names on this CPU (AVX-512 rows where detect_isa() says so, else
+// AVX2); vec_dot nullptr otherwise.
+DotKernel llamacpp_dot_kernel(DType weight_type);
 DotKernel llamacpp_repack_dot_kernel(DType weight_type);
 
 // y[i] = silu(x[i]) (· up[i] when up is not null) with ggml's vectorised e^x (the Arm

@@ -68,7 +68,7 @@ inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-float avx2_dot_q4_0_q8_0(int64_t n, const void* vw, const void* vx) {
+float dot_q4_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -80,7 +80,7 @@ float avx2_dot_q4_0_q8_0(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
-float avx2_dot_q4_1_q8_1(int64_t n, const void* vw, const void* vx) {
+float dot_q4_1_q8_1_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_1*>(vw);
   const auto* x = static_cast<const BlockQ8_1*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -93,7 +93,7 @@ float avx2_dot_q4_1_q8_1(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc) + summs;
 }
 
-float avx2_dot_q8_0_q8_0(int64_t n, const void* vw, const void* vx) {
+float dot_q8_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ8_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -140,7 +140,7 @@ inline __m256i q6_k_lanes(const quant::BlockQ6_K& b, const int8_t* y, __m256i bs
 // f32 lanes by an fma per super-block, reduced once at the end, the −32 offset
 // subtracted per lane from the bsums; it is bit-identical with llama.cpp's Q6_K rows
 // (its output layers). Q4_K: vec_dot_avx2_exact.cpp.
-float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q6_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ6_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -158,7 +158,7 @@ float avx2_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
 
 // llama.cpp's tiled K-quant matmul order for Q6_K (vec_dot.h): the same exact integers as
 // above, summed per super-block, acc = fma(float(Σ) · d_w, d_x, acc).
-float avx2_dot_q6_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
+float dot_q6_k_q8_k_tiled_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ6_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc = 0.0f;
@@ -176,7 +176,7 @@ float avx2_dot_q6_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
 
 namespace {
 
-float avx2_dot_f16_f16(int64_t n, const void* vw, const void* vx) {
+float dot_f16_f16_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const uint16_t*>(vw);
   const auto* x = static_cast<const uint16_t*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -192,7 +192,7 @@ float avx2_dot_f16_f16(int64_t n, const void* vw, const void* vx) {
 }
 
 // bf16 → f32 is exact (the 16 bits become the top half); the scalar twin's 8-lane order.
-float avx2_dot_bf16_bf16(int64_t n, const void* vw, const void* vx) {
+float dot_bf16_bf16_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const uint16_t*>(vw);
   const auto* x = static_cast<const uint16_t*>(vx);
   auto widen = [](const uint16_t* p) {
@@ -207,7 +207,7 @@ float avx2_dot_bf16_bf16(int64_t n, const void* vw, const void* vx) {
   return s;
 }
 
-float avx2_dot_f32_f32(int64_t n, const void* vw, const void* vx) {
+float dot_f32_f32_avx2(int64_t n, const void* vw, const void* vx) {
   return dot_f32_avx2(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
 }
 
@@ -586,7 +586,7 @@ float tinyblas_dot16(int64_t n, const T* w, const T* x) {
   return reduce16(lo, hi);
 }
 
-float ggml_dot_f16_vec_avx2(int64_t n, const void* vw, const void* vx) {
+float dot_f16_f16_ggml_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const uint16_t*>(vw);
   const auto* x = static_cast<const uint16_t*>(vx);
   const int64_t np = n & ~int64_t{63};
@@ -597,8 +597,8 @@ float ggml_dot_f16_vec_avx2(int64_t n, const void* vw, const void* vx) {
   return static_cast<float>(sum);
 }
 
-float ggml_dot_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
-  if (n % 16 != 0) return ggml_dot_f16_vec_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
+float dot_f16_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
+  if (n % 16 != 0) return dot_f16_f16_ggml_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
   return tinyblas_dot16(n, static_cast<const uint16_t*>(vw), static_cast<const uint16_t*>(vx));
 }
 
@@ -608,7 +608,7 @@ float ggml_dot_f16_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
 // time (GCC contracts `sumf += x[i]*y[i]`) in f32 —, two or more through llamafile's
 // tinyBLAS: one 16-lane FMA accumulator per output over steps of 16, then
 // _mm512_reduce_add_ps; tinyBLAS declines a row length that 16 does not divide.
-float ggml_dot_f32_vec_avx2(int64_t n, const void* vw, const void* vx) {
+float dot_f32_f32_ggml_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const float*>(vw);
   const auto* x = static_cast<const float*>(vx);
   const int64_t np = n & ~int64_t{63};
@@ -617,8 +617,8 @@ float ggml_dot_f32_vec_avx2(int64_t n, const void* vw, const void* vx) {
   return sum;
 }
 
-float ggml_dot_f32_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
-  if (n % 16 != 0) return ggml_dot_f32_vec_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
+float dot_f32_f32_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
+  if (n % 16 != 0) return dot_f32_f32_ggml_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
   return tinyblas_dot16(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
 }
 
@@ -627,14 +627,14 @@ float ggml_dot_f32_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
 // The Q·K dot of llama.cpp's flash attention (attn_ggml_f16.h) is ggml_vec_dot_f16, the
 // same lanes and tree as the f16 GEMV above (x · y = y · x exactly in f32).
 float ggml_dot_f16_vec_avx2_fa(int64_t n, const uint16_t* x, const uint16_t* y) {
-  return ggml_dot_f16_vec_avx2(n, x, y);
+  return dot_f16_f16_ggml_avx2(n, x, y);
 }
 
 namespace {
 
 // F16 GEMM: each call widens its weight rows (and each tile of activation rows) to f32
 // once — exact — and computes an NW × NX tile of outputs per pass, each output with
-// avx2_dot_f16_f16's 8 lanes (mul then add, in element order), its tree and its tail.
+// dot_f16_f16_avx2's 8 lanes (mul then add, in element order), its tree and its tail.
 template <int NW, int NX>
 void f16_tile(int64_t k, const float* w, const float* x, float* y, int64_t ys) {
   const int64_t body = k / 8 * 8;
@@ -668,7 +668,7 @@ constexpr std::array<std::array<F16TileFn, kF16X>, kF16W> kF16Tiles = {{
     {&f16_tile<4, 1>, &f16_tile<4, 2>, &f16_tile<4, 3>},
 }};
 
-void avx2_gemm_f16(const GemmArgs& a) {
+void gemm_f16_f16_avx2_impl(const GemmArgs& a) {
   const auto* w = static_cast<const uint8_t*>(a.w);
   const auto* x = static_cast<const uint8_t*>(a.x);
   if (a.n_x == 1) {  // decode: one dot per row, a few rows ahead prefetched
@@ -678,7 +678,7 @@ void avx2_gemm_f16(const GemmArgs& a) {
         const uint8_t* p = w + (r + kAhead) * static_cast<int64_t>(a.w_stride);
         for (int64_t off = 0; off < a.k * 2; off += 64) __builtin_prefetch(p + off, 0, 3);
       }
-      a.y[r] = avx2_dot_f16_f16(a.k, w + r * static_cast<int64_t>(a.w_stride), a.x);
+      a.y[r] = dot_f16_f16_avx2(a.k, w + r * static_cast<int64_t>(a.w_stride), a.x);
     }
     return;
   }
@@ -707,12 +707,12 @@ void avx2_gemm_f16(const GemmArgs& a) {
 // F32 GEMM: f16_tile on the rows as they are (already f32), so every output is
 // dot_f32_avx2's — the F32 vec_dot's own lanes, tree and tail, bit for bit — while each
 // weight row is loaded once per tile of activation rows instead of once per row.
-void avx2_gemm_f32(const GemmArgs& a) {
+void gemm_f32_f32_avx2(const GemmArgs& a) {
   const auto* w = static_cast<const uint8_t*>(a.w);
   const auto* x = static_cast<const uint8_t*>(a.x);
   if (a.n_x == 1) {
     for (int64_t r = 0; r < a.n_w; ++r) {
-      a.y[r] = avx2_dot_f32_f32(a.k, w + r * static_cast<int64_t>(a.w_stride), a.x);
+      a.y[r] = dot_f32_f32_avx2(a.k, w + r * static_cast<int64_t>(a.w_stride), a.x);
     }
     return;
   }
@@ -733,53 +733,62 @@ void avx2_gemm_f32(const GemmArgs& a) {
 
 }  // namespace
 
-void gemm_f16_avx2(const GemmArgs& a) {
-  avx2_gemm_f16(a);
+void gemm_f16_f16_avx2(const GemmArgs& a) {
+  gemm_f16_f16_avx2_impl(a);
 }
 
-DotKernel llamacpp_f16_dot_kernel() {
-  return {.vec_dot_type = DType::kF16,
-          .from_f32 = from_f32_f16,
-          .vec_dot = ggml_dot_f16_vec_avx2,
-          .vec_dot_batch = ggml_dot_f16_sgemm_avx2};
+// The AVX2 columns of the kernel table (kernel_table.cpp pairs each with its activation
+// format): llama.cpp's orders (--numerics llamacpp), then the default kernels.
+IsaDot avx2_ggml_dot(DType t) {
+  switch (t) {
+    case DType::kF16:  // ggml_vec_dot_f16 and, from 2 activation rows, tinyBLAS's sgemm
+      return {.dot = dot_f16_f16_ggml_avx2, .dot_batch = dot_f16_f16_sgemm_avx2};
+    case DType::kF32:  // tinyBLAS::matmul declines m % 4 != 0
+      return {.dot = dot_f32_f32_ggml_avx2,
+              .dot_batch = dot_f32_f32_sgemm_avx2,
+              .batch_w_rows_multiple = 4};
+    case DType::kQ5_0:  // ggml's x86 lanes (Q5_0 is not repacked on x86)
+      return {.dot = dot_q5_0_q8_0_ggml_avx2};
+    case DType::kQ5_K:  // ggml's x86 lanes; its tiled K-quant matmul from 8 rows
+      return {.dot = dot_q5_k_q8_k_ggml_avx2,
+              .dot_batch = dot_q5_k_q8_k_tiled_avx2,
+              .batch_min_rows = 8};
+    case DType::kQ6_K:  // our AVX2 GEMV is ggml's x86 order; its tiled matmul from 8 rows
+      return {
+          .dot = dot_q6_k_q8_k_avx2, .dot_batch = dot_q6_k_q8_k_tiled_avx2, .batch_min_rows = 8};
+    default:
+      return {};
+  }
 }
 
-DotKernel llamacpp_f32_dot_kernel() {
-  return {.vec_dot_type = DType::kF32,
-          .from_f32 = from_f32_f32,
-          .vec_dot = ggml_dot_f32_vec_avx2,
-          .vec_dot_batch = ggml_dot_f32_sgemm_avx2,
-          .batch_w_rows_multiple = 4};  // tinyBLAS::matmul declines m % 4 != 0
-}
-
-DotKernel avx2_dot_kernel(DType t) {
+IsaDot avx2_dot(DType t) {
   switch (t) {
     case DType::kF32:
-      return {DType::kF32, from_f32_f32, avx2_dot_f32_f32, avx2_gemm_f32};
+      return {dot_f32_f32_avx2, gemm_f32_f32_avx2};
     case DType::kF16:
-      return {DType::kF16, from_f32_f16, avx2_dot_f16_f16, avx2_gemm_f16};
+      return {dot_f16_f16_avx2, gemm_f16_f16_avx2_impl};
     case DType::kBF16:
-      return {DType::kBF16, from_f32_bf16, avx2_dot_bf16_bf16};
+      return {dot_bf16_bf16_avx2};
     case DType::kQ4_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q4_0_q8_0};
+      return {dot_q4_0_q8_0_avx2};
     case DType::kQ4_1:
-      return {DType::kQ8_1, from_f32_q8_1_avx2, avx2_dot_q4_1_q8_1};
+      return {dot_q4_1_q8_1_avx2};
     case DType::kQ5_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q5_0_q8_0};
+      return {dot_q5_0_q8_0_avx2};
     case DType::kQ5_1:
-      return {DType::kQ8_1, from_f32_q8_1_avx2, avx2_dot_q5_1_q8_1};
+      return {dot_q5_1_q8_1_avx2};
     case DType::kQ8_0:
-      return {DType::kQ8_0, from_f32_q8_0_avx2, avx2_dot_q8_0_q8_0};
+      return {dot_q8_0_q8_0_avx2};
     case DType::kQ2_K:
-      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q2_k_q8_k};
+      return {dot_q2_k_q8_k_avx2};
     case DType::kQ3_K:
-      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q3_k_q8_k};
+      return {dot_q3_k_q8_k_avx2};
     case DType::kQ4_K:
-      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q4_k_q8_k};
+      return {dot_q4_k_q8_k_avx2};
     case DType::kQ5_K:
-      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q5_k_q8_k};
+      return {dot_q5_k_q8_k_avx2};
     case DType::kQ6_K:
-      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q6_k_q8_k};
+      return {dot_q6_k_q8_k_avx2};
     default:
       return {};
   }

@@ -88,7 +88,7 @@ inline int32_t scales_and_summ(const uint8_t* packed, const int16_t* bsums, int1
 
 }  // namespace
 
-float avx2_dot_q5_0_q8_0(int64_t n, const void* vw, const void* vx) {
+float dot_q5_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   float sumf = 0.0f;
@@ -101,7 +101,7 @@ float avx2_dot_q5_0_q8_0(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float avx2_dot_q5_1_q8_1(int64_t n, const void* vw, const void* vx) {
+float dot_q5_1_q8_1_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_1*>(vw);
   const auto* x = static_cast<const BlockQ8_1*>(vx);
   float sumf = 0.0f;
@@ -112,7 +112,7 @@ float avx2_dot_q5_1_q8_1(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float avx2_dot_q2_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q2_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ2_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const __m256i m3 = _mm256_set1_epi8(3);
@@ -142,7 +142,7 @@ float avx2_dot_q2_k_q8_k(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float avx2_dot_q3_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q3_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ3_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const __m256i m3 = _mm256_set1_epi8(3);
@@ -176,7 +176,7 @@ float avx2_dot_q3_k_q8_k(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q4_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -201,7 +201,7 @@ float avx2_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float avx2_dot_q5_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q5_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   const __m256i m4 = _mm256_set1_epi8(0x0F);

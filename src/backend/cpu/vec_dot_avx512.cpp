@@ -139,17 +139,17 @@ void q6_k_rows(int64_t n, const uint8_t* w, uint64_t ws, const uint8_t* x, float
   for (int i = 0; i < NW; ++i) y[i] = Q6_KFmt::finish(acc[i]);
 }
 
-float q6_k_vec_dot(int64_t n, const void* w, const void* x) {
+float dot_q6_k_q8_k_avx512(int64_t n, const void* w, const void* x) {
   float y;
   q6_k_rows<1, false>(n, static_cast<const uint8_t*>(w), 0, static_cast<const uint8_t*>(x), &y);
   return y;
 }
 
 // Decode: up to 8 rows per pass; a batch: one zmm per x86 lane of 16 rows
-// (avx512_q6_k_gemm_rows, the same operations per output).
-void q6_k_gemm(const GemmArgs& a) {
+// (gemm_q6_k_q8_k_rows_avx512, the same operations per output).
+void gemm_q6_k_q8_k_avx512(const GemmArgs& a) {
   if (a.n_x != 1) {
-    avx512_q6_k_gemm_rows(a);
+    gemm_q6_k_q8_k_rows_avx512(a);
     return;
   }
   using RowsFn = void (*)(int64_t, const uint8_t*, uint64_t, const uint8_t*, float*);
@@ -248,7 +248,7 @@ namespace {
 
 // F16 GEMM tile: NW weight rows × NP pairs of activation rows, a pair's two rows in the
 // low and high 8 lanes of a zmm, the weight row's 8 values broadcast to both halves;
-// each half accumulates exactly as avx2_dot_f16_f16 (mul then add per lane, element order).
+// each half accumulates exactly as dot_f16_f16_avx2 (mul then add per lane, element order).
 template <int NW, int NP>
 void f16_tile512(int64_t k, const float* w, const float* xp, float* y, int64_t ys) {
   const int64_t body = k / 8 * 8;
@@ -291,9 +291,9 @@ constexpr std::array<std::array<F16Tile512, kF16P>, kF16W> kF16Tiles512 = {{
 
 }  // namespace
 
-void gemm_f16_avx512(const GemmArgs& a) {
+void gemm_f16_f16_avx512(const GemmArgs& a) {
   if (a.n_x == 1) {
-    gemm_f16_avx2(a);
+    gemm_f16_f16_avx2(a);
     return;
   }
   const auto* w = static_cast<const uint8_t*>(a.w);
@@ -346,24 +346,24 @@ void gemm_f16_avx512(const GemmArgs& a) {
   }
 }
 
-DotKernel avx512_dot_kernel(DType t) {
+IsaDot avx512_dot(DType t) {
   switch (t) {
     case DType::kQ4_0:  // one f32 lane per weight row (vec_dot_avx512_rows.cpp)
     case DType::kQ4_1:
     case DType::kQ5_0:
     case DType::kQ5_1:
     case DType::kQ8_0:
-      return avx512_rows_dot_kernel(t);
+      return avx512_rows_dot(t);
     case DType::kQ4_K:  // one f32 lane per weight row (vec_dot_avx512_kquants.cpp)
     case DType::kQ5_K:
-      return avx512_kquant_dot_kernel(t);
+      return avx512_kquant_dot(t);
     case DType::kF16: {  // the AVX2 dot; batches two activation rows per zmm
-      DotKernel k = avx2_dot_kernel(DType::kF16);
-      k.gemm = gemm_f16_avx512;
-      return k;
+      IsaDot d = avx2_dot(DType::kF16);
+      d.gemm = gemm_f16_f16_avx512;
+      return d;
     }
     case DType::kQ6_K:
-      return {DType::kQ8_K, from_f32_q8_k_avx2, q6_k_vec_dot, q6_k_gemm};
+      return {dot_q6_k_q8_k_avx512, gemm_q6_k_q8_k_avx512};
     default:
       return {};
   }

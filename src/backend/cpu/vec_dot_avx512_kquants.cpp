@@ -41,7 +41,7 @@ inline __mmask16 row_mask(int64_t nr) {
 // Per format: the block, its AVX2 twin (the GEMV row), and its 256 codes in element order.
 struct Q4_KSuper {
   using WB = BlockQ4_K;
-  static float dot(int64_t n, const void* w, const void* x) { return avx2_dot_q4_k_q8_k(n, w, x); }
+  static float dot(int64_t n, const void* w, const void* x) { return dot_q4_k_q8_k_avx2(n, w, x); }
   static void codes(const WB& b, uint8_t* out) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int c = 0; c < 4; ++c) {  // element 64c + 32h + l: nibble h of qs[32c + l]
@@ -54,7 +54,7 @@ struct Q4_KSuper {
 };
 struct Q5_KSuper {
   using WB = BlockQ5_K;
-  static float dot(int64_t n, const void* w, const void* x) { return avx2_dot_q5_k_q8_k(n, w, x); }
+  static float dot(int64_t n, const void* w, const void* x) { return dot_q5_k_q8_k_avx2(n, w, x); }
   static void codes(const WB& b, uint8_t* out) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i m1 = _mm256_set1_epi8(1);
@@ -343,7 +343,7 @@ void gemm(const GemmArgs& a) {
 
 }  // namespace
 
-void avx512_q6_k_gemm_rows(const GemmArgs& a) {
+void gemm_q6_k_q8_k_rows_avx512(const GemmArgs& a) {
   const int64_t nb = a.k / kQKK;
   gemm_groups<WGroupQ6, XQ6, kMaxNX, 1>(
       a, nb, [&](int64_t n_groups, WGroupQ6* out) { prep_weights_q6(a, n_groups, nb, out); },
@@ -364,12 +364,12 @@ void avx512_q6_k_gemm_rows(const GemmArgs& a) {
       });
 }
 
-DotKernel avx512_kquant_dot_kernel(DType t) {
+IsaDot avx512_kquant_dot(DType t) {
   switch (t) {
     case DType::kQ4_K:
-      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q4_k_q8_k, gemm<Q4_KSuper>};
+      return {dot_q4_k_q8_k_avx2, gemm<Q4_KSuper>};
     case DType::kQ5_K:
-      return {DType::kQ8_K, from_f32_q8_k_avx2, avx2_dot_q5_k_q8_k, gemm<Q5_KSuper>};
+      return {dot_q5_k_q8_k_avx2, gemm<Q5_KSuper>};
     default:
       return {};
   }

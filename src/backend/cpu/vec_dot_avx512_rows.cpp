@@ -554,52 +554,22 @@ float vec_dot(int64_t n, const void* w, const void* x) {
 
 }  // namespace
 
-DotKernel avx512_rows_q4_0_repack_dot_kernel() {
-  return {DType::kQ8_0,
-          from_f32_q8_0_avx2,
-          vec_dot<Q4_0RepackRows>,
-          gemm<Q4_0RepackRows>,
-          /*vec_dot_batch=*/nullptr,
-          /*gemv_rows_max=*/kMaxGemvRows};
+IsaDot avx512_rows_q4_0_repack_dot() {
+  return {vec_dot<Q4_0RepackRows>, gemm<Q4_0RepackRows>, kMaxGemvRows};
 }
 
-DotKernel avx512_rows_dot_kernel(DType t) {
+IsaDot avx512_rows_dot(DType t) {
   switch (t) {
     case DType::kQ4_0:
-      return {DType::kQ8_0,
-              from_f32_q8_0_avx2,
-              vec_dot<Q4_0Rows>,
-              gemm<Q4_0Rows>,
-              /*vec_dot_batch=*/nullptr,
-              /*gemv_rows_max=*/kMaxGemvRows};
+      return {vec_dot<Q4_0Rows>, gemm<Q4_0Rows>, kMaxGemvRows};
     case DType::kQ4_1:
-      return {DType::kQ8_1,
-              from_f32_q8_1_avx2,
-              vec_dot<Q4_1Rows>,
-              gemm<Q4_1Rows>,
-              /*vec_dot_batch=*/nullptr,
-              /*gemv_rows_max=*/kMaxGemvRows};
+      return {vec_dot<Q4_1Rows>, gemm<Q4_1Rows>, kMaxGemvRows};
     case DType::kQ5_0:
-      return {DType::kQ8_0,
-              from_f32_q8_0_avx2,
-              vec_dot<Q5_0Rows>,
-              gemm<Q5_0Rows>,
-              /*vec_dot_batch=*/nullptr,
-              /*gemv_rows_max=*/kMaxGemvRows};
+      return {vec_dot<Q5_0Rows>, gemm<Q5_0Rows>, kMaxGemvRows};
     case DType::kQ5_1:
-      return {DType::kQ8_1,
-              from_f32_q8_1_avx2,
-              vec_dot<Q5_1Rows>,
-              gemm<Q5_1Rows>,
-              /*vec_dot_batch=*/nullptr,
-              /*gemv_rows_max=*/kMaxGemvRows};
+      return {vec_dot<Q5_1Rows>, gemm<Q5_1Rows>, kMaxGemvRows};
     case DType::kQ8_0:
-      return {DType::kQ8_0,
-              from_f32_q8_0_avx2,
-              vec_dot<Q8_0Rows>,
-              gemm<Q8_0Rows>,
-              /*vec_dot_batch=*/nullptr,
-              /*gemv_rows_max=*/kMaxGemvRows};
+      return {vec_dot<Q8_0Rows>, gemm<Q8_0Rows>, kMaxGemvRows};
     default:
       return {};
   }

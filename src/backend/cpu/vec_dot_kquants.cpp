@@ -47,7 +47,7 @@ inline int32_t scaled_isum(const int8_t* q, const int8_t* y, const int32_t* scal
 
 }  // namespace
 
-float vec_dot_q2_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q2_k_q8_k_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ2_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float sumf = 0.0f;
@@ -74,7 +74,7 @@ float vec_dot_q2_k_q8_k(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float vec_dot_q3_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q3_k_q8_k_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ3_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float sumf = 0.0f;
@@ -102,7 +102,7 @@ float vec_dot_q3_k_q8_k(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float vec_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q4_k_q8_k_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float sumf = 0.0f;
@@ -130,7 +130,7 @@ float vec_dot_q4_k_q8_k(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float vec_dot_q5_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q5_k_q8_k_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float sumf = 0.0f;
@@ -160,7 +160,7 @@ float vec_dot_q5_k_q8_k(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float vec_dot_q6_k_q8_k(int64_t n, const void* vw, const void* vx) {
+float dot_q6_k_q8_k_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ6_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc[8] = {};

@@ -10,18 +10,18 @@
 
 namespace minfer::backend::cpu {
 
-float vec_dot_q2_k_q8_k(int64_t n, const void* w, const void* x);
-float vec_dot_q3_k_q8_k(int64_t n, const void* w, const void* x);
-float vec_dot_q4_k_q8_k(int64_t n, const void* w, const void* x);
-float vec_dot_q5_k_q8_k(int64_t n, const void* w, const void* x);
-float vec_dot_q6_k_q8_k(int64_t n, const void* w, const void* x);
+float dot_q2_k_q8_k_scalar(int64_t n, const void* w, const void* x);
+float dot_q3_k_q8_k_scalar(int64_t n, const void* w, const void* x);
+float dot_q4_k_q8_k_scalar(int64_t n, const void* w, const void* x);
+float dot_q5_k_q8_k_scalar(int64_t n, const void* w, const void* x);
+float dot_q6_k_q8_k_scalar(int64_t n, const void* w, const void* x);
 
 // AVX2 twins (vec_dot_avx2_exact.cpp; Q6_K: vec_dot_avx2.cpp), bitwise equal to
 // the above; only call on a CPU with AVX2 + F16C.
-float avx2_dot_q2_k_q8_k(int64_t n, const void* w, const void* x);
-float avx2_dot_q3_k_q8_k(int64_t n, const void* w, const void* x);
-float avx2_dot_q4_k_q8_k(int64_t n, const void* w, const void* x);
-float avx2_dot_q5_k_q8_k(int64_t n, const void* w, const void* x);
+float dot_q2_k_q8_k_avx2(int64_t n, const void* w, const void* x);
+float dot_q3_k_q8_k_avx2(int64_t n, const void* w, const void* x);
+float dot_q4_k_q8_k_avx2(int64_t n, const void* w, const void* x);
+float dot_q5_k_q8_k_avx2(int64_t n, const void* w, const void* x);
 
 // All 8 scales and mins of a Q4_K / Q5_K super-block at once, word-parallel: bytes 0-7
 // of the result are sc[0..7], bytes 8-15 m[0..7] (kquant_scale_min below, for every j).

@@ -106,7 +106,7 @@ inline int32_t kquant_min_sum(const uint8_t sm[16], const BlockQ8_K& x) {  // ex
 
 }  // namespace
 
-float avx2_dot_q4_0_q8_0_repack(int64_t n, const void* vw, const void* vx) {
+float dot_q4_0_q8_0_repack_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   float acc = 0.0f;
@@ -118,7 +118,7 @@ float avx2_dot_q4_0_q8_0_repack(int64_t n, const void* vw, const void* vx) {
   return acc;
 }
 
-float avx2_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* vw, const void* vx) {
+float dot_q4_k_q8_k_repack_gemv_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc = 0.0f, accm = 0.0f;
@@ -133,7 +133,7 @@ float avx2_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* vw, const void* vx) 
   return acc - accm;
 }
 
-float avx2_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* vw, const void* vx) {
+float dot_q4_k_q8_k_repack_gemm_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc = 0.0f, accm = 0.0f;
@@ -150,7 +150,7 @@ float avx2_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* vw, const void* vx) 
   return acc - accm;
 }
 
-float avx2_dot_q5_0_q8_0_ggml(int64_t n, const void* vw, const void* vx) {
+float dot_q5_0_q8_0_ggml_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   // bit j of qh → byte j all ones (ggml's bytes_from_bits_32)
@@ -172,7 +172,7 @@ float avx2_dot_q5_0_q8_0_ggml(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
-float avx2_dot_q5_k_q8_k_ggml(int64_t n, const void* vw, const void* vx) {
+float dot_q5_k_q8_k_ggml_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -189,7 +189,7 @@ float avx2_dot_q5_k_q8_k_ggml(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc) + summs;
 }
 
-float avx2_dot_q5_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
+float dot_q5_k_q8_k_tiled_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc = 0.0f;

@@ -85,7 +85,7 @@ bool llamacpp_repacks(DType t, int64_t n_rows) {
   return (t == DType::kQ4_0 || t == DType::kQ4_K) && n_rows > 0 && n_rows % 8 == 0;
 }
 
-float vec_dot_q4_0_q8_0_repack(int64_t n, const void* vw, const void* vx) {
+float dot_q4_0_q8_0_repack_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   float acc = 0.0f;
@@ -101,7 +101,7 @@ float vec_dot_q4_0_q8_0_repack(int64_t n, const void* vw, const void* vx) {
   return acc;
 }
 
-float vec_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* vw, const void* vx) {
+float dot_q4_k_q8_k_repack_gemv_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc = 0.0f, accm = 0.0f;
@@ -118,7 +118,7 @@ float vec_dot_q4_k_q8_k_repack_gemv(int64_t n, const void* vw, const void* vx) {
   return acc - accm;
 }
 
-float vec_dot_q4_k_q8_k_repack_gemm(int64_t n, const void* vw, const void* vx) {
+float dot_q4_k_q8_k_repack_gemm_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc = 0.0f, accm = 0.0f;
@@ -169,7 +169,7 @@ void from_f32_q8_k_mat4(const float* x, void* vy, int64_t n) {
   }
 }
 
-float vec_dot_q6_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
+float dot_q6_k_q8_k_tiled_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const quant::BlockQ6_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc = 0.0f;
@@ -199,7 +199,7 @@ float vec_dot_q6_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
   return acc;
 }
 
-float ggml_dot_q5_k_q8_k_lanes(int64_t n, const void* vw, const void* vx) {
+float dot_q5_k_q8_k_ggml_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float lane[8] = {};
@@ -226,7 +226,7 @@ float ggml_dot_q5_k_q8_k_lanes(int64_t n, const void* vw, const void* vx) {
   return ((s0 + s2) + (s1 + s3)) + summs;
 }
 
-float vec_dot_q5_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
+float dot_q5_k_q8_k_tiled_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);
   float acc = 0.0f;
@@ -246,7 +246,7 @@ float vec_dot_q5_k_q8_k_tiled(int64_t n, const void* vw, const void* vx) {
   return acc;
 }
 
-float ggml_dot_q5_0_q8_0_lanes(int64_t n, const void* vw, const void* vx) {
+float dot_q5_0_q8_0_ggml_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   float lane[8] = {};

@@ -1,5 +1,5 @@
 // Stage 12 (kernels): scalar reference dot products for the float and legacy block
-// types, the activation converters, and the scalar DotKernel table.
+// types, the activation converters, and the scalar column of the kernel table.
 // Invariant: per-block integer sums combined in block order, as ggml-cpu's generic
 // vec_dot_*; float/bf16/f16 dots accumulate 8 lanes then a fixed tree (the AVX2
 // twin's order), so F32 dots are bitwise equal across ISAs.
@@ -43,7 +43,7 @@ inline float quantize_block_q8(const float* x, int8_t* q, int32_t* sum) {
   return d;
 }
 
-float vec_dot_q4_0_q8_0(int64_t n, const void* vw, const void* vx) {
+float dot_q4_0_q8_0_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   float sumf = 0.0f;
@@ -59,7 +59,7 @@ float vec_dot_q4_0_q8_0(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float vec_dot_q4_1_q8_1(int64_t n, const void* vw, const void* vx) {
+float dot_q4_1_q8_1_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_1*>(vw);
   const auto* x = static_cast<const BlockQ8_1*>(vx);
   float sumf = 0.0f;
@@ -79,7 +79,7 @@ inline uint32_t load_qh(const uint8_t* p) {
   return v;
 }
 
-float vec_dot_q5_0_q8_0(int64_t n, const void* vw, const void* vx) {
+float dot_q5_0_q8_0_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   float sumf = 0.0f;
@@ -96,7 +96,7 @@ float vec_dot_q5_0_q8_0(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float vec_dot_q5_1_q8_1(int64_t n, const void* vw, const void* vx) {
+float dot_q5_1_q8_1_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ5_1*>(vw);
   const auto* x = static_cast<const BlockQ8_1*>(vx);
   float sumf = 0.0f;
@@ -113,7 +113,7 @@ float vec_dot_q5_1_q8_1(int64_t n, const void* vw, const void* vx) {
   return sumf;
 }
 
-float vec_dot_q8_0_q8_0(int64_t n, const void* vw, const void* vx) {
+float dot_q8_0_q8_0_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ8_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   float sumf = 0.0f;
@@ -139,19 +139,19 @@ float lanes8_dot(int64_t n, Load load) {
   return s;
 }
 
-float vec_dot_f16_f16(int64_t n, const void* vw, const void* vx) {
+float dot_f16_f16_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const uint16_t*>(vw);
   const auto* x = static_cast<const uint16_t*>(vx);
   return lanes8_dot(n, [&](int64_t i) { return fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]); });
 }
 
-float vec_dot_bf16_bf16(int64_t n, const void* vw, const void* vx) {
+float dot_bf16_bf16_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const uint16_t*>(vw);
   const auto* x = static_cast<const uint16_t*>(vx);
   return lanes8_dot(n, [&](int64_t i) { return bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]); });
 }
 
-float vec_dot_f32_f32(int64_t n, const void* vw, const void* vx) {
+float dot_f32_f32_scalar(int64_t n, const void* vw, const void* vx) {
   return dot_f32_scalar(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
 }
 
@@ -330,34 +330,34 @@ void attn_axpy_rows_f32_scalar(int64_t n_cells, int64_t n, const float* p, const
   for (int64_t c = 0; c < n_cells; ++c) axpy_f32_scalar(n, p[c], v + c * v_stride, y);
 }
 
-DotKernel scalar_dot_kernel(DType t) {
+IsaDot scalar_dot(DType t) {
   switch (t) {
     case DType::kF32:
-      return {DType::kF32, from_f32_f32, vec_dot_f32_f32};
+      return {dot_f32_f32_scalar};
     case DType::kF16:
-      return {DType::kF16, from_f32_f16, vec_dot_f16_f16};
+      return {dot_f16_f16_scalar};
     case DType::kBF16:
-      return {DType::kBF16, from_f32_bf16, vec_dot_bf16_bf16};
+      return {dot_bf16_bf16_scalar};
     case DType::kQ4_0:
-      return {DType::kQ8_0, from_f32_q8_0, vec_dot_q4_0_q8_0};
+      return {dot_q4_0_q8_0_scalar};
     case DType::kQ4_1:
-      return {DType::kQ8_1, from_f32_q8_1, vec_dot_q4_1_q8_1};
+      return {dot_q4_1_q8_1_scalar};
     case DType::kQ5_0:
-      return {DType::kQ8_0, from_f32_q8_0, vec_dot_q5_0_q8_0};
+      return {dot_q5_0_q8_0_scalar};
     case DType::kQ5_1:
-      return {DType::kQ8_1, from_f32_q8_1, vec_dot_q5_1_q8_1};
+      return {dot_q5_1_q8_1_scalar};
     case DType::kQ8_0:
-      return {DType::kQ8_0, from_f32_q8_0, vec_dot_q8_0_q8_0};
+      return {dot_q8_0_q8_0_scalar};
     case DType::kQ2_K:
-      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q2_k_q8_k};
+      return {dot_q2_k_q8_k_scalar};
     case DType::kQ3_K:
-      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q3_k_q8_k};
+      return {dot_q3_k_q8_k_scalar};
     case DType::kQ4_K:
-      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q4_k_q8_k};
+      return {dot_q4_k_q8_k_scalar};
     case DType::kQ5_K:
-      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q5_k_q8_k};
+      return {dot_q5_k_q8_k_scalar};
     case DType::kQ6_K:
-      return {DType::kQ8_K, from_f32_q8_k, vec_dot_q6_k_q8_k};
+      return {dot_q6_k_q8_k_scalar};
     default:
       return {};
   }
