@@ -34,7 +34,12 @@ struct Mode {
 };
 
 std::vector<Mode> modes() {
-  std::vector<Mode> m = {{"default", {}}};
+  // default numerics with K and V in their own quantized / half formats: the regions the
+  // sealed layers hold are read and written in those formats on its side of the seam
+  std::vector<Mode> m = {
+      {"default", {}},
+      {"default-q8_0k-f16v",
+       {.kv_format = graph::KvFormats(graph::KvFormat::kQ8_0, graph::KvFormat::kF16)}}};
   if (backend::cpu::detect_isa() != backend::cpu::CpuIsa::kScalar) {  // llamacpp needs AVX2
     m.push_back(
         {"llamacpp", {.kv_format = graph::KvFormat::kF16, .numerics = Numerics::kLlamaCpp}});
