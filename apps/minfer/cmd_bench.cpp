@@ -148,17 +148,13 @@ int run_bench(const std::vector<std::string>& args) {
            });
   KvFlags kv;
   add_kv_flags(p, kv);
-  p.option("-ngl,--gpu-layers,--n-gpu-layers", "N", "no GPU backend in this build: ignored",
-           [&](const std::string& v) -> Status {
-             notices.push_back("-ngl " + v + ": this build has no GPU backend; the CPU runs");
-             return Ok{};
-           });
   p.optional_value("-fa,--flash-attn", {"0", "1", "on", "off", "auto"},
                    "ignored: the CPU attention is always fused", [&](const std::string&) -> Status {
                      notices.push_back("-fa: ignored; the CPU attention always runs fused");
                      return Ok{};
                    });
   if (auto done = parse_model_command(p, args, "bench", model_arg)) return *done;
+  if (auto n = ngl_notice(kv)) notices.push_back(*n);
   for (const std::string& n : notices) fmt::print(stderr, "notice: {}\n", n);
 
   // Usage errors (--cache-type, --numerics) before the model is looked for.
@@ -339,7 +335,7 @@ int run_bench(const std::vector<std::string>& args) {
       j["n_threads"] = r.threads;
       j["type_k"] = std::string(graph::kv_format_name(kv_types->kv_format.k));
       j["type_v"] = std::string(graph::kv_format_name(kv_types->kv_format.v));
-      j["n_gpu_layers"] = 0;
+      j["n_gpu_layers"] = kv.n_gpu_layers;
       j["n_prompt"] = r.n_prompt;
       j["n_gen"] = r.n_gen;
       j["n_depth"] = 0;

@@ -99,6 +99,7 @@ int run_embed(const std::vector<std::string>& args) {
   add_kv_flags(p, kv);
   ArgParser::Parsed parsed;
   if (auto done = parse_or_help(p, args, parsed)) return *done;
+  if (auto n = ngl_notice(kv)) fmt::print(stderr, "notice: {}\n", *n);
 
   std::vector<std::string> texts = parsed.positionals;
   std::string model_arg = model_opt;

@@ -330,6 +330,7 @@ int run_perplexity(const std::vector<std::string>& args) {
          [&] { o.kl_divergence = true; });
   add_kv_flags(p, o.kv);
   if (auto done = parse_model_command(p, args, "perplexity", o.model_arg)) return *done;
+  if (auto n = ngl_notice(o.kv)) fmt::print(stderr, "notice: {}\n", *n);
 
   if (o.kl_divergence && o.kl_file.empty()) {
     return fail("perplexity: --kl-divergence needs --kl-divergence-base FILE (the base logits)");

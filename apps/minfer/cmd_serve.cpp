@@ -163,6 +163,7 @@ int run_serve(const std::vector<std::string>& args) {
     if (key.empty()) return fail("--api-key-file '" + api_key_file + "': the first line is empty");
     o.api_key = std::move(key);
   }
+  if (auto n = ngl_notice(kv)) notices.push_back(*n);
   for (const std::string& n : notices) std::fprintf(stderr, "notice: %s\n", n.c_str());
   if (!template_file.empty()) {
     auto text = read_input_file(template_file);

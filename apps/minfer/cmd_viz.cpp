@@ -1,6 +1,8 @@
 // Stage 18 (CLI): `minfer viz MODEL [--port 8081] [-p PROMPT]` — the engine view for a
 // local single-user run: the server with one slot, GET / serving the view (graph, live
 // panel, a prompt box that runs generations on this process). docs/USAGE.md "Engine view".
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +37,7 @@ int run_viz(const std::vector<std::string>& args) {
   KvFlags kv;
   add_kv_flags(p, kv);
   if (auto done = parse_model_command(p, args, "viz", model_arg)) return *done;
+  if (auto n = ngl_notice(kv)) fmt::print(stderr, "notice: {}\n", *n);
   o.port = port;
   o.scheduler.n_slots = 1;  // one user: every run decodes alone
   o.scheduler.max_queue = 4;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,34 @@ void add_kv_flags(ArgParser& p, KvFlags& flags) {
                "the devices to run on besides the CPU, in order (minfer --list-devices names\n"
                "them; none or cpu: the CPU alone, the default)",
                flags.device);
+  p.option("-ngl,--gpu-layers,--n-gpu-layers", "N",
+           "run the last N repeating layers on the first --device (N past the layer count,\n"
+           "or -1: every layer and the output head, as llama.cpp); with the CPU alone: a\n"
+           "notice, every layer on the CPU",
+           [&flags](const std::string& v) -> Status {
+             MINFER_TRY(const int64_t n, parse_int(v, "-ngl", -1, INT32_MAX));
+             flags.n_gpu_layers = static_cast<int32_t>(n);
+             flags.ngl_given = true;
+             return Ok{};
+           });
+}
+
+std::optional<std::string> ngl_notice(const KvFlags& flags) {
+  if (!flags.ngl_given || flags.n_gpu_layers == 0) return std::nullopt;
+  bool device = false;
+  for (size_t at = 0; at <= flags.device.size();) {
+    const size_t comma = std::min(flags.device.find(',', at), flags.device.size());
+    const std::string name = flags.device.substr(at, comma - at);
+    if (!name.empty() && name != "cpu" && name != "none") device = true;
+    at = comma + 1;
+  }
+  if (device) return std::nullopt;
+  if (backend::Registry::global().devices().empty()) {
+    return fmt::format("-ngl {}: this build has no GPU backend; every layer runs on the CPU",
+                       flags.n_gpu_layers);
+  }
+  return fmt::format("-ngl {}: no device named (--device); every layer runs on the CPU",
+                     flags.n_gpu_layers);
 }
 
 void add_reasoning_flags(ArgParser& p, bool& split, int32_t& budget, const std::string& format_help,
@@ -53,13 +82,6 @@ void add_reasoning_flags(ArgParser& p, bool& split, int32_t& budget, const std::
 }
 
 void add_compat_flags(ArgParser& p, std::vector<std::string>& notices, bool& mlock) {
-  p.option("-ngl,--gpu-layers,--n-gpu-layers", "N", "no GPU backend in this build: ignored",
-           [&notices](const std::string& v) -> Status {
-             MINFER_TRY_STATUS(parse_int(v, "-ngl", -1, INT32_MAX));
-             notices.push_back(fmt::format(
-                 "-ngl {}: this build has no GPU backend; every layer runs on the CPU", v));
-             return Ok{};
-           });
   p.optional_value(
       "-fa,--flash-attn", {"on", "off", "auto"},
       "ignored: the CPU attention is always the fused online-softmax one",
@@ -93,6 +115,7 @@ Result<engine::EngineOptions> engine_options(int32_t n_threads, const KvFlags& f
     if (!parsed) return parsed.error().context(numerics_flag ? "--numerics" : "MINFER_NUMERICS");
     options.numerics = *parsed;
   }
+  options.n_gpu_layers = flags.n_gpu_layers;
   if (!flags.device.empty() && flags.device != "none") {
     size_t at = 0;
     for (;;) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,19 @@ struct KvFlags {
   std::string cache_type_v;  // -ctv / --cache-type-v: V alone, over --cache-type
   std::string numerics;      // --numerics (empty: MINFER_NUMERICS, else default)
   std::string device;        // --device / -dev: NAME[,NAME...] (empty or none: the CPU)
+  int32_t n_gpu_layers = 0;  // -ngl: the last N layers on the first device (N > n_layer: + head)
+  bool ngl_given = false;
 };
 
-// Registers --cache-type, -ctk, -ctv, --numerics and --device.
+// The notice for -ngl with no device besides the CPU named (every layer stays on the CPU);
+// nullopt when -ngl was not given, is 0, or a device takes the layers.
+std::optional<std::string> ngl_notice(const KvFlags& flags);
+
+// Registers --cache-type, -ctk, -ctv, --numerics, --device and -ngl.
 void add_kv_flags(ArgParser& p, KvFlags& flags);
 
 // llama.cpp's engine flags this build has no use for, accepted with a notice each (added
-// to `notices`, printed once before the model loads): -ngl N, -fa [on|off|auto],
+// to `notices`, printed once before the model loads): -fa [on|off|auto],
 // --no-mmap; and --mlock (sets `mlock`: lock_memory() once the model is open).
 void add_compat_flags(ArgParser& p, std::vector<std::string>& notices, bool& mlock);
 

@@ -489,6 +489,7 @@ Status prepare_run(RunArgs& a) {
     a.notices.push_back(fmt::format(
         "--keep {}: no effect without --context-shift (a full context ends the run)", a.keep));
   }
+  if (auto n = ngl_notice(a.kv)) a.notices.push_back(*n);
   for (const std::string& n : a.notices) log_info("notice: {}", n);
   return Ok{};
 }

@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 
@@ -91,8 +93,16 @@ Status Allocator::ensure_region(const ComputeGraph& g, NodeId id) {
   if (!buf.ok()) return buf.error().context(fmt::format("KV region layer {} {}", key.layer, kind));
   Region r;
   r.buffer = std::move(buf).value();
-  // Zeroed once so a region read before any store (a bug) is deterministic garbage.
-  if (pit->second.memory->host_accessible()) std::memset(r.buffer.data(), 0, bytes);
+  // Zeroed once so a region read before any store (a bug) is deterministic garbage;
+  // through the memory's write, so a device region is zeroed too (not a decode step).
+  {
+    static constexpr uint64_t kChunk = 1 << 16;
+    static const std::vector<std::byte> zeros(kChunk);
+    for (uint64_t at = 0; at < bytes; at += kChunk) {
+      MINFER_TRY_STATUS(pit->second.memory->write(r.buffer.data() + at, zeros.data(),
+                                                  std::min(kChunk, bytes - at)));
+    }
+  }
   r.info = RegionInfo{.layer = key.layer,
                       .kind = key.kind,
                       .backend = n.backend,
@@ -157,10 +167,13 @@ Status Allocator::map_graph(const ComputeGraph& g) {
     } else if (n.op == graph::Op::kWeight) {
       auto w = weights_.find(n.name);
       const uint64_t want = graph::tensor_bytes(n.dtype, n.shape);
-      if (w != weights_.end() && w->second.second != want) {
-        return make_error(fmt::format("weight '{}' bound with {} bytes; graph needs {} ({} {})",
-                                      n.name, w->second.second, want, dtype_name(n.dtype),
-                                      n.shape.str()));
+      if (w == weights_.end()) continue;
+      for (const BoundWeight& b : w->second) {
+        if (b.bytes != want) {
+          return make_error(
+              fmt::format("weight '{}' bound on backend {} with {} bytes; graph needs {} ({} {})",
+                          n.name, b.backend, b.bytes, want, dtype_name(n.dtype), n.shape.str()));
+        }
       }
     }
   }
@@ -199,18 +212,63 @@ std::byte* Allocator::data(const ComputeGraph& g, NodeId id) const {
   if (std::byte* ptr = current_->ptr[id]; ptr != nullptr) return ptr;
   const Node& root = g.node(p.root);
   MINFER_CHECK(root.op == graph::Op::kWeight, "Allocator::data: node %d has no memory", id);
-  auto w = weights_.find(root.name);
-  MINFER_CHECK(w != weights_.end(), "weight '%s' (read by node %d) was never bound",
-               root.name.c_str(), id);
-  // const_cast: weights are read-only by contract; kernels take const pointers to them.
-  return static_cast<std::byte*>(const_cast<void*>(w->second.first)) +
-         (p.kind == PlacementKind::kAlias ? p.offset : 0);
+  std::byte* w = weight_data(root.name, root.backend);
+  MINFER_CHECK(w != nullptr, "weight '%s' (read by node %d) was never bound on backend %d",
+               root.name.c_str(), id, root.backend);
+  return w + (p.kind == PlacementKind::kAlias ? p.offset : 0);
 }
 
-void Allocator::bind_weight(std::string_view name, const void* data, uint64_t bytes) {
+void Allocator::bind_weight(std::string_view name, const void* data, uint64_t bytes,
+                            graph::BackendId backend) {
   MINFER_CHECK(data != nullptr, "bind_weight('%.*s'): null data", static_cast<int>(name.size()),
                name.data());
-  weights_[std::string(name)] = {data, bytes};
+  std::vector<BoundWeight>& all = weights_[std::string(name)];
+  for (BoundWeight& b : all) {
+    if (b.backend == backend) {
+      b = {backend, data, bytes};
+      return;
+    }
+  }
+  all.push_back({backend, data, bytes});
+}
+
+const Allocator::BoundWeight* Allocator::find_weight(std::string_view name,
+                                                     graph::BackendId backend) const {
+  auto w = weights_.find(std::string(name));
+  if (w == weights_.end()) return nullptr;
+  for (const BoundWeight& b : w->second) {
+    if (b.backend == backend) return &b;
+  }
+  return nullptr;
+}
+
+std::byte* Allocator::weight_data(std::string_view name, graph::BackendId backend) const {
+  const BoundWeight* b = find_weight(name, backend);
+  // const_cast: weights are read-only by contract; kernels take const pointers to them.
+  return b == nullptr ? nullptr : static_cast<std::byte*>(const_cast<void*>(b->data));
+}
+
+bool Allocator::host_accessible(graph::BackendId backend) const {
+  auto it = pools_.find(backend);
+  return it != pools_.end() && it->second.memory && it->second.memory->host_accessible();
+}
+
+Status Allocator::read_node(const ComputeGraph& g, NodeId id, std::span<std::byte> out) {
+  if (current_ == nullptr || g.uid() != current_uid_) {
+    return make_error(fmt::format("read_node: graph uid {} is not the mapped graph (uid {})",
+                                  g.uid(), current_uid_));
+  }
+  const Node& n = g.node(id);
+  const uint64_t bytes = graph::tensor_bytes(n.dtype, n.shape);
+  if (out.size() != bytes) {
+    return make_error(
+        fmt::format("read_node '{}': {} bytes asked, node holds {}", n.name, out.size(), bytes));
+  }
+  auto it = pools_.find(n.backend);
+  if (it == pools_.end() || !it->second.memory) {
+    return make_error(fmt::format("read_node '{}': backend {} has no memory", n.name, n.backend));
+  }
+  return it->second.memory->read(out.data(), data(g, id), bytes);
 }
 
 Result<std::byte*> Allocator::input_bytes(const ComputeGraph& g, std::string_view name, DType dtype,
@@ -232,25 +290,23 @@ Result<std::byte*> Allocator::input_bytes(const ComputeGraph& g, std::string_vie
     return make_error(fmt::format("fill '{}': {} values for input {} ({} elements)", name, count,
                                   n.shape.str(), n.shape.n_elements()));
   }
-  if (!pools_.at(n.backend).memory->host_accessible()) {
-    return make_error(
-        fmt::format("fill '{}': input lives in device memory of backend {}", name, n.backend));
-  }
   return current_->ptr[*id];
 }
 
+// Inputs are written through their backend's memory (a device's `set`), so an input
+// may live on any backend; the CPU's is a memcpy as before.
 Status Allocator::fill_input_i32(const ComputeGraph& g, std::string_view name,
                                  std::span<const int32_t> values) {
   MINFER_TRY(std::byte * dst, input_bytes(g, name, DType::kI32, values.size()));
-  std::memcpy(dst, values.data(), values.size_bytes());
-  return Ok{};
+  const auto id = *g.find_input(name);
+  return pools_.at(g.node(id).backend).memory->write(dst, values.data(), values.size_bytes());
 }
 
 Status Allocator::fill_input_f32(const ComputeGraph& g, std::string_view name,
                                  std::span<const float> values) {
   MINFER_TRY(std::byte * dst, input_bytes(g, name, DType::kF32, values.size()));
-  std::memcpy(dst, values.data(), values.size_bytes());
-  return Ok{};
+  const auto id = *g.find_input(name);
+  return pools_.at(g.node(id).backend).memory->write(dst, values.data(), values.size_bytes());
 }
 
 const RegionInfo* Allocator::region(int32_t layer, KvKind kind) const {
@@ -269,6 +325,24 @@ Result<std::byte*> Allocator::region_cell(int32_t layer, KvKind kind, int64_t ce
         fmt::format("KV cell {} outside layer {} region of {} cells", cell, layer, r->n_cells));
   }
   return r->data + static_cast<uint64_t>(cell) * r->row_bytes;
+}
+
+Status Allocator::read_cell(int32_t layer, KvKind kind, int64_t cell,
+                            std::span<std::byte> out) const {
+  MINFER_TRY(std::byte * src, region_cell(layer, kind, cell));
+  const RegionInfo* r = region(layer, kind);
+  MINFER_CHECK(out.size() == r->row_bytes, "read_cell: %zu bytes for a row of %llu", out.size(),
+               static_cast<unsigned long long>(r->row_bytes));
+  return pools_.at(r->backend).memory->read(out.data(), src, r->row_bytes);
+}
+
+Status Allocator::write_cell(int32_t layer, KvKind kind, int64_t cell,
+                             std::span<const std::byte> in) {
+  MINFER_TRY(std::byte * dst, region_cell(layer, kind, cell));
+  const RegionInfo* r = region(layer, kind);
+  MINFER_CHECK(in.size() == r->row_bytes, "write_cell: %zu bytes for a row of %llu", in.size(),
+               static_cast<unsigned long long>(r->row_bytes));
+  return pools_.at(r->backend).memory->write(dst, in.data(), r->row_bytes);
 }
 
 }  // namespace minfer::alloc

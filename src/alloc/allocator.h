@@ -3,7 +3,8 @@
 // Invariants: liveness in build order (plan.h); inputs live the whole step; a KV
 // region is allocated once, at its full n_ctx extent, never freed or moved by a
 // rebuild, and addressed by cell; re-mapping a cached graph allocates nothing; input
-// fills are accepted only for the graph currently mapped (fill after allocation).
+// fills are accepted only for the graph currently mapped (fill after allocation); the
+// host touches a backend's memory only through its MemoryResource (write / read).
 #pragma once
 
 #include <compare>
@@ -14,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "alloc/memory.h"
 #include "alloc/plan.h"
@@ -78,9 +80,20 @@ class Allocator final : public graph::GraphMemory {
     return reinterpret_cast<T*>(data(graph, id));
   }
 
-  // Weight bytes (usually the GGUF mmap), looked up by node name. Size must match
-  // the node's tensor_bytes when mapped; rebinding replaces the pointer.
-  void bind_weight(std::string_view name, const void* data, uint64_t bytes);
+  // Weight bytes, looked up by node name and backend: the GGUF mmap for the CPU, the
+  // backend's own upload (done once, at load) for another. Size must match the node's
+  // tensor_bytes when mapped; rebinding replaces the pointer.
+  void bind_weight(std::string_view name, const void* data, uint64_t bytes,
+                   graph::BackendId backend = graph::kBackendCpu);
+  // The copy of weight `name` that lives on `backend`; nullptr when none was bound
+  // there (a split reading it is then refused: weights never move per step).
+  std::byte* weight_data(std::string_view name, graph::BackendId backend) const;
+
+  // Whether the host may dereference addresses of `backend`'s memory.
+  bool host_accessible(graph::BackendId backend) const;
+  // Host copy of node `id`'s bytes (the logits of a device-resident head), through its
+  // memory's read. Error: the graph is not the mapped one, or `out` has the wrong size.
+  Status read_node(const graph::ComputeGraph& graph, graph::NodeId id, std::span<std::byte> out);
 
   // Per-step input data, after map_graph: errors for an unknown name, a dtype or
   // element-count mismatch, a graph that is not the mapped one, or device memory.
@@ -94,6 +107,10 @@ class Allocator final : public graph::GraphMemory {
   // Bytes of cell `cell` of a region; Error when the region is missing or the cell
   // is outside [0, n_cells) — a KV access out of range is never clamped.
   Result<std::byte*> region_cell(int32_t layer, graph::KvKind kind, int64_t cell) const;
+  // One cell's row to / from the host through the region's memory (session export and
+  // import; the address from region_cell may be a device's).
+  Status read_cell(int32_t layer, graph::KvKind kind, int64_t cell, std::span<std::byte> out) const;
+  Status write_cell(int32_t layer, graph::KvKind kind, int64_t cell, std::span<const std::byte> in);
   size_t n_regions() const { return regions_.size(); }
 
   // Arena capacity per backend (bytes), 0 if none yet.
@@ -131,7 +148,13 @@ class Allocator final : public graph::GraphMemory {
   std::map<graph::BackendId, Pool> pools_;
   std::map<RegionKey, Region> regions_;
   std::unordered_map<uint64_t, Mapped> plans_;
-  std::unordered_map<std::string, std::pair<const void*, uint64_t>> weights_;
+  struct BoundWeight {
+    graph::BackendId backend;
+    const void* data;
+    uint64_t bytes;
+  };
+  std::unordered_map<std::string, std::vector<BoundWeight>> weights_;
+  const BoundWeight* find_weight(std::string_view name, graph::BackendId backend) const;
   uint64_t current_uid_ = 0;
   const Mapped* current_ = nullptr;
   AllocStats stats_;

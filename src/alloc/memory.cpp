@@ -30,6 +30,16 @@ void HostMemory::deallocate(void* ptr, uint64_t /*bytes*/) noexcept {
   std::free(ptr);
 }
 
+Status HostMemory::write(void* dst, const void* host_src, uint64_t bytes) {
+  if (bytes > 0) std::memcpy(dst, host_src, bytes);
+  return Ok{};
+}
+
+Status HostMemory::read(void* host_dst, const void* src, uint64_t bytes) {
+  if (bytes > 0) std::memcpy(host_dst, src, bytes);
+  return Ok{};
+}
+
 Result<Buffer> Buffer::allocate(MemoryResource& mr, uint64_t bytes, uint64_t alignment) {
   MINFER_TRY(void* p, mr.allocate(bytes, alignment));
   MINFER_CHECK(reinterpret_cast<uintptr_t>(p) % alignment == 0,

@@ -15,8 +15,10 @@ namespace minfer::alloc {
 
 inline constexpr uint64_t kTensorAlignment = 64;
 
-// A backend's memory. CPU uses HostMemory; a GPU backend supplies its own (device
-// memory is not host accessible, so host fills of its inputs are refused).
+// A backend's memory, as the allocator sees it. CPU uses HostMemory; another backend's
+// is sched::BackendMemory over its Backend (alloc stays independent of backends). An
+// address from a resource that is not host_accessible() is only ever offset and handed
+// back to that resource (write/read) or its backend — never dereferenced here.
 class MemoryResource {
  public:
   virtual ~MemoryResource() = default;
@@ -25,6 +27,10 @@ class MemoryResource {
   // Expected failure (out of memory) is an Error naming the size, never a null pointer.
   virtual Result<void*> allocate(uint64_t bytes, uint64_t alignment) = 0;
   virtual void deallocate(void* ptr, uint64_t bytes) noexcept = 0;
+  // Host -> this memory and back (input fills, logits, session KV). For host memory a
+  // memcpy; a device's forwards to its backend's set / get (sched::BackendMemory).
+  virtual Status write(void* dst, const void* host_src, uint64_t bytes) = 0;
+  virtual Status read(void* host_dst, const void* src, uint64_t bytes) = 0;
 };
 
 // Aligned host memory (std::aligned_alloc); sizes are rounded up to the alignment.
@@ -34,6 +40,8 @@ class HostMemory final : public MemoryResource {
   bool host_accessible() const override { return true; }
   Result<void*> allocate(uint64_t bytes, uint64_t alignment) override;
   void deallocate(void* ptr, uint64_t bytes) noexcept override;
+  Status write(void* dst, const void* host_src, uint64_t bytes) override;
+  Status read(void* host_dst, const void* src, uint64_t bytes) override;
 };
 
 // Move-only owner of one allocation. The resource must outlive the buffer (the

@@ -139,7 +139,20 @@ Result<BatchLogits> Context::decode(const Batch& batch) {
   MINFER_TRY_STATUS(sched_.execute(g, memory));
   stats_.executes++;
   stats_.graph_uid = g.uid();
-  const float* logits = memory.data_as<const float>(g, g.outputs().front());
+  // Logits on the host: the output's own memory when the host may read it, else one
+  // `get` into a context buffer (grown only when a larger output first appears).
+  const graph::NodeId out_id = g.outputs().front();
+  const graph::Node& out_node = g.node(out_id);
+  const float* logits = nullptr;
+  if (memory.host_accessible(out_node.backend)) {
+    logits = memory.data_as<const float>(g, out_id);
+  } else {
+    const auto count = static_cast<size_t>(out_node.shape.n_elements());
+    if (logits_host_.size() < count) logits_host_.resize(count);
+    MINFER_TRY_STATUS(memory.read_node(
+        g, out_id, std::as_writable_bytes(std::span<float>(logits_host_).first(count))));
+    logits = logits_host_.data();
+  }
   if (n_out == nt) {
     // No tail gather: output row i is batch row i; map the logit rows to their rows.
     for (size_t i = 0; i < n; ++i) {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <unordered_map>
 
 #include "alloc/allocator.h"
 #include "backend/cpu/cpu_backend.h"
@@ -178,6 +179,15 @@ Status Context::init(const EngineOptions& options) {
     MINFER_TRY(std::unique_ptr<backend::Backend> b, backend::Registry::global().create(name, id));
     e->sched_.add_backend(std::move(b));
   }
+  // -ngl: the first named device takes the last N layers (and the head past n_layer).
+  if (options.n_gpu_layers != 0 && sched_.n_backends() > 1) {
+    const auto n_layer = static_cast<int32_t>(model_->hparams().n_layer);
+    const bool all = options.n_gpu_layers < 0 || options.n_gpu_layers > n_layer;
+    placement_ = {.device = sched_.backend_at(1)->id(),  // registration order: CPU first
+                  .n_layers = all ? n_layer : options.n_gpu_layers,
+                  .head = all};
+  }
+  MINFER_TRY_STATUS(upload_weights());
   if (options.graph_trace) {
     Context* self = this;
     e->sched_.set_trace_hook([self](const sched::ExecTrace& t) {
@@ -194,6 +204,60 @@ Status Context::init(const EngineOptions& options) {
 }
 
 Context::~Context() = default;
+
+Status Context::upload_weights() {
+  if (placement_.n_layers == 0 && !placement_.head) return Ok{};
+  // Which weights each non-CPU backend's nodes read: found on the decode graph as the
+  // runtime places it (placement does not depend on the row counts or n_ctx).
+  graph::GraphParams probe = params_for(1, 1);
+  probe.cparams.n_ctx = 1;
+  graph::ComputeGraph g = model_->build_graph(probe);
+  graph::place_layers(g, probe.cparams.placement);
+  MINFER_TRY_STATUS(sched_.assign_backends(g));
+  graph::run_fusion(g, probe.cparams.fusion, sched_.fusion_support());
+  std::vector<std::pair<std::string, graph::BackendId>> wanted;
+  for (const graph::Node& n : g.nodes()) {
+    if (n.is_leaf() || n.backend == graph::kBackendCpu) continue;
+    for (int k = 0; k < n.n_src; ++k) {
+      const graph::Node& src = g.node(n.src[k]);
+      if (src.op != graph::Op::kWeight) continue;
+      std::pair<std::string, graph::BackendId> key{src.name, n.backend};
+      if (std::find(wanted.begin(), wanted.end(), key) == wanted.end()) wanted.push_back(key);
+    }
+  }
+  std::unordered_map<std::string, std::pair<const void*, uint64_t>> host;
+  model_->weights().for_each([&](const model::WeightRef& w) { host[w.name] = {w.data, w.bytes}; });
+  auto aligned = [](uint64_t b) {
+    return (b + alloc::kTensorAlignment - 1) / alloc::kTensorAlignment * alloc::kTensorAlignment;
+  };
+  std::vector<graph::BackendId> devices;
+  for (const auto& [name, b] : wanted) {
+    if (std::find(devices.begin(), devices.end(), b) == devices.end()) devices.push_back(b);
+  }
+  for (graph::BackendId b : devices) {
+    uint64_t total = 0;
+    for (const auto& [name, wb] : wanted) {
+      if (wb != b) continue;
+      auto it = host.find(name);
+      if (it == host.end()) return make_error(fmt::format("weight '{}' is not in the model", name));
+      total += aligned(it->second.second);
+    }
+    backend::Backend* dev = sched_.backend(b);
+    MINFER_TRY(alloc::Buffer buf, alloc::Buffer::allocate(*sched_.memory(b), total));
+    uint64_t at = 0;
+    for (const auto& [name, wb] : wanted) {
+      if (wb != b) continue;
+      const auto& [data, bytes] = host.at(name);
+      MINFER_TRY_STATUS(dev->set(buf.data() + at, data, bytes));
+      device_weights_.push_back(
+          {.name = name, .backend = b, .data = buf.data() + at, .bytes = bytes});
+      at += aligned(bytes);
+    }
+    MINFER_TRY_STATUS(dev->wait_fence(dev->record_fence()));
+    weight_buffers_.push_back(std::move(buf));
+  }
+  return Ok{};
+}
 
 Status Context::set_n_ctx(uint32_t n_ctx) {
   if (n_ctx == 0) return make_error("n_ctx must be > 0");
@@ -231,6 +295,14 @@ Status Context::set_context(const ContextOptions& options) {
   auto memory = std::make_unique<alloc::Allocator>();
   model_->weights().for_each(
       [&](const model::WeightRef& w) { memory->bind_weight(w.name, w.data, w.bytes); });
+  // The other backends' memory, and the weights uploaded to them at load.
+  for (size_t i = 0; i < sched_.n_backends(); ++i) {
+    const graph::BackendId id = sched_.backend_at(i)->id();
+    if (id != graph::kBackendCpu) memory->register_backend(id, sched_.memory(id));
+  }
+  for (const DeviceWeight& w : device_weights_) {
+    memory->bind_weight(w.name, w.data, w.bytes, w.backend);
+  }
   cache_ = std::make_unique<graph::GraphCache>(std::move(memory));
   // One runtime entry per graph: the scheduler's plan goes when the cache drops it.
   cache_->set_release_hook([this](uint64_t uid) { sched_.forget(uid); });
@@ -263,11 +335,13 @@ graph::GraphParams Context::params_for(uint32_t n_tokens, uint32_t n_out, int32_
   p.cparams.kv_format = options_.kv_format;
   p.cparams.attn_numerics = llamacpp_family(options_.numerics) ? graph::AttnNumerics::kGgmlF16
                                                                : graph::AttnNumerics::kF32;
+  p.cparams.placement = placement_;
   return p;
 }
 
 graph::ComputeGraph Context::build_runtime(const graph::GraphParams& params) const {
   graph::ComputeGraph g = model_->build_graph(params);
+  graph::place_layers(g, params.cparams.placement);
   auto assigned = sched_.assign_backends(g);
   MINFER_CHECK(assigned.ok(), "%s", assigned.ok() ? "" : assigned.error().message.c_str());
   graph::run_fusion(g, params.cparams.fusion, sched_.fusion_support());
@@ -279,6 +353,7 @@ Result<graph::ComputeGraph> Context::runtime_graph(uint32_t n_tokens, uint32_t n
   const graph::GraphParams p = params_for(n_tokens, n_out);
   MINFER_TRY_STATUS(model_->check_params(p));
   graph::ComputeGraph g = model_->build_graph(p);
+  graph::place_layers(g, p.cparams.placement);
   MINFER_TRY_STATUS(sched_.assign_backends(g));
   graph::run_fusion(g, p.cparams.fusion, sched_.fusion_support());
   return g;
@@ -290,6 +365,7 @@ Status Context::rebuild(const graph::GraphParams& params) {
   graph::ComputeGraph g = model_->build_graph(params);
   const double build_ms = ms_since(t0);
   const auto t1 = Clock::now();
+  graph::place_layers(g, params.cparams.placement);
   MINFER_TRY_STATUS(sched_.assign_backends(g));
   const graph::FusionStats fused =
       graph::run_fusion(g, params.cparams.fusion, sched_.fusion_support());
@@ -362,9 +438,9 @@ Result<std::vector<std::byte>> Context::kv_export_seq(kv::SeqId seq, uint32_t n_
     }
     for (uint32_t il = 0; il < model_->hparams().n_layer; ++il) {
       for (graph::KvKind kind : {graph::KvKind::kK, graph::KvKind::kV}) {
-        MINFER_TRY(std::byte * src, memory.region_cell(static_cast<int32_t>(il), kind, *cell));
         const uint64_t n = memory.region(static_cast<int32_t>(il), kind)->row_bytes;
-        std::memcpy(dst, src, n);
+        MINFER_TRY_STATUS(
+            memory.read_cell(static_cast<int32_t>(il), kind, *cell, std::span<std::byte>(dst, n)));
         dst += n;
       }
     }
@@ -414,9 +490,9 @@ Status Context::import_rows(kv::SeqId seq, uint32_t n_tokens, std::span<const st
   for (uint32_t p = 0; p < n_tokens; ++p) {
     for (uint32_t il = 0; il < model_->hparams().n_layer; ++il) {
       for (graph::KvKind kind : {graph::KvKind::kK, graph::KvKind::kV}) {
-        MINFER_TRY(std::byte * dst, memory.region_cell(static_cast<int32_t>(il), kind, cells[p]));
         const uint64_t n = memory.region(static_cast<int32_t>(il), kind)->row_bytes;
-        std::memcpy(dst, src, n);
+        MINFER_TRY_STATUS(memory.write_cell(static_cast<int32_t>(il), kind, cells[p],
+                                            std::span<const std::byte>(src, n)));
         src += n;
       }
     }

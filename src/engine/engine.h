@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/allocator.h"
 #include "backend/registry.h"
 #include "core/result.h"
 #include "engine/batch.h"
@@ -26,10 +27,6 @@
 #include "model/model.h"
 #include "sched/sched.h"
 #include "tokenizer/tokenizer.h"
-
-namespace minfer::alloc {
-class Allocator;
-}
 
 namespace minfer::engine {
 
@@ -74,6 +71,11 @@ struct EngineOptions {
   // Backends besides the CPU (always there), by registry name in priority order
   // (`--device`); "cpu" names the CPU. Error at create: an unknown or repeated name.
   std::vector<std::string> devices;
+  // -ngl N: the last N repeating layers (their weights, uploaded once here, and their KV
+  // regions) run on the first device of `devices`; N > the layer count (or N < 0) also
+  // places the output head there, as llama.cpp does. Without a device: everything on the
+  // CPU (the CLI prints a notice).
+  int32_t n_gpu_layers = 0;
 };
 
 // Every device a context may name: the CPU first (its kernel set and threads), then
@@ -221,6 +223,10 @@ class Context {
   const graph::CacheStats& cache_stats() const;
   const sched::SchedStats& sched_stats() const { return sched_.stats(); }
   size_t scheduler_plans() const { return sched_.n_plans(); }
+  // The split plan the last forward ran (its splits and the copies one step moves).
+  const sched::SplitPlan* split_plan() const { return sched_.find_plan(stats_.graph_uid); }
+  // Where -ngl placed the layers (part of every GraphParams this context builds).
+  const graph::LayerPlacement& placement() const { return placement_; }
   // Per-op timing of every forward from now on (the viz live panel, --dump-trace);
   // nullptr turns it off. The hook runs on the thread that drives this context.
   void set_profile_hook(sched::ProfileHook hook) { sched_.set_profile_hook(std::move(hook)); }
@@ -237,11 +243,24 @@ class Context {
   Status rebuild(const graph::GraphParams& params);
   graph::ComputeGraph build_runtime(const graph::GraphParams& params) const;
 
+  // Uploads, once per context, every weight a non-CPU backend's nodes read (-ngl).
+  Status upload_weights();
+
   std::shared_ptr<const LoadedModel> loaded_;
   const model::Model* model_ = nullptr;  // = &loaded_->model()
   EngineOptions options_;
   int32_t n_threads_ = 0;
-  sched::Scheduler sched_;
+  sched::Scheduler sched_;  // before every buffer of its backends' memory (dies last)
+  graph::LayerPlacement placement_;
+  struct DeviceWeight {
+    std::string name;
+    graph::BackendId backend = graph::kBackendCpu;
+    std::byte* data = nullptr;  // the backend's address
+    uint64_t bytes = 0;
+  };
+  std::vector<DeviceWeight> device_weights_;   // bound into every allocator (set_context)
+  std::vector<alloc::Buffer> weight_buffers_;  // one per device that holds weights
+  std::vector<float> logits_host_;             // a device-resident head's logits, read with get
 
   Result<const graph::ComputeGraph*> prepare(const graph::GraphParams& params);
 

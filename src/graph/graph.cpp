@@ -2,10 +2,12 @@
 // Invariant: sizes are exact (quantized rows are whole blocks) and overflow-checked.
 #include "graph/graph.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
 #include "core/checked_math.h"
+#include "graph/params.h"
 
 namespace minfer::graph {
 
@@ -198,6 +200,21 @@ void ComputeGraph::compact(const std::vector<bool>& keep) {
   // because callers fill them by name whatever the graph does with them.
   remap_list(inputs_);
   nodes_ = std::move(out);
+}
+
+void place_layers(ComputeGraph& g, const LayerPlacement& p) {
+  if (p.n_layers <= 0 && !p.head) return;
+  int32_t n_layer = 0;
+  for (const Node& n : g.nodes()) n_layer = std::max(n_layer, n.layer + 1);
+  const int32_t first = n_layer - std::min(p.n_layers, n_layer);
+  bool seen_layer = false;
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+    const Node& n = g.node(id);
+    if (n.layer >= 0) seen_layer = true;
+    const bool in_layers = n.layer >= first && p.n_layers > 0;
+    const bool in_head = p.head && n.layer < 0 && seen_layer && n.op != Op::kInput;
+    if (in_layers || in_head) g.assign_backend(id, p.device);
+  }
 }
 
 }  // namespace minfer::graph

@@ -83,4 +83,13 @@ class ComputeGraph {
   uint64_t uid_ = 0;
 };
 
+struct LayerPlacement;
+
+// Applies a layer placement (params.h) to a freshly built graph, before the scheduler's
+// assign_backends: nodes of the last `n_layers` layers (Node::layer, weights and KV
+// regions included) and, with `head`, every node after the layers that is not a step
+// input go to `device`; the rest keeps the builder's placement. A no-op for n_layers 0
+// and no head.
+void place_layers(ComputeGraph& graph, const LayerPlacement& placement);
+
 }  // namespace minfer::graph

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/result.h"
+#include "graph/ops.h"
 
 namespace minfer::graph {
 
@@ -62,6 +63,19 @@ struct WindowLayout {
   bool operator==(const WindowLayout&) const = default;
 };
 
+// Which backend runs which layers (-ngl N): the last `n_layers` repeating layers — their
+// nodes, weights and KV regions — run on backend `device`, and so does the output head
+// when `head` is set (llama.cpp offloads the head once N exceeds the layer count); the
+// step inputs and the input layer (token embedding) stay on the CPU. It changes every
+// node's backend, so it is part of the reuse identity (graph::place_layers applies it).
+struct LayerPlacement {
+  BackendId device = kBackendCpu;
+  int32_t n_layers = 0;
+  bool head = false;
+
+  bool operator==(const LayerPlacement&) const = default;
+};
+
 // Runtime knobs that reach into topology.
 struct CParams {
   uint32_t n_ctx = 0;   // KV cells per region; sizes the persistent regions
@@ -69,6 +83,7 @@ struct CParams {
   FusionFlags fusion;   // fusion-pass switches
   KvFormats kv_format;  // K and V region formats
   AttnNumerics attn_numerics = AttnNumerics::kF32;
+  LayerPlacement placement;
 
   bool operator==(const CParams&) const = default;
 };

@@ -58,7 +58,24 @@ void Scheduler::add_backend(std::unique_ptr<backend::Backend> b) {
     for (const auto& other : backends_) other->release(uid);
   }
   plans_.clear();
+  memories_.push_back(std::make_shared<BackendMemory>(*b));
+  fences_.push_back(0);
   backends_.push_back(std::move(b));
+}
+
+size_t Scheduler::index_of(BackendId id) const {
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    if (backends_[i]->id() == id) return i;
+  }
+  MINFER_CHECK(false, "backend id %d is not registered", static_cast<int>(id));
+  return 0;
+}
+
+std::shared_ptr<alloc::MemoryResource> Scheduler::memory(BackendId id) const {
+  for (size_t i = 0; i < backends_.size(); ++i) {
+    if (backends_[i]->id() == id) return memories_[i];
+  }
+  return nullptr;
 }
 
 void Scheduler::forget(uint64_t uid) {
@@ -141,14 +158,126 @@ Result<SplitPlan> Scheduler::build_plan(const ComputeGraph& g) const {
     s.nodes.push_back(id);
     for (int k = 0; k < n.n_src; ++k) {
       const Node& src = g.node(n.src[k]);
-      if (src.is_leaf() || src.backend == n.backend) continue;
+      // Weights are resolved per split backend (each backend holds its own upload).
+      if (src.op == Op::kWeight || src.backend == n.backend) continue;
+      if (src.op == Op::kKvRegion) {
+        return make_error(fmt::format(
+            "{} reads the KV region '{}' of backend {}: a region lives on its layer's backend "
+            "and is never copied per step",
+            describe(g, id), src.name, src.backend));
+      }
+      if (k == 0 && graph::op_is_alias(n.op)) {
+        // An alias shares its source's bytes: it cannot sit on another backend.
+        return make_error(
+            fmt::format("{} aliases node {} on backend {} (an alias must live "
+                        "where its source does)",
+                        describe(g, id), n.src[k], src.backend));
+      }
       if (std::find(s.foreign_srcs.begin(), s.foreign_srcs.end(), n.src[k]) ==
           s.foreign_srcs.end()) {
         s.foreign_srcs.push_back(n.src[k]);
       }
     }
   }
+  // The copies each split needs, packed into one buffer per split (64-byte aligned).
+  uint64_t staging = 0;
+  for (Split& s : plan.splits) {
+    const backend::Backend* to = backend(s.backend);
+    for (NodeId src : s.foreign_srcs) {
+      const Node& n = g.node(src);
+      const backend::Backend* from = backend(n.backend);
+      if (from == nullptr) {
+        return make_error(
+            fmt::format("{} is read by split [{}..{}] but its backend {} is not "
+                        "registered",
+                        describe(g, src), s.first, s.last, n.backend));
+      }
+      SplitCopy c{.src = src,
+                  .from = n.backend,
+                  .bytes = graph::tensor_bytes(n.dtype, n.shape),
+                  .offset = s.copy_bytes};
+      c.via_host =
+          !from->host_addressable() && !to->host_addressable() && !to->can_copy_from(*from);
+      if (c.via_host) staging = std::max(staging, c.bytes);
+      s.copy_bytes += (c.bytes + alloc::kTensorAlignment - 1) / alloc::kTensorAlignment *
+                      alloc::kTensorAlignment;
+      plan.bytes_copied_per_execute += c.bytes;
+      s.copies.push_back(c);
+    }
+  }
+  plan.staging.resize(staging);
   return plan;
+}
+
+Status Scheduler::resolve_data(const ComputeGraph& g, const alloc::Allocator& allocator,
+                               const SplitPlan& plan) const {
+  const alloc::AllocPlan* ap = allocator.plan(g.uid());
+  MINFER_CHECK(ap != nullptr && ap->nodes.size() == g.size(),
+               "resolve_data: the allocator has no plan for graph uid %llu",
+               static_cast<unsigned long long>(g.uid()));
+  auto weight_root = [&](NodeId id) {
+    const NodeId r = ap->nodes[static_cast<size_t>(id)].root;
+    return r != graph::kNoNode && g.node(r).op == Op::kWeight ? r : graph::kNoNode;
+  };
+  // Every node's own memory (weights aside: they resolve per split backend below).
+  std::vector<std::byte*>& base = plan.node_data;
+  base.resize(g.size());
+  for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+    base[static_cast<size_t>(id)] =
+        weight_root(id) != graph::kNoNode ? nullptr : allocator.data(g, id);
+  }
+  for (const Split& s : plan.splits) {
+    s.data.assign(base.begin(), base.end());
+    for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
+      const NodeId r = weight_root(id);
+      if (r == graph::kNoNode) continue;
+      std::byte* w = allocator.weight_data(g.node(r).name, s.backend);
+      const alloc::Placement& p = ap->nodes[static_cast<size_t>(id)];
+      s.data[static_cast<size_t>(id)] =
+          w == nullptr ? nullptr : w + (p.kind == alloc::PlacementKind::kAlias ? p.offset : 0);
+    }
+    for (const SplitCopy& c : s.copies) {
+      s.data[static_cast<size_t>(c.src)] = s.copy_buffer.data() + c.offset;
+    }
+    for (NodeId id : s.nodes) {
+      const Node& n = g.node(id);
+      for (int k = 0; k < n.n_src; ++k) {
+        if (s.data[static_cast<size_t>(n.src[k])] != nullptr) continue;
+        const Node& src = g.node(n.src[k]);
+        return make_error(fmt::format(
+            "{} reads weight '{}', which has no copy on backend {} (weights are uploaded once, "
+            "at load, to the backends whose layers read them; never per step)",
+            describe(g, id), src.name, s.backend));
+      }
+    }
+  }
+  return Ok{};
+}
+
+Status Scheduler::run_copies(const Split& s, const SplitPlan& plan) {
+  backend::Backend* to = backend(s.backend);
+  for (const SplitCopy& c : s.copies) {
+    const size_t fi = index_of(c.from);
+    backend::Backend* from = backends_[fi].get();
+    // The split-boundary rule: wait for the producer's last fence, nothing else.
+    MINFER_TRY_STATUS(from->wait_fence(fences_[fi]));
+    std::byte* dst = s.copy_buffer.data() + c.offset;
+    const std::byte* src = plan.node_data[static_cast<size_t>(c.src)];
+    if (from->host_addressable()) {
+      MINFER_TRY_STATUS(to->set(dst, src, c.bytes));
+    } else if (to->host_addressable()) {
+      MINFER_TRY_STATUS(from->get(dst, src, c.bytes));
+    } else if (!c.via_host) {
+      MINFER_TRY_STATUS(to->copy_from(dst, *from, src, c.bytes));
+    } else {
+      std::byte* stage = const_cast<std::byte*>(plan.staging.data());
+      MINFER_TRY_STATUS(from->get(stage, src, c.bytes));
+      MINFER_TRY_STATUS(to->set(dst, stage, c.bytes));
+    }
+    stats_.copies++;
+    stats_.bytes_copied += c.bytes;
+  }
+  return Ok{};
 }
 
 Result<const SplitPlan*> Scheduler::plan(const ComputeGraph& g) {
@@ -159,6 +288,14 @@ Result<const SplitPlan*> Scheduler::plan(const ComputeGraph& g) {
     }
   }
   MINFER_TRY(SplitPlan p, build_plan(g));
+  for (Split& s : p.splits) {
+    if (s.copy_bytes == 0) continue;
+    auto buf = alloc::Buffer::allocate(*memories_[index_of(s.backend)], s.copy_bytes);
+    if (!buf.ok()) {
+      return buf.error().context(fmt::format("copy buffer of split [{}..{}]", s.first, s.last));
+    }
+    s.copy_buffer = std::move(buf).value();
+  }
   stats_.plans_built++;
   if (g.uid() == 0) {
     scratch_plan_ = std::move(p);
@@ -204,28 +341,21 @@ Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
   const uint64_t arena_gen = allocator.stats().arena_generation;
   if (g.uid() == 0 || plan_mut.data_allocator != &allocator ||
       plan_mut.data_arena_generation != arena_gen || plan_mut.node_data.size() != g.size()) {
-    plan_mut.node_data.resize(g.size());
-    for (NodeId id = 0; id < static_cast<NodeId>(g.size()); ++id) {
-      plan_mut.node_data[static_cast<size_t>(id)] = allocator.data(g, id);
-    }
+    plan_mut.data_allocator = nullptr;
+    MINFER_TRY_STATUS(resolve_data(g, allocator, plan_mut));
     plan_mut.data_allocator = &allocator;
     plan_mut.data_arena_generation = arena_gen;
     stats_.data_resolves++;
   }
-  const backend::NodeData data{.ptr = plan_mut.node_data};
 
   for (const Split& s : p->splits) {
-    if (!s.foreign_srcs.empty()) {
-      // Cross-backend copies arrive with the second backend; until then a split
-      // reading another backend's output cannot be run correctly — say so.
-      return make_error(fmt::format(
-          "split [{}..{}] on backend id {} reads {} tensors from other backends; cross-backend "
-          "copies are not implemented",
-          s.first, s.last, s.backend, s.foreign_srcs.size()));
-    }
-    backend::Backend* b = backend(s.backend);
+    const size_t bi = index_of(s.backend);
+    backend::Backend* b = backends_[bi].get();
+    MINFER_TRY_STATUS(run_copies(s, *p));
+    const backend::NodeData data{.ptr = s.data};
     if (!profiling) {
       MINFER_TRY_STATUS(b->execute(g, s.nodes, data));
+      fences_[bi] = b->record_fence();
       continue;
     }
     for (const NodeId& id : s.nodes) {
@@ -237,6 +367,7 @@ Status Scheduler::execute(const ComputeGraph& g, alloc::Allocator& allocator) {
       profile_.ops.push_back(OpSpan{
           .node = id, .op = n.op, .layer = n.layer, .start_ns = t0, .dur_ns = now_ns() - t0});
     }
+    fences_[bi] = b->record_fence();
   }
   for (const auto& b : backends_) MINFER_TRY_STATUS(b->synchronize());
   if (profiling) {
@@ -258,9 +389,9 @@ std::string format_trace(const ExecTrace& t, const ComputeGraph& g,
       fmt::format("graph uid {}: {} nodes ({} compute), {} splits{}\n", p.uid, g.size(),
                   p.n_compute, p.splits.size(), t.planned_now ? ", planned now" : ", plan reused");
   for (const Split& s : p.splits) {
-    out += fmt::format("  split {} [{}..{}] {} nodes, {} cross-backend inputs\n",
+    out += fmt::format("  split {} [{}..{}] {} nodes, {} cross-backend inputs ({} bytes copied)\n",
                        backend_name(s.backend), s.first, s.last, s.nodes.size(),
-                       s.foreign_srcs.size());
+                       s.foreign_srcs.size(), s.copy_bytes);
   }
   out += "  ops:";
   for (size_t i = 0; i < p.op_census.size(); ++i) {

@@ -4,7 +4,9 @@
 // execute never re-routes a node: a node its assigned backend cannot run, or a node no
 // registered backend supports, is an Error naming node, op and dtypes (no silent
 // fallback); splits are contiguous runs in build order, cached per graph uid, so a
-// reused graph plans nothing; the steady-state execute allocates nothing.
+// reused graph plans nothing; the steady-state execute allocates nothing; every source a
+// split reads from another backend is a planned copy into a buffer the plan owns (a
+// weight or KV region never is); a split waits only for the fences of what it copies.
 #pragma once
 
 #include <array>
@@ -23,15 +25,55 @@
 
 namespace minfer::sched {
 
+// A backend's memory as the allocator sees it (alloc::MemoryResource over the Backend's
+// alloc_buffer / free_buffer / set / get), so src/alloc never depends on backends.
+// The backend must outlive every buffer allocated through it (a Context declares its
+// scheduler before the graph cache that owns the allocator, so the cache dies first).
+class BackendMemory final : public alloc::MemoryResource {
+ public:
+  explicit BackendMemory(backend::Backend& b) : b_(b) {}
+  std::string_view name() const override { return b_.name(); }
+  bool host_accessible() const override { return b_.host_addressable(); }
+  Result<void*> allocate(uint64_t bytes, uint64_t alignment) override {
+    return b_.alloc_buffer(bytes, alignment);
+  }
+  void deallocate(void* ptr, uint64_t bytes) noexcept override { b_.free_buffer(ptr, bytes); }
+  Status write(void* dst, const void* src, uint64_t bytes) override {
+    return b_.set(dst, src, bytes);
+  }
+  Status read(void* dst, const void* src, uint64_t bytes) override {
+    return b_.get(dst, src, bytes);
+  }
+
+ private:
+  backend::Backend& b_;
+};
+
+// One planned copy at a split boundary: a source the split reads that lives on another
+// backend (an activation another split produced, or a step input the host filled) is
+// copied into the split's copy buffer before the split runs. Weights and KV regions
+// are never copied: they live where their layer runs (uploaded once at load).
+struct SplitCopy {
+  graph::NodeId src = graph::kNoNode;
+  graph::BackendId from = graph::kBackendCpu;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;    // into the split's copy buffer
+  bool via_host = false;  // neither side is host memory and no peer copy: staged
+};
+
 // A maximal run of compute nodes (build order) on one backend. Leaves are not part of
-// any split. `foreign_srcs` are computed sources produced by another backend (cross-
-// backend copies; empty while CPU is the only backend).
+// any split. `foreign_srcs` are the sources the run reads from another backend's
+// memory, each copied in (`copies`, same order) before the run executes.
 struct Split {
   graph::BackendId backend = graph::kBackendCpu;
   graph::NodeId first = graph::kNoNode;  // first node id of the run
   graph::NodeId last = graph::kNoNode;   // last node id of the run (inclusive)
   std::vector<graph::NodeId> nodes;      // compute nodes of the run, ascending
   std::vector<graph::NodeId> foreign_srcs;
+  std::vector<SplitCopy> copies;
+  uint64_t copy_bytes = 0;               // bytes of the copy buffer (aligned sum)
+  alloc::Buffer copy_buffer;             // on this split's backend; owned by the plan
+  mutable std::vector<std::byte*> data;  // this split's node memory table (NodeData)
 };
 
 // Split layout and op census of one graph, computed once per uid.
@@ -40,6 +82,8 @@ struct SplitPlan {
   std::vector<Split> splits;
   std::array<int32_t, static_cast<size_t>(graph::Op::kCount)> op_census{};  // every node
   int32_t n_compute = 0;                                                    // non-leaf nodes
+  uint64_t bytes_copied_per_execute = 0;  // Σ copies' bytes: what one step moves
+  std::vector<std::byte> staging;         // host staging for device -> device copies
   // Node memory resolved by the first execute of this uid, reused while the allocator
   // and its arena generation are unchanged (a reused decode step does no lookups).
   // Weights are bound once before the first execute (Engine::create); KV regions never
@@ -93,6 +137,8 @@ struct SchedStats {
   uint64_t plans_built = 0;
   uint64_t plans_reused = 0;
   uint64_t data_resolves = 0;  // executes that resolved node memory (not a cached step)
+  uint64_t copies = 0;         // split-boundary copies run
+  uint64_t bytes_copied = 0;   // their bytes
 };
 
 class Scheduler {
@@ -105,7 +151,10 @@ class Scheduler {
   // A second backend with the same id is a broken invariant (MINFER_CHECK).
   void add_backend(std::unique_ptr<backend::Backend> backend);
   backend::Backend* backend(graph::BackendId id) const;  // nullptr when not registered
+  // The backend's memory for the allocator (register_backend); nullptr when unknown.
+  std::shared_ptr<alloc::MemoryResource> memory(graph::BackendId id) const;
   size_t n_backends() const { return backends_.size(); }
+  backend::Backend* backend_at(size_t i) const { return backends_.at(i).get(); }
 
   // Placement (before fusion, caching and allocation): each compute node keeps the
   // builder's placement when that backend is registered and supports it, else goes to
@@ -136,12 +185,24 @@ class Scheduler {
   // the only one: the scheduler never drops a plan on its own.
   void forget(uint64_t uid);
   size_t n_plans() const { return plans_.size(); }  // cached split plans
+  // The cached split plan of graph `uid` (nullptr: none) — its splits and copies.
+  const SplitPlan* find_plan(uint64_t uid) const {
+    auto it = plans_.find(uid);
+    return it == plans_.end() ? nullptr : &it->second;
+  }
   const SchedStats& stats() const { return stats_; }
 
  private:
   Result<SplitPlan> build_plan(const graph::ComputeGraph& graph) const;
 
+  Status resolve_data(const graph::ComputeGraph& graph, const alloc::Allocator& allocator,
+                      const SplitPlan& plan) const;
+  Status run_copies(const Split& split, const SplitPlan& plan);
+  size_t index_of(graph::BackendId id) const;
+
   std::vector<std::unique_ptr<backend::Backend>> backends_;
+  std::vector<std::shared_ptr<alloc::MemoryResource>> memories_;  // parallel to backends_
+  std::vector<uint64_t> fences_;  // last fence each backend recorded (parallel)
   std::unordered_map<uint64_t, SplitPlan> plans_;
   SplitPlan scratch_plan_;  // uid-0 graphs
   std::vector<DType> src_dtypes_;

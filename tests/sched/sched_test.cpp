@@ -100,16 +100,73 @@ TEST(Sched, PlacementPrefersBuilderBackendElseFirstSupportingInPriorityOrder) {
   EXPECT_EQ(h.node(1).backend, 1);  // silu → gpu (priority)
   EXPECT_EQ(h.node(2).backend, 0);  // scale → cpu (gpu lacks it)
   EXPECT_EQ(h.node(3).backend, 1);  // softmax → gpu
+  // Leaves keep their placement: an input of an unregistered backend is refused by name.
+  auto unregistered = s.plan(h);
+  ASSERT_FALSE(unregistered.ok());
+  EXPECT_NE(unregistered.error().message.find("backend 7 is not registered"), std::string::npos)
+      << unregistered.error().message;
+  h.assign_backend(x, 0);  // the host fills it; the gpu split gets a planned copy
   auto p = s.plan(h);
   ASSERT_TRUE(p.ok()) << p.error().message;
   ASSERT_EQ((*p)->splits.size(), 3u);
   EXPECT_EQ((*p)->splits[0].backend, 1);
+  EXPECT_EQ((*p)->splits[0].foreign_srcs, std::vector<NodeId>{0});
+  ASSERT_EQ((*p)->splits[0].copies.size(), 1u);
+  EXPECT_EQ((*p)->splits[0].copies[0].bytes, 8 * sizeof(float));
+  EXPECT_EQ((*p)->splits[0].copies[0].from, 0);
+  // Every activation crossing a split is one planned copy; this step moves 3 × 32 bytes.
+  EXPECT_EQ((*p)->bytes_copied_per_execute, 3 * 8 * sizeof(float));
   EXPECT_EQ((*p)->splits[1].first, 2);
   EXPECT_EQ((*p)->splits[1].last, 2);
   EXPECT_EQ((*p)->splits[1].foreign_srcs, std::vector<NodeId>{1});
   EXPECT_EQ((*p)->splits[2].foreign_srcs, std::vector<NodeId>{2});
   EXPECT_EQ((*p)->n_compute, 3);
   EXPECT_EQ((*p)->op_census[static_cast<size_t>(Op::kInput)], 1);
+}
+
+TEST(Sched, ASplitReadingAWeightWithNoCopyOnItsBackendIsRefusedNeverUploaded) {
+  // x (host input) * w on backend 1: the input is a planned copy, the weight must already
+  // live on backend 1 (uploaded once at load); a copy only on the CPU is refused by name.
+  // The scheduler (its backends) outlives the allocator's buffers of their memory.
+  Scheduler s;
+  auto alloc_owner = std::make_unique<alloc::Allocator>();
+  alloc::Allocator* allocator = alloc_owner.get();
+  graph::GraphCache cache(std::move(alloc_owner));
+  s.add_backend(std::make_unique<FakeBackend>(0, "cpu", std::vector<Op>{}));
+  auto dev_owner = std::make_unique<FakeBackend>(1, "dev", std::vector<Op>{Op::kMul});
+  FakeBackend* dev = dev_owner.get();
+  s.add_backend(std::move(dev_owner));
+  allocator->register_backend(1, s.memory(1));
+  GraphBuilder b;
+  const NodeId x = b.input("x", DType::kF32, {8});
+  const NodeId w = b.weight("w", DType::kF32, {8});
+  b.mark_output(b.mul(x, w));
+  ComputeGraph g = b.finish();
+  g.assign_backend(w, 1);
+  g.assign_backend(2, 1);
+  std::vector<float> host_w(8, 2.0f), dev_w(8, 2.0f);
+  allocator->bind_weight("w", host_w.data(), 32);  // the CPU's (mmap) copy only
+  graph::GraphParams params;
+  params.n_tokens = params.n_out = 1;
+  params.cparams.n_ctx = 8;
+  auto cached = cache.replace_graph(std::move(g), params);
+  ASSERT_TRUE(cached.ok()) << cached.error().message;
+  Status st = s.execute(**cached, *allocator);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("reads weight 'w', which has no copy on backend 1"),
+            std::string::npos)
+      << st.error().message;
+  EXPECT_TRUE(dev->ran.empty());
+  // Bound on backend 1 (what the engine's load-time upload does): it runs, and the one
+  // thing copied per step is the input.
+  allocator->bind_weight("w", dev_w.data(), 32, 1);
+  ASSERT_TRUE(cache.try_reuse(params).ok());
+  // The failed lookup left nothing resolved: the next execute resolves again.
+  st = s.execute(**cached, *allocator);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  EXPECT_EQ(dev->ran, std::vector<NodeId>{2});
+  EXPECT_EQ(s.stats().copies, 1u);
+  EXPECT_EQ(s.stats().bytes_copied, 8 * sizeof(float));
 }
 
 TEST(Sched, ExecuteRunsEveryComputeNodeOnceAndReusesThePlanPerUid) {
