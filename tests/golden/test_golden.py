@@ -715,7 +715,8 @@ CLI_GOLDEN_DIR = GOLDEN_DIR / "cli"
 CLI_AVX2_GOLDEN_DIR = GOLDEN_DIR / "cli-avx2"
 # cli-kvq: the same tool with -ctk / -ctv q8_0 or q4_0 (the golden's "cache_types"): its
 # flash attention's per-row kernel over quantized rows, which the mode follows with the
-# same flags.
+# same flags — recorded with LLAMA_ATTN_ROT_DISABLE=1, since that llama.cpp also rotates
+# Q, K and V by a Walsh-Hadamard matrix when the cache is quantized, which minfer does not.
 CLI_KVQ_GOLDEN_DIR = GOLDEN_DIR / "cli-kvq"
 
 
