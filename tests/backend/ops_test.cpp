@@ -356,6 +356,26 @@ void quantize_kv(DType type, const std::vector<float>& x, std::vector<uint8_t>& 
   }
 }
 
+// Prefill of T causal tokens (token t sees cells 0..t) over a K / V cache of the given
+// types on a backend made from `options`: outputs [T, nh, hd]. q, k, v hold T tokens.
+std::vector<float> causal_attention(const CpuBackendOptions& options, DType kt, DType vt,
+                                    bool ggml_f16, int hd, int nh, int nkv, int T,
+                                    const std::vector<float>& q, const std::vector<float>& k,
+                                    const std::vector<float>& v) {
+  const CausalRows rows = causal_rows(T);
+  CpuRig rig(options);
+  AttnGraph ag;
+  const auto& g = attn_graph(rig, T, 1, 1, &ag, kt, ggml_f16, hd, nh, nkv, vt);
+  rig.fill_f32(g, "q", std::span<const float>(q.data(), static_cast<size_t>(T * nh * hd)));
+  rig.fill_f32(g, "k", std::span<const float>(k.data(), static_cast<size_t>(T * nkv * hd)));
+  rig.fill_f32(g, "v", std::span<const float>(v.data(), static_cast<size_t>(T * nkv * hd)));
+  rig.fill_i32(g, "cells", rows.cells);
+  rig.fill_i32(g, "win", rows.win);
+  Status st = rig.run(g);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+  return rig.read(g, ag.out);
+}
+
 // Prefill of T causal tokens with the given cache / numerics, outputs [T, nh, hd].
 std::vector<float> attn_prefill(int32_t threads, DType kv, bool ggml_f16,
                                 const std::vector<float>& vq, const std::vector<float>& vk,
@@ -403,20 +423,9 @@ TEST(Attention, QuantizedCacheEqualsF32AttentionOverDequantizedKV_bitwise) {
   auto vq = random_floats(T * nh * hd, 41, -2.0f, 2.0f);
   auto vk = random_floats(T * nkv * hd, 42, -2.0f, 2.0f);
   auto vv = random_floats(T * nkv * hd, 43);
-  const CausalRows rows = causal_rows(T);
   auto prefill = [&](DType kv, int32_t threads, const std::vector<float>& k,
                      const std::vector<float>& v) {
-    CpuRig rig(threads);
-    AttnGraph ag;
-    const auto& g = attn_graph(rig, T, 1, 1, &ag, kv, false, hd, nh, nkv);
-    rig.fill_f32(g, "q", vq);
-    rig.fill_f32(g, "k", k);
-    rig.fill_f32(g, "v", v);
-    rig.fill_i32(g, "cells", rows.cells);
-    rig.fill_i32(g, "win", rows.win);
-    Status st = rig.run(g);
-    EXPECT_TRUE(st.ok()) << st.error().message;
-    return rig.read(g, ag.out);
+    return causal_attention({.n_threads = threads}, kv, kv, false, hd, nh, nkv, T, vq, k, v);
   };
   for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
     SCOPED_TRACE(std::string(dtype_name(type)));
@@ -448,20 +457,9 @@ TEST(Attention, MixedKAndVCacheTypesEqualF32AttentionOverEachDecoded_bitwise) {
   auto vq = random_floats(T * nh * hd, 61, -2.0f, 2.0f);
   auto vk = random_floats(T * nkv * hd, 62, -2.0f, 2.0f);
   auto vv = random_floats(T * nkv * hd, 63);
-  const CausalRows rows = causal_rows(T);
   auto prefill = [&](DType kt, DType vt, int32_t threads, const std::vector<float>& k,
                      const std::vector<float>& v) {
-    CpuRig rig(threads);
-    AttnGraph ag;
-    const auto& g = attn_graph(rig, T, 1, 1, &ag, kt, false, hd, nh, nkv, vt);
-    rig.fill_f32(g, "q", vq);
-    rig.fill_f32(g, "k", k);
-    rig.fill_f32(g, "v", v);
-    rig.fill_i32(g, "cells", rows.cells);
-    rig.fill_i32(g, "win", rows.win);
-    Status st = rig.run(g);
-    EXPECT_TRUE(st.ok()) << st.error().message;
-    return rig.read(g, ag.out);
+    return causal_attention({.n_threads = threads}, kt, vt, false, hd, nh, nkv, T, vq, k, v);
   };
   auto decoded = [](DType type, const std::vector<float>& x) {
     if (type == DType::kF32) return x;
@@ -504,22 +502,11 @@ TEST(Attention, GgmlNumericsOverQuantizedCellsFollowLlamaCppsPerRowKernel_bitwis
   auto vq = random_floats(T * nh * hd, 71, -2.0f, 2.0f);
   auto vk = random_floats(T * nkv * hd, 72, -2.0f, 2.0f);
   auto vv = random_floats(T * nkv * hd, 73);
-  const CausalRows rows = causal_rows(T);
   const CpuBackendOptions ll{.n_threads = 1, .isa = CpuIsa::kAvx2, .llamacpp_numerics = true};
-  auto run = [&](DType kt, DType vt, int32_t threads) {
+  auto run = [&](DType kt, DType vt, int32_t threads, int n_tok) {
     CpuBackendOptions o = ll;
     o.n_threads = threads;
-    CpuRig rig(o);
-    AttnGraph ag;
-    const auto& g = attn_graph(rig, T, 1, 1, &ag, kt, true, hd, nh, nkv, vt);
-    rig.fill_f32(g, "q", vq);
-    rig.fill_f32(g, "k", vk);
-    rig.fill_f32(g, "v", vv);
-    rig.fill_i32(g, "cells", rows.cells);
-    rig.fill_i32(g, "win", rows.win);
-    Status st = rig.run(g);
-    EXPECT_TRUE(st.ok()) << st.error().message;
-    return rig.read(g, ag.out);
+    return causal_attention(o, kt, vt, true, hd, nh, nkv, n_tok, vq, vk, vv);
   };
   // The cache as kv_store writes it: one row of nkv heads per token.
   auto store = [&](DType type, const std::vector<float>& x) {
@@ -594,25 +581,15 @@ TEST(Attention, GgmlNumericsOverQuantizedCellsFollowLlamaCppsPerRowKernel_bitwis
         }
       }
     }
-    const auto a = run(kt, vt, 1);
-    const auto b = run(kt, vt, 3);
+    const auto a = run(kt, vt, 1, T);
+    const auto b = run(kt, vt, 3, T);
     ASSERT_EQ(a.size(), ref.size());
     EXPECT_EQ(0, std::memcmp(a.data(), ref.data(), ref.size() * 4));
     EXPECT_EQ(0, std::memcmp(b.data(), ref.data(), ref.size() * 4));
     // a row's bits do not depend on the batch's height (no tiled kernel for a tall
     // batch here): row t of the 70-row batch is the last row of a (t + 1)-row one
     for (int t = 0; t < T; t += 9) {
-      CpuRig one(ll);
-      AttnGraph og;
-      const auto& pg = attn_graph(one, t + 1, 1, 1, &og, kt, true, hd, nh, nkv, vt);
-      const CausalRows pr = causal_rows(t + 1);
-      one.fill_f32(pg, "q", std::span<const float>(vq.data(), (t + 1) * nh * hd));
-      one.fill_f32(pg, "k", std::span<const float>(vk.data(), (t + 1) * nkv * hd));
-      one.fill_f32(pg, "v", std::span<const float>(vv.data(), (t + 1) * nkv * hd));
-      one.fill_i32(pg, "cells", pr.cells);
-      one.fill_i32(pg, "win", pr.win);
-      ASSERT_TRUE(one.run(pg).ok());
-      const auto o = one.read(pg, og.out);
+      const auto o = run(kt, vt, 2, t + 1);
       ASSERT_EQ(0, std::memcmp(o.data() + t * nh * hd, ref.data() + t * nh * hd, nh * hd * 4))
           << "token " << t;
     }

@@ -95,6 +95,20 @@ void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcep
 namespace minfer::engine {
 namespace {
 
+// Runs up to n decode steps of `g` with the allocation counter armed (from 0); returns the
+// steps that ran.
+int armed_steps(Generator& g, int n) {
+  g_allocs = 0;
+  g_armed = true;
+  int steps = 0;
+  for (; steps < n; ++steps) {
+    auto more = g.step();
+    if (!more.ok() || !*more) break;
+  }
+  g_armed = false;
+  return steps;
+}
+
 TEST(DecodeStep, SteadyStateAllocatesNothing) {
   for (int32_t threads : {1, 2}) {
     auto t = testing::make_engine(testing::TinySpec{.vocab_gguf = testing::gpt2_vocab()}, threads,
@@ -110,14 +124,7 @@ TEST(DecodeStep, SteadyStateAllocatesNothing) {
     ASSERT_TRUE((*g)->prefill(std::vector<int32_t>{5, 17, 42, 8, 91}).ok());
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(*(*g)->step());  // includes the one rebuild
 
-    g_allocs = 0;
-    g_armed = true;
-    int steps = 0;
-    for (; steps < 32; ++steps) {
-      auto more = (*g)->step();
-      if (!more.ok() || !*more) break;
-    }
-    g_armed = false;
+    const int steps = armed_steps(**g, 32);
     EXPECT_EQ(steps, 32);
     EXPECT_EQ(g_allocs.load(), 0u) << "threads " << threads << ": " << g_allocs.load()
                                    << " allocations in " << steps << " decode steps";
@@ -152,14 +159,7 @@ TEST(DecodeStep, SteadyStateAllocatesNothingWithLayersOnASealedBackend) {
     ASSERT_TRUE((*g)->prefill(std::vector<int32_t>{5, 17, 42, 8, 91}).ok());
     for (int i = 0; i < 3; ++i) ASSERT_TRUE(*(*g)->step());
     const uint64_t copies = t->sched_stats().copies;
-    g_allocs = 0;
-    g_armed = true;
-    int steps = 0;
-    for (; steps < 24; ++steps) {
-      auto more = (*g)->step();
-      if (!more.ok() || !*more) break;
-    }
-    g_armed = false;
+    const int steps = armed_steps(**g, 24);
     EXPECT_EQ(steps, 24);
     EXPECT_GT(t->sched_stats().copies, copies);  // the split copies did run
     EXPECT_GT(sealed.counters.nodes_run, 0u);
