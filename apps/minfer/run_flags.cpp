@@ -124,12 +124,14 @@ void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_
   p.string_opt("-md,--model-draft", "PATH",
                "draft model (the target's vocabulary); its greedy tokens are proposed",
                model_draft);
-  p.option("--draft-max,--draft,--draft-n", "N",
-           fmt::format("tokens drafted at most per verifying forward ({})", spec.n_max),
-           [&spec](const std::string& v) { return set_int(v, "--draft-max", 1, 1024, spec.n_max); });
-  p.option("--draft-min,--draft-n-min", "N",
-           fmt::format("a shorter draft is not verified ({})", spec.n_min),
-           [&spec](const std::string& v) { return set_int(v, "--draft-min", 0, 1024, spec.n_min); });
+  p.option(
+      "--draft-max,--draft,--draft-n", "N",
+      fmt::format("tokens drafted at most per verifying forward ({})", spec.n_max),
+      [&spec](const std::string& v) { return set_int(v, "--draft-max", 1, 1024, spec.n_max); });
+  p.option(
+      "--draft-min,--draft-n-min", "N",
+      fmt::format("a shorter draft is not verified ({})", spec.n_min),
+      [&spec](const std::string& v) { return set_int(v, "--draft-min", 0, 1024, spec.n_min); });
   p.float_opt("--draft-p-min", "P",
               fmt::format("-md: the draft ends at a token its model gives less probability ({})",
                           spec.p_min),

@@ -499,7 +499,8 @@ std::optional<ApiError> parse_completion_json(const json& j, Endpoint endpoint, 
     if (auto e = number(j, "speculative.p_min", 0.0, 1.0, v)) return e;
     out.spec_p_min = v;
   }
-  if (out.spec_n_max && out.spec_n_min && *out.spec_n_max > 0 && *out.spec_n_min > *out.spec_n_max) {
+  if (out.spec_n_max && out.spec_n_min && *out.spec_n_max > 0 &&
+      *out.spec_n_min > *out.spec_n_max) {
     return bad_request(fmt::format(
         "'speculative.n_min' ({}) is above 'speculative.n_max' ({}): no draft would be run",
         *out.spec_n_min, *out.spec_n_max));

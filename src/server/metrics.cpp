@@ -106,8 +106,8 @@ std::string render_metrics(const Metrics& m, uint32_t n_slots) {
       "speculative decoding: draft tokens run as rows", drafted);
   put(out, "spec_decode_accepted_tokens_total", "counter",
       "speculative decoding: draft tokens the samples agreed with (kept)", accepted);
-  put(out, "spec_decode_acceptance_rate", "gauge",
-      "accepted / draft tokens (0 before any draft)", drafted > 0 ? accepted / drafted : 0.0);
+  put(out, "spec_decode_acceptance_rate", "gauge", "accepted / draft tokens (0 before any draft)",
+      drafted > 0 ? accepted / drafted : 0.0);
   const double total = ld(m.kv_cells_total);
   const double used = ld(m.kv_cells_used);
   put(out, "kv_cells_total", "gauge", "cells of the KV arena", total);

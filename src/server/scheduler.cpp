@@ -585,8 +585,8 @@ Status Scheduler::step() {
     const auto pos = static_cast<int64_t>(s.n_past);  // next_token's position
     // Positions after `pos` the request may use, and one token fewer than max_tokens
     // still allows (the row after the last draft token samples one more).
-    int64_t n_max = std::min<int64_t>({s.draft_cap, left,
-                                       static_cast<int64_t>(st.options().n_ctx) - 1 - pos});
+    int64_t n_max =
+        std::min<int64_t>({s.draft_cap, left, static_cast<int64_t>(st.options().n_ctx) - 1 - pos});
     if (st.options().n_predict >= 0) {
       n_max = std::min<int64_t>(n_max, st.options().n_predict - st.n_generated() - 1);
     }
@@ -617,8 +617,7 @@ Status Scheduler::step() {
     const auto pos = static_cast<int64_t>(s.n_past);
     s.draft_row = static_cast<uint32_t>(batch_.size());
     for (size_t i = 0; i < s.draft.size(); ++i) {
-      batch_.add(s.draft[i], s.seq, static_cast<int32_t>(pos + 1 + static_cast<int64_t>(i)),
-                 true);
+      batch_.add(s.draft[i], s.seq, static_cast<int32_t>(pos + 1 + static_cast<int64_t>(i)), true);
       row_slot_.push_back(nullptr);  // sampled with the slot's first row
     }
     n_drafted += static_cast<uint32_t>(s.draft.size());

@@ -206,7 +206,7 @@ class Scheduler {
     size_t n_past = 0;
     uint64_t last_used = 0;  // admission tick, for LRU eviction of idle caches
     Job job;
-    engine::TokenId next_token = 0;  // kDecode: the row to run
+    engine::TokenId next_token = 0;      // kDecode: the row to run
     std::vector<engine::TokenId> draft;  // kDecode: tokens drafted after it this step
     uint32_t row = 0;                    // the batch row of next_token (decoding)
     uint32_t draft_row = 0;              // the batch row of draft[0]

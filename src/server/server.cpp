@@ -508,7 +508,17 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   auto post = [&](const std::string& path, std::function<void(const std::string&, Response&)> h) {
     router.add("POST", path, [h = std::move(h)](Request& req, Response& res) { h(req.body, res); });
   };
-  get("/health", [](const Request&, Response& res) { reply_json(res, {{"status", "ok"}}); });
+  // A draining server (SIGINT/SIGTERM) answers 503, so a router or a readiness probe stops
+  // sending it requests it would refuse.
+  get("/health", [&metrics](const Request&, Response& res) {
+    if (metrics.draining.load(std::memory_order_relaxed) != 0) {
+      reply_error(res, {.status = 503,
+                        .type = "unavailable_error",
+                        .message = "the server is shutting down"});
+      return;
+    }
+    reply_json(res, {{"status", "ok"}});
+  });
   const std::string_view home = options.viz_home ? web::viz_html() : web::chat_html();
   for (const char* path : {"/", "/index.html"}) {
     get(path, [home](const Request&, Response& res) { reply_page(res, home); });

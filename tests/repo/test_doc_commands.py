@@ -99,6 +99,9 @@ def classify(doc):
     return runnable, synopses
 
 
+STARTS_SERVER = re.compile(r"^\s*minfer serve .*&\s*$", re.M)
+
+
 def script_for(doc, runnable, work):
     pre = f"""
 set -eE -o pipefail
@@ -142,6 +145,11 @@ trap _stop EXIT
         # A block naming the checkout's own paths runs in the checkout, the rest in a
         # folder of its own (where chat.json is).
         parts.append(f"cd {ROOT if IN_CHECKOUT.search(body) else work}")
+        # A block that starts a server in the background: the one before it is stopped
+        # here, in the script's own shell — stopped from the backgrounded line it could
+        # still answer the block's next line while it drains.
+        if STARTS_SERVER.search(body):
+            parts.append("_stop")
         if lang == "python":
             parts.append(f"python3 - <<'MINFER_DOC_PY'\n{body}\nMINFER_DOC_PY")
         else:

@@ -209,6 +209,19 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(make_server):
     # a request that reaches the scheduler after the signal is refused, by design).
     s.wait_metric("minfer_queue_depth", lambda v: v >= 1)
     s.terminate()
+    # While it drains, /health answers 503 (a router or readiness probe stops sending it
+    # requests it would refuse); the signal is handled asynchronously, so poll a little.
+    health, deadline = None, time.time() + 10
+    while time.time() < deadline:
+        try:
+            health = s.request("GET", "/health", timeout=10)
+        except OSError:
+            break
+        if health[0] == 503:
+            break
+        time.sleep(0.02)
+    assert health is not None and health[0] == 503, health
+    assert json.loads(health[1])["error"]["message"] == "the server is shutting down"
     for t in ts:
         t.join(120)
     assert s.proc.wait(60) == 0
