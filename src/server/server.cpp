@@ -512,9 +512,9 @@ Status serve(const ServerOptions& options_in, const LoadEngine& load) {
   // sending it requests it would refuse.
   get("/health", [&metrics](const Request&, Response& res) {
     if (metrics.draining.load(std::memory_order_relaxed) != 0) {
-      reply_error(res, {.status = 503,
-                        .type = "unavailable_error",
-                        .message = "the server is shutting down"});
+      reply_error(
+          res,
+          {.status = 503, .type = "unavailable_error", .message = "the server is shutting down"});
       return;
     }
     reply_json(res, {{"status", "ok"}});
