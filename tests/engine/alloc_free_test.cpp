@@ -109,6 +109,23 @@ int armed_steps(Generator& g, int n) {
   return steps;
 }
 
+// A generator on `e` past its prefill and 3 steps (the one rebuild included), EOG biased
+// away so it runs as long as asked; its text goes to `out`, reserved so that appending
+// allocates nothing.
+std::unique_ptr<Generator> warm_generator(Context& e, GenerateOptions o, std::string& out) {
+  for (TokenId id : e.tokenizer().special().eog) o.sampler.logit_bias.push_back({id, -100.0f});
+  out.reserve(1 << 16);
+  auto g = Generator::create(e, o, [&out](std::string_view b) { out.append(b); });
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  if (!g.ok()) return nullptr;
+  EXPECT_TRUE((*g)->prefill(std::vector<int32_t>{5, 17, 42, 8, 91}).ok());
+  for (int i = 0; i < 3; ++i) {
+    auto more = (*g)->step();
+    EXPECT_TRUE(more.ok() && *more);
+  }
+  return std::move(*g);
+}
+
 TEST(DecodeStep, SteadyStateAllocatesNothing) {
   for (int32_t threads : {1, 2}) {
     auto t = testing::make_engine(testing::TinySpec{.vocab_gguf = testing::gpt2_vocab()}, threads,
@@ -116,19 +133,15 @@ TEST(DecodeStep, SteadyStateAllocatesNothing) {
     ASSERT_TRUE(t.engine);
     GenerateOptions o{.n_predict = 48};
     o.stop = {"\x01\x02never", "zzqq"};  // exercises the stop-string tail, never matches
-    for (TokenId id : t->tokenizer().special().eog) o.sampler.logit_bias.push_back({id, -100.0f});
     std::string out;
-    out.reserve(1 << 16);
-    auto g = Generator::create(*t, o, [&](std::string_view b) { out.append(b); });
-    ASSERT_TRUE(g.ok()) << g.error().message;
-    ASSERT_TRUE((*g)->prefill(std::vector<int32_t>{5, 17, 42, 8, 91}).ok());
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(*(*g)->step());  // includes the one rebuild
+    auto g = warm_generator(*t, o, out);
+    ASSERT_TRUE(g);
 
-    const int steps = armed_steps(**g, 32);
+    const int steps = armed_steps(*g, 32);
     EXPECT_EQ(steps, 32);
     EXPECT_EQ(g_allocs.load(), 0u) << "threads " << threads << ": " << g_allocs.load()
                                    << " allocations in " << steps << " decode steps";
-    (*g)->finish();
+    g->finish();
     // The counter does count: a rebuild (new context → new cache, new graph) allocates.
     Batch one;  // built before arming: only the engine's allocations count
     one.add(1, 0, 0, true);
@@ -150,22 +163,17 @@ TEST(DecodeStep, SteadyStateAllocatesNothingWithLayersOnASealedBackend) {
                                   "allocfree-sealed", {.devices = {"sealed"}, .n_gpu_layers = ngl});
     ASSERT_TRUE(t.engine);
     ASSERT_GT(t->placement().n_layers, 0);
-    GenerateOptions o{.n_predict = 40};
-    for (TokenId id : t->tokenizer().special().eog) o.sampler.logit_bias.push_back({id, -100.0f});
     std::string out;
-    out.reserve(1 << 16);
-    auto g = Generator::create(*t, o, [&](std::string_view b) { out.append(b); });
-    ASSERT_TRUE(g.ok()) << g.error().message;
-    ASSERT_TRUE((*g)->prefill(std::vector<int32_t>{5, 17, 42, 8, 91}).ok());
-    for (int i = 0; i < 3; ++i) ASSERT_TRUE(*(*g)->step());
+    auto g = warm_generator(*t, {.n_predict = 40}, out);
+    ASSERT_TRUE(g);
     const uint64_t copies = t->sched_stats().copies;
-    const int steps = armed_steps(**g, 24);
+    const int steps = armed_steps(*g, 24);
     EXPECT_EQ(steps, 24);
     EXPECT_GT(t->sched_stats().copies, copies);  // the split copies did run
     EXPECT_GT(sealed.counters.nodes_run, 0u);
     EXPECT_EQ(g_allocs.load(), 0u) << "ngl " << ngl << ": " << g_allocs.load() << " allocations in "
                                    << steps << " decode steps";
-    (*g)->finish();
+    g->finish();
   }
 }
 
