@@ -225,7 +225,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
   // -md: the draft model, with the target's engine flags and context size.
   std::unique_ptr<engine::Engine> draft;
   if (!a.model_draft.empty()) {
-    auto d = load_engine(a, a.model_draft);
+    auto d = load_engine(a, a.model_draft, a.threads_draft);
     if (!d) return fail("draft model: " + d.error().message);
     draft = std::move(*d);
     if (Status st = require_generative(*draft, "generate"); !st.ok())
@@ -234,7 +234,7 @@ int run_generate(const std::vector<std::string>& args, bool ollama_run) {
       return fail(st.error().message);
     if (Status st = draft->set_n_ctx(ctx); !st.ok())
       return fail("draft model: " + st.error().message);
-    log_info("Draft model: {}", model::describe(draft->hparams()));
+    log_info("Draft model: {}, threads {}", model::describe(draft->hparams()), draft->n_threads());
   }
   gen.spec = a.spec;
   gen.spec.draft = draft.get();

@@ -148,7 +148,8 @@ int run_serve(const std::vector<std::string>& args) {
   p.section(
       "speculative decoding (the default of every request; speculative.n_max etc. per request)");
   std::string model_draft;
-  add_spec_flags(p, o.scheduler.spec, model_draft);
+  int32_t threads_draft = 0;
+  add_spec_flags(p, o.scheduler.spec, model_draft, threads_draft);
   p.section("accepted for llama.cpp compatibility");
   std::vector<std::string> notices;
   bool mlock = false;
@@ -215,7 +216,7 @@ int run_serve(const std::vector<std::string>& args) {
     return fail("--kv-events-replay and --kv-events-topic need --kv-events ENDPOINT");
   }
   o.scheduler.step_tokens = static_cast<uint32_t>(step);
-  if (auto st = check_spec_flags(o.scheduler.spec, model_draft); !st.ok()) {
+  if (auto st = check_spec_flags(o.scheduler.spec, model_draft, threads_draft); !st.ok()) {
     return fail("serve: " + st.error().message);
   }
 
@@ -272,7 +273,9 @@ int run_serve(const std::vector<std::string>& args) {
     if (!draft_path.empty()) {
       // -md: the draft model, with the server's engine flags; start() sizes its KV.
       if (encoder) return make_error("serve: -md needs a generative model to draft for");
-      auto d = engine::Engine::open(draft_path, *options);
+      engine::EngineOptions draft_options = *options;
+      if (threads_draft != 0) draft_options.n_threads = resolve_threads(threads_draft);
+      auto d = engine::Engine::open(draft_path, draft_options);
       if (!d) return d.error().context("draft model");
       draft = std::move(*d);
       if (draft->hparams().embeddings_out || !draft->has_tokenizer()) {

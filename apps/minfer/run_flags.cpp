@@ -115,7 +115,8 @@ int32_t resolve_threads(int32_t requested) {
   return requested;
 }
 
-void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_draft) {
+void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_draft,
+                    int32_t& threads_draft) {
   p.option(
       "--spec-ngram", "N",
       "draft from the history: the last N tokens matched earlier in the prompt and the\n"
@@ -124,6 +125,11 @@ void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_
   p.string_opt("-md,--model-draft", "PATH",
                "draft model (the target's vocabulary); its greedy tokens are proposed",
                model_draft);
+  p.option("-td,--threads-draft", "N",
+           "CPU threads of the -md draft model (default: the same as -t; capped at the cores)",
+           [&threads_draft](const std::string& v) {
+             return set_int(v, "-td", -1, kI32Max, threads_draft);
+           });
   p.option(
       "--draft-max,--draft,--draft-n", "N",
       fmt::format("tokens drafted at most per verifying forward ({})", spec.n_max),
@@ -138,9 +144,14 @@ void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_
               spec.p_min, 0.0f, 1.0f);
 }
 
-Status check_spec_flags(const engine::SpecOptions& spec, const std::string& model_draft) {
+Status check_spec_flags(const engine::SpecOptions& spec, const std::string& model_draft,
+                        int32_t threads_draft) {
   if (spec.ngram > 0 && !model_draft.empty()) {
     return make_error("give --spec-ngram or -md (--model-draft), not both");
+  }
+  if (threads_draft != 0 && model_draft.empty()) {
+    return make_error(
+        fmt::format("-td {}: there is no draft model (give -md PATH)", threads_draft));
   }
   if (spec.n_min > spec.n_max) {
     return make_error(
@@ -250,7 +261,7 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
   add_kv_flags(p, a.kv);
 
   p.section("speculative decoding (single-shot runs; serve takes the same flags)");
-  add_spec_flags(p, a.spec, a.model_draft);
+  add_spec_flags(p, a.spec, a.model_draft, a.threads_draft);
 
   p.section("constrained output");
   p.option("--grammar", "GBNF",
@@ -471,7 +482,10 @@ Status prepare_run(RunArgs& a) {
   for (const auto& [path, flag] : outputs) {
     if (!path->empty()) MINFER_TRY_STATUS(check_writable(*path, flag));
   }
-  MINFER_TRY_STATUS(check_spec_flags(a.spec, a.model_draft));
+  MINFER_TRY_STATUS(check_spec_flags(a.spec, a.model_draft, a.threads_draft));
+  if (!a.model_draft.empty()) {
+    a.threads_draft = a.threads_draft == 0 ? a.n_threads : resolve_threads(a.threads_draft);
+  }
   MINFER_TRY_STATUS(compile_constraint(a));
   // Every usage error that needs no model comes before the model is looked for.
   auto options = engine_options(a.n_threads, a.kv);
@@ -496,11 +510,12 @@ Status prepare_run(RunArgs& a) {
   return Ok{};
 }
 
-Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a,
-                                                    const std::string& model_arg) {
+Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a, const std::string& model_arg,
+                                                    int32_t n_threads) {
   MINFER_TRY(const std::string path, resolve_model_path(model_arg));
   log_info("Loading model: {}", path);
-  MINFER_TRY(const engine::EngineOptions options, engine_options(a.n_threads, a.kv));
+  MINFER_TRY(const engine::EngineOptions options,
+             engine_options(n_threads > 0 ? n_threads : a.n_threads, a.kv));
   MINFER_TRY(std::unique_ptr<engine::Engine> e, open_engine(path, options));
   if (!e->has_tokenizer()) {
     return make_error("the model has no tokenizer metadata (tokenizer.ggml.*)");

@@ -66,9 +66,11 @@ struct RunArgs {
   // (`constraint_flag` is the one given; a second kind is a usage error at parse time).
   std::string constraint_flag, constraint_value;
   // Speculative decoding (single-shot runs): --spec-ngram, --draft-max, --draft-min,
-  // --draft-p-min into `spec` (its draft context is opened by the run), -md's path.
+  // --draft-p-min into `spec` (its draft context is opened by the run), -md's path, -td's
+  // threads of the draft model (0: -t's; resolved by prepare_run).
   engine::SpecOptions spec;
   std::string model_draft;
+  int32_t threads_draft = 0;
   // Compiled by prepare_run (before the model loads); null: unconstrained.
   std::shared_ptr<grammar::StateTable> grammar_table;
 };
@@ -80,11 +82,14 @@ std::function<std::unique_ptr<engine::TokenConstraint>()> constraint_factory(
 
 void add_run_flags(ArgParser& p, RunArgs& a);
 
-// --spec-ngram, -md/--model-draft, --draft-max, --draft-min, --draft-p-min: the one
-// registration of the speculative-decoding flags, shared by single-shot runs and serve.
-void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_draft);
+// --spec-ngram, -md/--model-draft, -td/--threads-draft, --draft-max, --draft-min,
+// --draft-p-min: the one registration of the speculative-decoding flags, shared by
+// single-shot runs and serve.
+void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_draft,
+                    int32_t& threads_draft);
 // Not both drafters; a minimum no draft could reach. Error: which, with the flags' names.
-Status check_spec_flags(const engine::SpecOptions& spec, const std::string& model_draft);
+Status check_spec_flags(const engine::SpecOptions& spec, const std::string& model_draft,
+                        int32_t threads_draft);
 
 // `minfer MODEL -cnv [flags]`: the conversation mode (cmd_chat.cpp); run_generate
 // hands over the parsed flags.
@@ -112,7 +117,9 @@ Status prepare_run(RunArgs& a);
 Status check_template_flags(const RunArgs& a);
 
 // "Loading model: ..." and Engine::open (via open_engine), then --mlock.
-Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a, const std::string& model_arg);
+// n_threads > 0 replaces -t's (the draft model's -td).
+Result<std::unique_ptr<engine::Engine>> load_engine(const RunArgs& a, const std::string& model_arg,
+                                                    int32_t n_threads = 0);
 
 // --chat-template NAME|JINJA, --chat-template-file, else the model's template (ChatML
 // with a notice when the GGUF has none).

@@ -117,15 +117,18 @@ def test_a_quantized_draft_model_drafts_and_the_output_is_the_plain_runs(tmp_pat
     q = minfer("quantize", MODEL, draft, "Q4_0", "--allow-requantize", "-t", 2)
     assert q.returncode == 0, q.stderr.decode()
     total = {"drafted": 0, "accepted": 0}
-    for p in [PROMPTS[7], PROMPTS[8], PROMPTS[3]]:
+    # The draft runs with -t's threads, or -td's (its own pool: the output cannot change).
+    for p, td in [(PROMPTS[7], None), (PROMPTS[8], 1), (PROMPTS[3], 2)]:
         plain, ids = run(tmp_path, p, "--greedy", "-n", 32)
         # --draft-p-min 0: every draft runs to --draft-max, so some are wrong and rolled back.
         r, spec_ids = run(tmp_path, p, "--greedy", "-n", 32, "-md", draft, "--draft-max", 6,
-                          "--draft-p-min", 0)
+                          "--draft-p-min", 0, *(["-td", td] if td else []))
         assert r.stdout == plain.stdout, p
         assert spec_ids == ids, p
         err = r.stderr.decode()
         assert re.search(r"^draft model: \d+ forwards in [\d.]+ s$", err, re.M), err
+        threads = re.search(r"^Draft model: .*, threads (\d+)$", err, re.M)
+        assert threads and int(threads.group(1)) == (td or 2), err
         s = stats(r)
         total["drafted"] += s["drafted"]
         total["accepted"] += s["accepted"]
@@ -155,6 +158,8 @@ def test_usage_errors_before_the_model_loads(tmp_path):
     usage_error(minfer(missing, "Hi", "--draft-max", 0), "--draft-max")
     usage_error(minfer(missing, "Hi", "--draft-p-min", 1.5), "--draft-p-min")
     usage_error(minfer(missing, "Hi", "--spec-ngram", -1), "--spec-ngram")
+    usage_error(minfer(missing, "Hi", "-td", 1), "-td 1: there is no draft model (give -md PATH)")
+    usage_error(minfer(missing, "Hi", "-md", missing, "-td", "x"), "-td")
 
 
 @needs_model

@@ -227,7 +227,8 @@ def draft_server(tmp_path_factory):
     q = subprocess.run([BIN, "quantize", MODEL, draft, "Q4_0", "--allow-requantize", "-t", "2"],
                        capture_output=True, timeout=300)
     assert q.returncode == 0, q.stderr.decode()
-    s = start("-md", draft, "--draft-max", 6)
+    # -td 1: the draft model runs on its own one-thread pool.
+    s = start("-md", draft, "--draft-max", 6, "-td", 1)
     yield s
     s.kill()
 
@@ -265,6 +266,7 @@ def test_a_draft_model_with_another_vocabulary_is_an_error():
     (["--spec-ngram", 2, "--draft-max", 4, "--draft-min", 6], "--draft-min 6 is above --draft-max 4"),
     (["--spec-ngram", 2, "-md", "draft.gguf"], "give --spec-ngram or -md"),
     (["--draft-max", 0], "--draft-max"),
+    (["-td", 1], "-td 1: there is no draft model (give -md PATH)"),
 ])
 def test_serve_usage_errors(args, needle):
     r = subprocess.run([BIN, "serve", str(MODEL), "--port", "0", *map(str, args)],
