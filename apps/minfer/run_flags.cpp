@@ -25,6 +25,7 @@ namespace minfer::cli {
 namespace {
 
 constexpr int64_t kI32Max = INT32_MAX;
+constexpr int32_t kDefaultPrefillChunk = 512;  // -b / -ub unset
 
 Status set_int(const std::string& v, const char* what, int64_t lo, int64_t hi, int32_t& target) {
   MINFER_TRY(const int64_t n, parse_int(v, what, lo, hi));
@@ -122,23 +123,23 @@ void add_spec_flags(ArgParser& p, engine::SpecOptions& spec, std::string& model_
       "draft from the history: the last N tokens matched earlier in the prompt and the\n"
       "output, the tokens that followed proposed (prompt lookup; 0: off)",
       [&spec](const std::string& v) { return set_int(v, "--spec-ngram", 0, 1024, spec.ngram); });
-  p.string_opt("-md,--model-draft", "PATH",
+  p.string_opt("-md,--model-draft,--spec-draft-model", "PATH",
                "draft model (the target's vocabulary); its greedy tokens are proposed",
                model_draft);
-  p.option("-td,--threads-draft", "N",
+  p.option("-td,--threads-draft,--spec-draft-threads", "N",
            "CPU threads of the -md draft model (default: the same as -t; capped at the cores)",
            [&threads_draft](const std::string& v) {
              return set_int(v, "-td", -1, kI32Max, threads_draft);
            });
   p.option(
-      "--draft-max,--draft,--draft-n", "N",
+      "--draft-max,--draft,--draft-n,--spec-draft-n-max", "N",
       fmt::format("tokens drafted at most per verifying forward ({})", spec.n_max),
       [&spec](const std::string& v) { return set_int(v, "--draft-max", 1, 1024, spec.n_max); });
   p.option(
-      "--draft-min,--draft-n-min", "N",
+      "--draft-min,--draft-n-min,--spec-draft-n-min", "N",
       fmt::format("a shorter draft is not verified ({})", spec.n_min),
       [&spec](const std::string& v) { return set_int(v, "--draft-min", 0, 1024, spec.n_min); });
-  p.float_opt("--draft-p-min", "P",
+  p.float_opt("--draft-p-min,--spec-draft-p-min", "P",
               fmt::format("-md: the draft ends at a token its model gives less probability ({})",
                           spec.p_min),
               spec.p_min, 0.0f, 1.0f);
@@ -229,8 +230,7 @@ void add_run_flags(ArgParser& p, RunArgs& a) {
              return Ok{};
            });
   p.option("-b,--batch-size", "N",
-           "prompt tokens per prefill forward (default: the whole prompt; 512 under\n"
-           "--numerics llamacpp*, llama.cpp's -ub)",
+           "prompt tokens per prefill forward (default: 512, llama.cpp's -ub)",
            [&a](const std::string& v) { return set_int(v, "-b", 1, kI32Max, a.n_batch); });
   p.option("-ub,--ubatch-size", "N", "same as -b (the smaller of the two is used)",
            [&a](const std::string& v) { return set_int(v, "-ub", 1, kI32Max, a.n_ubatch); });
@@ -490,10 +490,13 @@ Status prepare_run(RunArgs& a) {
   // Every usage error that needs no model comes before the model is looked for.
   auto options = engine_options(a.n_threads, a.kv);
   if (!options.ok()) return options.error();
-  // llama.cpp prefills a prompt in ubatches of 512 tokens (its default -ub), and its bits
-  // depend on them (the tiled attention from 64 rows, the tiled and repack matmuls'
-  // batches): under its numerics a prompt goes in the same pieces unless -b / -ub say so.
-  if (a.n_batch == 0 && engine::llamacpp_family(options->numerics)) a.n_batch = 512;
+  // A prompt prefills in forwards of 512 tokens unless -b / -ub say otherwise, as
+  // llama.cpp's default -ub: the activations of one forward grow with its rows, so a
+  // whole long prompt in one forward would cost more memory than its KV cells, and be
+  // no faster. The output bytes do not depend on it (invariant 8), except under
+  // llama.cpp's numerics, whose bits depend on its ubatches (the tiled attention from 64
+  // rows, the tiled and repack matmuls' batches) — there these are its pieces.
+  if (a.n_batch == 0) a.n_batch = kDefaultPrefillChunk;
   MINFER_TRY_STATUS(check_template_flags(a));
   if ((a.spec.ngram > 0 || !a.model_draft.empty()) && engine::llamacpp_family(options->numerics)) {
     a.notices.push_back(

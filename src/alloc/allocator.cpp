@@ -89,20 +89,13 @@ Status Allocator::ensure_region(const ComputeGraph& g, NodeId id) {
                                   key.layer, n.backend));
   }
   const uint64_t bytes = graph::tensor_bytes(n.dtype, n.shape);
-  auto buf = Buffer::allocate(*pit->second.memory, bytes, options_.alignment);
+  // Zeroed once so a region read before any store (a bug) is deterministic garbage: a
+  // device's through its set (not a decode step); host memory from the OS, resident
+  // only as cells are written.
+  auto buf = Buffer::allocate_zeroed(*pit->second.memory, bytes, options_.alignment);
   if (!buf.ok()) return buf.error().context(fmt::format("KV region layer {} {}", key.layer, kind));
   Region r;
   r.buffer = std::move(buf).value();
-  // Zeroed once so a region read before any store (a bug) is deterministic garbage;
-  // through the memory's write, so a device region is zeroed too (not a decode step).
-  {
-    static constexpr uint64_t kChunk = 1 << 16;
-    static const std::vector<std::byte> zeros(kChunk);
-    for (uint64_t at = 0; at < bytes; at += kChunk) {
-      MINFER_TRY_STATUS(pit->second.memory->write(r.buffer.data() + at, zeros.data(),
-                                                  std::min(kChunk, bytes - at)));
-    }
-  }
   r.info = RegionInfo{.layer = key.layer,
                       .kind = key.kind,
                       .backend = n.backend,

@@ -26,6 +26,10 @@ class MemoryResource {
   virtual bool host_accessible() const = 0;
   // Expected failure (out of memory) is an Error naming the size, never a null pointer.
   virtual Result<void*> allocate(uint64_t bytes, uint64_t alignment) = 0;
+  // Memory that reads as zeros until written; freed with deallocate like any other. The
+  // default writes the zeros through write() (a device's set); host memory gets them
+  // from the OS instead (below).
+  virtual Result<void*> allocate_zeroed(uint64_t bytes, uint64_t alignment);
   virtual void deallocate(void* ptr, uint64_t bytes) noexcept = 0;
   // Host -> this memory and back (input fills, logits, session KV). For host memory a
   // memcpy; a device's forwards to its backend's set / get (sched::BackendMemory).
@@ -33,12 +37,18 @@ class MemoryResource {
   virtual Status read(void* host_dst, const void* src, uint64_t bytes) = 0;
 };
 
-// Aligned host memory (std::aligned_alloc); sizes are rounded up to the alignment.
+// Aligned host memory; sizes are rounded up to the alignment. Allocations of at least
+// kMappedBytes are anonymous mappings of their own: zero pages from the OS, which count
+// in the resident set only once written — a KV region sized for a long context costs
+// the cells used so far, not n_ctx (llama.cpp clears its whole cache buffer at
+// creation, so every page of it is resident). Smaller ones come from aligned_alloc.
 class HostMemory final : public MemoryResource {
  public:
+  static constexpr uint64_t kMappedBytes = uint64_t{1} << 20;
   std::string_view name() const override { return "host"; }
   bool host_accessible() const override { return true; }
   Result<void*> allocate(uint64_t bytes, uint64_t alignment) override;
+  Result<void*> allocate_zeroed(uint64_t bytes, uint64_t alignment) override;
   void deallocate(void* ptr, uint64_t bytes) noexcept override;
   Status write(void* dst, const void* host_src, uint64_t bytes) override;
   Status read(void* host_dst, const void* src, uint64_t bytes) override;
@@ -51,6 +61,9 @@ class Buffer {
   Buffer() = default;
   static Result<Buffer> allocate(MemoryResource& mr, uint64_t bytes,
                                  uint64_t alignment = kTensorAlignment);
+  // The same from mr.allocate_zeroed.
+  static Result<Buffer> allocate_zeroed(MemoryResource& mr, uint64_t bytes,
+                                        uint64_t alignment = kTensorAlignment);
   ~Buffer() { reset(); }
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept;
@@ -63,6 +76,7 @@ class Buffer {
   void reset() noexcept;
 
  private:
+  static Result<Buffer> adopt(MemoryResource& mr, void* p, uint64_t bytes, uint64_t alignment);
   MemoryResource* mr_ = nullptr;
   std::byte* data_ = nullptr;
   uint64_t bytes_ = 0;

@@ -2,7 +2,10 @@
 // persistent KV regions that survive rebuilds, no allocation on reuse, fills after
 // allocation. Bars: exact offsets, bytes and pointers (memory is bitwise).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -262,6 +265,42 @@ TEST(Allocator, WeightsResolveByNameAndSizeIsChecked) {
   auto bad = cache.replace_graph(build_toy(p2), p2);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("blk.0.attn_norm.weight"), std::string::npos);
+}
+
+// Pages of [p, p + bytes) in the resident set (mincore: what the kernel has mapped in).
+size_t resident_pages(const void* p, uint64_t bytes) {
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t n = (bytes + page - 1) / page;
+  std::vector<unsigned char> vec(n);
+  EXPECT_EQ(mincore(const_cast<void*>(p), n * page, vec.data()), 0);
+  return static_cast<size_t>(
+      std::count_if(vec.begin(), vec.end(), [](unsigned char v) { return (v & 1) != 0; }));
+}
+
+TEST(HostMemory, ALargeZeroedBufferIsResidentOnlyWhereWrittenAndReadsZero) {
+  // A KV region sized for a long context: the OS's zero pages, committed as cells are
+  // written (llama.cpp clears its whole cache buffer, so all of it is resident).
+  HostMemory mem;
+  constexpr uint64_t kBytes = uint64_t{64} << 20;
+  for (const uint64_t alignment : {uint64_t{64}, uint64_t{1} << 21}) {
+    auto b = Buffer::allocate_zeroed(mem, kBytes, alignment);
+    ASSERT_TRUE(b.ok()) << b.error().message;
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(b->data()) % alignment, 0u);
+    EXPECT_EQ(resident_pages(b->data(), kBytes), 0u) << alignment;
+    // One cell written: at most one (huge) page of it becomes resident.
+    b->data()[12345] = std::byte{7};
+    const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const size_t after = resident_pages(b->data(), kBytes);
+    EXPECT_GE(after, 1u);
+    EXPECT_LE(after * page, uint64_t{2} << 20) << alignment;
+    for (uint64_t i = 0; i < kBytes; i += 4093) {
+      ASSERT_EQ(b->data()[i], i == 12345 ? std::byte{7} : std::byte{0}) << i;
+    }
+  }
+  // Small buffers come zeroed from the heap (memset).
+  auto small = Buffer::allocate_zeroed(mem, 1000, 64);
+  ASSERT_TRUE(small.ok());
+  for (uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(small->data()[i], std::byte{0});
 }
 
 }  // namespace

@@ -158,6 +158,11 @@ def test_usage_errors_before_the_model_loads(tmp_path):
     usage_error(minfer(missing, "Hi", "--draft-max", 0), "--draft-max")
     usage_error(minfer(missing, "Hi", "--draft-p-min", 1.5), "--draft-p-min")
     usage_error(minfer(missing, "Hi", "--spec-ngram", -1), "--spec-ngram")
+    # llama.cpp's current spellings of the same flags.
+    usage_error(minfer(missing, "Hi", "--spec-ngram", 2, "--spec-draft-n-min", 9,
+                       "--spec-draft-n-max", 4), "--draft-min 9 is above --draft-max 4")
+    usage_error(minfer(missing, "Hi", "--spec-draft-p-min", 2), "--draft-p-min")
+    usage_error(minfer(missing, "Hi", "--spec-draft-threads", 1), "-td 1: there is no draft model")
     usage_error(minfer(missing, "Hi", "-td", 1), "-td 1: there is no draft model (give -md PATH)")
     usage_error(minfer(missing, "Hi", "-md", missing, "-td", "x"), "-td")
 
