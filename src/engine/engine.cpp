@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "graph/fusion.h"
 #include "graph/input_names.h"
+#include "model/layers.h"
 
 namespace minfer::engine {
 namespace {
@@ -341,6 +342,11 @@ graph::GraphParams Context::params_for(uint32_t n_tokens, uint32_t n_out, int32_
   p.cparams.kv_rotation = rot < 0 ? llamacpp_family(options_.numerics) : rot == 1;
   p.cparams.placement = placement_;
   return p;
+}
+
+bool Context::kv_rotated() const {
+  const model::KvRotation r = model::kv_rotation(hparams(), params_for(1, 1).cparams);
+  return r.k > 0 || r.v > 0;
 }
 
 graph::ComputeGraph Context::build_runtime(const graph::GraphParams& params) const {
