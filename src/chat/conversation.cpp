@@ -374,6 +374,7 @@ Status Conversation::save(const std::string& path) const {
   d.n_kv_tokens = stream_.size();
   d.kv_token_bytes = engine_.kv_token_bytes();
   d.kv_format = engine_.kv_format();
+  d.kv_rotated = engine_.kv_rotated();
   if (d.n_kv_tokens > 0) {
     MINFER_TRY(d.kv, engine_.kv_export(static_cast<uint32_t>(d.n_kv_tokens)));
   } else {
@@ -419,7 +420,8 @@ Result<SessionInfo> Conversation::load(const std::string& path) {
       return make_error(fmt::format("session: '{}': token id {} outside the vocabulary", path, id));
     }
   }
-  MINFER_TRY_STATUS(check_kv_format(fmt::format("session: '{}'", path), d, engine_.kv_format()));
+  MINFER_TRY_STATUS(check_kv_format(fmt::format("session: '{}'", path), d, engine_.kv_format(),
+                                    engine_.kv_rotated()));
   MINFER_TRY_STATUS(engine_.kv_import(static_cast<uint32_t>(stream.size()), d.kv));
   messages_ = std::move(messages);
   stream_ = std::move(stream);

@@ -116,7 +116,8 @@ Status write_session(const std::string& path, const SessionData& data) {
   uint32_t kv_types = 0;
   if (data.kv_format) {
     kv_types = (static_cast<uint32_t>(data.kv_format->k) + 1) |
-               ((static_cast<uint32_t>(data.kv_format->v) + 1) << 8);
+               ((static_cast<uint32_t>(data.kv_format->v) + 1) << 8) |
+               (data.kv_rotated ? 1u << 16 : 0u);
   }
   put<uint32_t>(head, kv_types);
   put<uint64_t>(head, data.model_hash);
@@ -167,12 +168,13 @@ Result<SessionData> read_session(const std::string& path) {
   if (kv_types != 0) {
     const uint32_t k = kv_types & 0xff, v = (kv_types >> 8) & 0xff;
     constexpr uint32_t kFormats = static_cast<uint32_t>(graph::KvFormat::kQ4_0) + 1;
-    if (k == 0 || k > kFormats || v == 0 || v > kFormats || (kv_types >> 16) != 0) {
+    if (k == 0 || k > kFormats || v == 0 || v > kFormats || (kv_types >> 17) != 0) {
       return make_error(fmt::format(
           "session: '{}' names KV cache types {:#x} this build does not know", path, kv_types));
     }
     d.kv_format =
         graph::KvFormats(static_cast<graph::KvFormat>(k - 1), static_cast<graph::KvFormat>(v - 1));
+    d.kv_rotated = ((kv_types >> 16) & 1) != 0;
   }
   d.model_hash = get<uint64_t>(in, off);
   const auto state_len = get<uint64_t>(in, off);
@@ -205,8 +207,17 @@ Result<SessionData> read_session(const std::string& path) {
   return d;
 }
 
-Status check_kv_format(const std::string& what, const SessionData& data, graph::KvFormats format) {
-  if (!data.kv_format || *data.kv_format == format || data.n_kv_tokens == 0) return Ok{};
+Status check_kv_format(const std::string& what, const SessionData& data, graph::KvFormats format,
+                       bool rotated) {
+  if (!data.kv_format || data.n_kv_tokens == 0) return Ok{};
+  if (*data.kv_format == format) {
+    if (data.kv_rotated == rotated) return Ok{};
+    return make_error(fmt::format(
+        "{} holds {} KV rows {} by llama.cpp's Walsh-Hadamard rotation, this run's are {}: "
+        "pass the same --numerics (and MINFER_KV_ROTATION)",
+        what, graph::kv_formats_name(format), data.kv_rotated ? "rotated" : "not rotated",
+        rotated ? "rotated" : "not"));
+  }
   return make_error(fmt::format(
       "{} holds a {} KV cache (K {}, V {}), this run's is {} (K {}, V {}): pass the same "
       "-ctk / -ctv",

@@ -9,8 +9,10 @@
 //   u64 state_len  u64 n_kv_tokens  u64 kv_token_bytes
 //   state (JSON text, state_len bytes)  KV (n_kv_tokens * kv_token_bytes bytes)
 //   u64 checksum (XXH3-64 of every byte before it)
-// kv_types: byte 0 the K cache's graph::KvFormat + 1, byte 1 the V cache's + 1; 0 where
-// the writer did not record them (files from before: the row size is all there is).
+// kv_types: byte 0 the K cache's graph::KvFormat + 1, byte 1 the V cache's + 1, bit 16
+// set when the rows are stored rotated (llama.cpp's Walsh-Hadamard rotation of a
+// quantized cache, engine Context::kv_rotated); 0 where the writer did not record them
+// (files from before: the row size is all there is).
 #pragma once
 
 #include <cstddef>
@@ -39,6 +41,7 @@ struct SessionData {
   uint64_t model_hash = 0;
   // The cache formats the rows were stored in; nullopt: not recorded (an older file).
   std::optional<graph::KvFormats> kv_format;
+  bool kv_rotated = false;       // rows stored rotated (recorded with kv_format)
   nlohmann::ordered_json state;  // messages, stream, cursor state (conversation.cpp)
   uint64_t n_kv_tokens = 0;
   uint64_t kv_token_bytes = 0;
@@ -50,8 +53,10 @@ Status write_session(const std::string& path, const SessionData& data);
 // not add up. The model hash is returned, not checked (the caller names both).
 Result<SessionData> read_session(const std::string& path);
 
-// Error naming both when `data` records KV formats other than `format` (a restore into
-// another cache type: rows of equal size would decode as garbage). `what` starts it.
-Status check_kv_format(const std::string& what, const SessionData& data, graph::KvFormats format);
+// Error naming both when `data` records KV formats other than `format`, or rows rotated
+// where this run's are not (or the reverse) — a restore into another cache type or
+// basis: rows of equal size would decode as garbage. `what` starts it.
+Status check_kv_format(const std::string& what, const SessionData& data, graph::KvFormats format,
+                       bool rotated);
 
 }  // namespace minfer::chat

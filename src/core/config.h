@@ -19,6 +19,10 @@ struct Config {
   // MINFER_LLAMACPP_TILED_ATTN: on unless "0" — under --numerics llamacpp, batches of
   // >= 64 query rows take llama.cpp's tiled flash attention (docs/USAGE.md).
   bool llamacpp_tiled_attn = true;
+  // MINFER_KV_ROTATION: unset or "" (-1) — llama.cpp's Walsh-Hadamard rotation of Q/K/V
+  // for a quantized KV cache under --numerics llamacpp only; "0" (0) — never; anything
+  // else (1) — also under the default numerics (graph::CParams::kv_rotation).
+  int kv_rotation = -1;
   // MINFER_TEST_LOAD_DELAY_MS: `minfer serve` waits this long (listening, answering 503)
   // before it loads the model, so a test can see the loading state; 0 (unset) in use.
   int test_load_delay_ms = 0;

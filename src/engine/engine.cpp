@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "graph/fusion.h"
 #include "graph/input_names.h"
+#include "model/layers.h"
 
 namespace minfer::engine {
 namespace {
@@ -335,8 +336,17 @@ graph::GraphParams Context::params_for(uint32_t n_tokens, uint32_t n_out, int32_
   p.cparams.kv_format = options_.kv_format;
   p.cparams.attn_numerics = llamacpp_family(options_.numerics) ? graph::AttnNumerics::kGgmlF16
                                                                : graph::AttnNumerics::kF32;
+  // llama.cpp rotates a quantized cache's Q/K/V unless LLAMA_ATTN_ROT_DISABLE is set;
+  // MINFER_KV_ROTATION=0 is that switch, =1 turns it on for the default numerics too.
+  const int rot = Config::get().kv_rotation;
+  p.cparams.kv_rotation = rot < 0 ? llamacpp_family(options_.numerics) : rot == 1;
   p.cparams.placement = placement_;
   return p;
+}
+
+bool Context::kv_rotated() const {
+  const model::KvRotation r = model::kv_rotation(hparams(), params_for(1, 1).cparams);
+  return r.k > 0 || r.v > 0;
 }
 
 graph::ComputeGraph Context::build_runtime(const graph::GraphParams& params) const {

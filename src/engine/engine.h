@@ -201,6 +201,10 @@ class Context {
   uint64_t kv_token_bytes() const;
   // The element formats of the K and the V cache (session files record them).
   graph::KvFormats kv_format() const { return options_.kv_format; }
+  // Whether this context's K or V rows are stored rotated by llama.cpp's Walsh-Hadamard
+  // matrices (model::kv_rotation: --numerics llamacpp, a quantized cache, head size a
+  // multiple of 64): rows stored one way read as garbage the other (session files).
+  bool kv_rotated() const;
   Result<std::vector<std::byte>> kv_export(uint32_t n_tokens) const;
   // Restores positions [0, n_tokens) from kv_export bytes (same model and n_ctx; the
   // caller checks that): frees every cell, creates the regions if no graph has run

@@ -272,6 +272,17 @@ NodeId GraphBuilder::tanh(NodeId x) {
   return push(make(Op::kTanh, {x}, src(x).shape, DType::kF32));
 }
 
+NodeId GraphBuilder::hadamard(NodeId x, int32_t n) {
+  check_f32(x, "hadamard");
+  const Shape& xs = src(x).shape;
+  MINFER_CHECK(n >= 2 && (n & (n - 1)) == 0 && xs.n_elements() % n == 0,
+               "hadamard: block %d of %s (a power of two >= 2 dividing its elements)", n,
+               nm(src(x)).c_str());
+  Node node = make(Op::kHadamard, {x}, xs, DType::kF32);
+  node.params.n_rot = n;
+  return push(std::move(node));
+}
+
 NodeId GraphBuilder::gelu(NodeId x, bool llamacpp_table) {
   check_f32(x, "gelu");
   Node n = make(Op::kGelu, {x}, src(x).shape, DType::kF32);

@@ -102,6 +102,12 @@ class GraphBuilder {
   // ((e_0·w_0 + e_1·w_1) + e_2·w_2) + … (each product and sum rounded to f32).
   NodeId moe_sum(NodeId experts, NodeId weights);
   NodeId softmax(NodeId x, float scale = 1.0f);  // over ne0
+  // x F32 (contiguous, n_elements a multiple of n) → same shape: every block of n
+  // consecutive elements multiplied by the orthonormal Walsh-Hadamard matrix of order n
+  // (a power of two ≥ 2; symmetric, its own inverse) as ggml's CPU fast transform
+  // computes it: x·(1/sqrtf(n)) first, then log2(n) butterfly passes (u+v, u−v) of
+  // growing span (backend/cpu/hadamard.h). llama.cpp's quantized-KV rotation.
+  NodeId hadamard(NodeId x, int32_t n);
   NodeId scale(NodeId x, float s);
   NodeId cont(NodeId x);                  // contiguous copy (cpy/cont)
   NodeId reshape(NodeId x, Shape shape);  // same element count; aliases x

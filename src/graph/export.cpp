@@ -53,6 +53,9 @@ nlohmann::json params_json(const Node& n) {
     case Op::kView:
       p["offset"] = q.offset;
       break;
+    case Op::kHadamard:
+      p["n"] = q.n_rot;
+      break;
     case Op::kGeglu:
     case Op::kGelu:
       p["table"] = q.ggml_f16 != 0 ? "llamacpp-fma" : "plain";

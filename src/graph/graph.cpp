@@ -59,6 +59,8 @@ std::string_view op_name(Op op) {
       return "norm";
     case Op::kGelu:
       return "gelu";
+    case Op::kHadamard:
+      return "hadamard";
     case Op::kTopK:
       return "top_k";
     case Op::kMoeWeights:

@@ -57,6 +57,8 @@ enum class Op : uint8_t {
   // Encoders (bert; llama.cpp's build_norm LLM_NORM / build_ffn LLM_FFN_GELU):
   kNorm,  // (x − mean(x)) / sqrt(var(x) + eps) over ne0 (LayerNorm without its affine)
   kGelu,  // gelu_tanh(x) through ggml's CPU table (f16 in, f16 out), as kGeglu's gate
+  // Quantized-KV rotation (llama.cpp's attn_rot, llama_mul_mat_hadamard):
+  kHadamard,  // each n_rot-element block of x times the orthonormal Walsh-Hadamard matrix
   kCount,
 };
 
@@ -106,7 +108,8 @@ struct OpParams {
   float scale = 1.0f;       // scale, softmax (pre-scale), attention (KQ scale)
   float freq_base = 0.0f;   // rope: θ base (10000 llama, 1e6 qwen2)
   float freq_scale = 0.0f;  // rope: linear position scale (1 = none)
-  int32_t n_rot = 0;        // rope: leading dims of each head that rotate (<= head_dim)
+  int32_t n_rot = 0;        // rope: leading dims of each head that rotate (<= head_dim);
+                            // hadamard: block length (a power of two)
   RopeMode rope_mode = RopeMode::kNormal;
   KvKind kv_kind = KvKind::kK;  // kv_region, kv_store
   uint8_t causal = 0;           // attention: window was built causally (documentation

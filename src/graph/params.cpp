@@ -69,10 +69,11 @@ std::string to_string(const GraphParams& p) {
   const CParams& c = p.cparams;
   return fmt::format(
       "{{n_tokens={} n_out={} gtype={} n_ctx={} window_runs={} fuse_rms_norm_mul={} "
-      "kv_format={} attn={} offload={}@{}{}}}",
+      "kv_format={} kv_rot={} attn={} offload={}@{}{}}}",
       p.n_tokens, p.n_out, graph_type_name(p.gtype), c.n_ctx, c.window.n_runs,
-      c.fusion.rms_norm_mul, kv_formats_name(c.kv_format), attn_numerics_name(c.attn_numerics),
-      c.placement.n_layers, c.placement.device, c.placement.head ? "+head" : "");
+      c.fusion.rms_norm_mul, kv_formats_name(c.kv_format), c.kv_rotation,
+      attn_numerics_name(c.attn_numerics), c.placement.n_layers, c.placement.device,
+      c.placement.head ? "+head" : "");
 }
 
 }  // namespace minfer::graph

@@ -83,6 +83,11 @@ struct CParams {
   FusionFlags fusion;   // fusion-pass switches
   KvFormats kv_format;  // K and V region formats
   AttnNumerics attn_numerics = AttnNumerics::kF32;
+  // llama.cpp's quantized-KV rotation (its attn_rot): where K (V) is stored quantized and
+  // the head size is a multiple of 64, Q and K (V, and the attention output back) are
+  // multiplied by an orthonormal Walsh-Hadamard matrix (model/layers.h kv_rotation).
+  // On under --numerics llamacpp, as llama.cpp by default; MINFER_KV_ROTATION overrides.
+  bool kv_rotation = false;
   LayerPlacement placement;
 
   bool operator==(const CParams&) const = default;

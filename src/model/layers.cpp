@@ -29,6 +29,22 @@ StepInputs declare_step_inputs(graph::GraphBuilder& b, const HParams& hp,
   return in;
 }
 
+KvRotation kv_rotation(const HParams& hp, const graph::CParams& c) {
+  KvRotation r;
+  const int64_t hd = hp.n_embd_head;
+  if (!c.kv_rotation || hd <= 0 || hd % 64 != 0) return r;
+  auto quantized = [](graph::KvFormat f) {
+    return f == graph::KvFormat::kQ8_0 || f == graph::KvFormat::kQ4_0;
+  };
+  if (quantized(c.kv_format.k)) {
+    int64_t n = 64;  // the largest power of two (>= 64) dividing the head size
+    while (hd % (2 * n) == 0) n *= 2;
+    r.k = static_cast<int32_t>(n);
+  }
+  if (quantized(c.kv_format.v)) r.v = 64;
+  return r;
+}
+
 NodeId norm(graph::GraphBuilder& b, NodeId x, const WeightRef& w, float eps, const char* name,
             int il) {
   NodeId cur = b.mul(b.rms_norm(x, eps), weight_node(b, w));  // F32 [n_embd, rows]
@@ -76,6 +92,20 @@ NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& 
     kq_scale = 1.0f;
   }
 
+  // llama.cpp's quantized-KV rotation: after RoPE (and Gemma's Q scale), Q and K by one
+  // Walsh-Hadamard block size, V by another, before the store; the output back after.
+  const KvRotation rot = kv_rotation(hp, p.cparams);
+  if (rot.k > 0) {
+    q = b.hadamard(q, rot.k);  // F32 [hd, n_head, n_tokens]
+    b.name(q, "Qrot", il);
+    k = b.hadamard(k, rot.k);  // F32 [hd, n_head_kv, n_tokens]
+    b.name(k, "Krot", il);
+  }
+  if (rot.v > 0) {
+    v = b.hadamard(v, rot.v);  // F32 [n_embd_kv, n_tokens]
+    b.name(v, "Vrot", il);
+  }
+
   // KV: this step's rows go to the cells the KV store chose (data); attention reads
   // the cells the window lists (data). The regions themselves outlive the graph.
   // Regions hold kv_format elements (F32 or F16 [n_embd_kv, n_ctx]).
@@ -92,6 +122,10 @@ NodeId attention(graph::GraphBuilder& b, const HParams& hp, const LayerWeights& 
                    .ggml_f16 = p.cparams.attn_numerics ==
                                graph::AttnNumerics::kGgmlF16});  // F32 [n_embd_q, n_tokens]
   b.name(att, "kqv_out", il);
+  if (rot.v > 0) {
+    att = b.hadamard(att, rot.v);  // F32 [n_embd_q, n_tokens]
+    b.name(att, "kqv_out_rot", il);
+  }
   NodeId out = b.mul_mat(weight_node(b, lw.wo), att);  // F32 [n_embd, n_tokens]
   b.name(out, "attn_out", il);
   return out;

@@ -24,6 +24,20 @@ struct StepInputs {
 StepInputs declare_step_inputs(graph::GraphBuilder& b, const HParams& hp,
                                const graph::GraphParams& p);
 
+// llama.cpp's rotation of a quantized KV cache (llama_kv_cache's attn_rot_k/attn_rot_v,
+// on unless LLAMA_ATTN_ROT_DISABLE): when c.kv_rotation is set and the head size is a
+// multiple of 64, a q8_0/q4_0 K rotates Q and K (after RoPE) by the Walsh-Hadamard
+// matrix of the largest power of two >= 64 dividing the head size, and a q8_0/q4_0 V
+// rotates V before it is stored and the attention output back (the matrix is its own
+// inverse) by the 64-order one. Q·K and the V mix are unchanged in exact arithmetic;
+// the rotation spreads outliers over a block before the cache quantizes it.
+// Block lengths, 0 where that half is not rotated (f16/f32 halves never are).
+struct KvRotation {
+  int32_t k = 0;  // Q and K
+  int32_t v = 0;  // V and the attention output
+};
+KvRotation kv_rotation(const HParams& hp, const graph::CParams& c);
+
 // rms_norm(x) * w, named `<name>-<il>`.  F32 [n_embd, rows]
 graph::NodeId norm(graph::GraphBuilder& b, graph::NodeId x, const WeightRef& w, float eps,
                    const char* name, int il);

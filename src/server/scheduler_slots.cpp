@@ -19,6 +19,7 @@ void Scheduler::save_slot(Slot& s, const std::string& path, SlotCommand::Reply& 
   if (!tokens.empty()) {
     d.kv_token_bytes = engine_.kv_token_bytes();
     d.kv_format = engine_.kv_format();
+    d.kv_rotated = engine_.kv_rotated();
     auto kv = engine_.kv_export_seq(s.seq, static_cast<uint32_t>(tokens.size()));
     if (!kv.ok()) {
       reply.status = 500;
@@ -67,7 +68,8 @@ void Scheduler::restore_slot(Slot& s, const std::string& path, SlotCommand::Repl
     return fail(fmt::format("'{}' holds {} tokens, more than n_ctx {} (--n-ctx)", path,
                             tokens.size(), options_.n_ctx));
   }
-  if (Status st = chat::check_kv_format(fmt::format("'{}'", path), *d, engine_.kv_format());
+  if (Status st = chat::check_kv_format(fmt::format("'{}'", path), *d, engine_.kv_format(),
+                                        engine_.kv_rotated());
       !st.ok()) {
     return fail(st.error().message);
   }

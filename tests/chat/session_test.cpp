@@ -207,9 +207,9 @@ TEST(Session, ChecksumIsXxh3OfEveryByteBeforeItAndVersion1FilesAreRefused) {
   EXPECT_EQ(c->cursor(), 0u);
 }
 
-// The header's kv_types word records the K and V cache formats; 0 (files from before it)
-// reads as "not recorded"; a code this build does not know is refused; a restore into
-// other types is refused naming both.
+// The header's kv_types word records the K and V cache formats and whether the rows are
+// rotated; 0 (files from before it) reads as "not recorded"; a code this build does not
+// know is refused; a restore into other types or the other basis is refused naming both.
 TEST(Session, KvCacheTypesAreRecordedAndCheckedAndUnknownCodesRefused) {
   TempPath file("kvtypes");
   SessionData d;
@@ -224,20 +224,41 @@ TEST(Session, KvCacheTypesAreRecordedAndCheckedAndUnknownCodesRefused) {
   ASSERT_TRUE(back.ok()) << back.error().message;
   ASSERT_TRUE(back->kv_format.has_value());
   EXPECT_EQ(*back->kv_format, *d.kv_format);
-  EXPECT_TRUE(check_kv_format("f", *back, *d.kv_format).ok());
-  Status other = check_kv_format("'f'", *back,
-                                 graph::KvFormats(graph::KvFormat::kF16, graph::KvFormat::kQ8_0));
+  EXPECT_FALSE(back->kv_rotated);
+  EXPECT_TRUE(check_kv_format("f", *back, *d.kv_format, false).ok());
+  Status other = check_kv_format(
+      "'f'", *back, graph::KvFormats(graph::KvFormat::kF16, graph::KvFormat::kQ8_0), false);
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.error().message,
             "'f' holds a q8_0/f16 KV cache (K q8_0, V f16), this run's is f16/q8_0 (K f16, V "
             "q8_0): pass the same -ctk / -ctv");
+
+  // Rows stored rotated (llama.cpp's Walsh-Hadamard rotation, bit 16) restore only into a
+  // run that rotates too, and the reverse.
+  d.kv_rotated = true;
+  ASSERT_TRUE(write_session(file.path, d).ok());
+  back = read_session(file.path);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(back->kv_rotated);
+  EXPECT_TRUE(check_kv_format("f", *back, *d.kv_format, true).ok());
+  Status basis = check_kv_format("'f'", *back, *d.kv_format, false);
+  ASSERT_FALSE(basis.ok());
+  EXPECT_EQ(basis.error().message,
+            "'f' holds q8_0/f16 KV rows rotated by llama.cpp's Walsh-Hadamard rotation, this "
+            "run's are not: pass the same --numerics (and MINFER_KV_ROTATION)");
+  d.kv_rotated = false;
+  ASSERT_TRUE(write_session(file.path, d).ok());
+  back = read_session(file.path);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(check_kv_format("f", *back, *d.kv_format, true).ok());
 
   d.kv_format.reset();  // an older writer: not recorded, nothing to check
   ASSERT_TRUE(write_session(file.path, d).ok());
   back = read_session(file.path);
   ASSERT_TRUE(back.ok());
   EXPECT_FALSE(back->kv_format.has_value());
-  EXPECT_TRUE(check_kv_format("f", *back, graph::KvFormat::kF16).ok());
+  EXPECT_TRUE(check_kv_format("f", *back, graph::KvFormat::kF16, false).ok());
+  EXPECT_TRUE(check_kv_format("f", *back, graph::KvFormat::kQ8_0, true).ok());
 
   // An unknown code, resealed with a valid checksum, is refused by name.
   std::string bytes;

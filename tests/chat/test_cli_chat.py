@@ -240,6 +240,29 @@ def test_session_records_its_k_and_v_cache_types(tmp_path):
 
 
 @needs_model
+def test_session_with_rotated_kv_rows_is_refused_by_a_run_that_does_not_rotate(tmp_path):
+    # --numerics llamacpp rotates a q8_0 cache's rows (llama.cpp's Walsh-Hadamard rotation,
+    # head size 64); the default numerics store the same formats unrotated: same sizes,
+    # another basis, so only the recorded flag tells them apart.
+    session = tmp_path / "r.session"
+    kv = ("-ctk", "q8_0", "-ctv", "q8_0")
+    a = minfer(MODEL, "--cnv", "--temp", "0", "-n", "8", "-t", "2", "--numerics", "llamacpp", *kv,
+               "--session", session, stdin=b"What is the capital of France?")
+    assert a.returncode == 0, a.stderr.decode()
+    saved = session.read_bytes()
+    plain = minfer(MODEL, "--cnv", "-t", "2", *kv, "--session", session, stdin=b"")
+    assert plain.returncode == 1
+    assert ("holds q8_0 KV rows rotated by llama.cpp's Walsh-Hadamard rotation, this run's are "
+            "not" in plain.stderr.decode()), plain.stderr.decode()
+    assert session.read_bytes() == saved  # the refused file is left as it was
+    same = minfer(MODEL, "--cnv", "--temp", "0", "-n", "8", "-t", "2", "--numerics", "llamacpp", *kv,
+                  "--session", session, stdin=b"And of Germany?")
+    assert same.returncode == 0, same.stderr.decode()
+    assert re.search(r"\[session\] resumed 2 message\(s\) and \d+ KV row\(s\) .* 0 tokens prefilled",
+                     same.stderr.decode())
+
+
+@needs_model
 def test_cnv_with_no_template_is_refused():
     r = minfer(MODEL, "--cnv", "--no-template", stdin=b"")
     assert r.returncode == 1

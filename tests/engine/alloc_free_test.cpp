@@ -153,6 +153,32 @@ TEST(DecodeStep, SteadyStateAllocatesNothing) {
   }
 }
 
+// --numerics llamacpp over a q8_0 cache at head size 64: llama.cpp's Walsh-Hadamard
+// rotation of Q, K, V and the attention output (four nodes a layer) allocates nothing.
+TEST(DecodeStep, SteadyStateAllocatesNothingWithTheQuantizedKvRotation) {
+  EngineOptions opts;
+  opts.numerics = Numerics::kLlamaCpp;
+  opts.kv_format = graph::KvFormat::kQ8_0;
+  auto t = testing::make_engine(
+      testing::TinySpec{
+          .n_embd = 128, .n_head = 2, .n_head_kv = 1, .vocab_gguf = testing::gpt2_vocab()},
+      2, 128, "allocfree-rot", opts);
+  ASSERT_TRUE(t.engine);
+  auto g_graph = t->runtime_graph(1, 1);
+  ASSERT_TRUE(g_graph.ok()) << g_graph.error().message;
+  size_t rotations = 0;
+  for (const auto& n : g_graph->nodes()) rotations += n.op == graph::Op::kHadamard;
+  EXPECT_EQ(rotations, 4u * 2);  // the tiny model's 2 layers
+  std::string out;
+  auto g = warm_generator(*t, {.n_predict = 40}, out);
+  ASSERT_TRUE(g);
+  const int steps = armed_steps(*g, 24);
+  EXPECT_EQ(steps, 24);
+  EXPECT_EQ(g_allocs.load(), 0u) << g_allocs.load() << " allocations in " << steps
+                                 << " decode steps";
+  g->finish();
+}
+
 // The same with layers on a backend whose memory the host cannot address: the planned
 // copies, the fences, the sealed backend's own node table and the logits `get` allocate
 // nothing once the graph has run.

@@ -713,11 +713,14 @@ def test_llamacpp_numerics_reproduce_llamacpp_default_repack_build_bit_for_bit(g
 # `--numerics llamacpp` follows under MINFER_CPU_ISA=avx2 (and on a CPU without AVX-512).
 CLI_GOLDEN_DIR = GOLDEN_DIR / "cli"
 CLI_AVX2_GOLDEN_DIR = GOLDEN_DIR / "cli-avx2"
-# cli-kvq: the same tool with -ctk / -ctv q8_0 or q4_0 (the golden's "cache_types"): its
-# flash attention's per-row kernel over quantized rows, which the mode follows with the
-# same flags — recorded with LLAMA_ATTN_ROT_DISABLE=1, since that llama.cpp also rotates
-# Q, K and V by a Walsh-Hadamard matrix when the cache is quantized, which minfer does not.
+# cli-kvq: the same tool at its defaults with -ctk / -ctv q8_0, q4_0 or f16 (the golden's
+# "cache_types"): its flash attention's per-row kernel over quantized rows and its
+# Walsh-Hadamard rotation of Q/K (V and the attention output) for a quantized K (V), which
+# the mode follows with the same flags (recorded by tools/reference/make_kvq_goldens.sh).
+# cli-kvq-norot: recorded with LLAMA_ATTN_ROT_DISABLE=1 (no rotation), which minfer's
+# MINFER_KV_ROTATION=0 follows.
 CLI_KVQ_GOLDEN_DIR = GOLDEN_DIR / "cli-kvq"
+CLI_KVQ_NOROT_GOLDEN_DIR = GOLDEN_DIR / "cli-kvq-norot"
 
 
 def cpu_has_avx512_kernels() -> bool:
@@ -730,8 +733,7 @@ def cpu_has_avx512_kernels() -> bool:
     return all(f" {f}" in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
 
 
-@pytest.mark.parametrize("path", sorted(CLI_GOLDEN_DIR.glob("*.json")) + sorted(CLI_AVX2_GOLDEN_DIR.glob("*.json"))
-                         + sorted(CLI_KVQ_GOLDEN_DIR.glob("*.json")),
+@pytest.mark.parametrize("path", sorted(CLI_GOLDEN_DIR.glob("*.json")) + sorted(CLI_AVX2_GOLDEN_DIR.glob("*.json")),
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_llamacpp_numerics_print_llama_completions_text_bytewise(path):
     """`--numerics llamacpp -t 2` prints llama-completion's 64 greedy tokens byte for byte:
@@ -752,6 +754,10 @@ def test_llamacpp_numerics_print_llama_completions_text_bytewise(path):
     if not avx2_build and not cpu_has_avx512_kernels():
         pytest.skip("llama.cpp's AVX-512 build: on a CPU without AVX-512 --numerics llamacpp "
                     "follows its AVX2-only build")
+    check_cli_golden(path, {"MINFER_CPU_ISA": "avx2"} if avx2_build else None)
+
+
+def check_cli_golden(path: Path, env: dict | None):
     golden = json.loads(path.read_text())
     model = model_for(golden)
     if sha256(model) != golden["model"]["sha256"]:
@@ -760,12 +766,35 @@ def test_llamacpp_numerics_print_llama_completions_text_bytewise(path):
     extra = ("--numerics", "llamacpp") + (("-ctk", kv["k"], "-ctv", kv["v"]) if kv else ())
     with tempfile.TemporaryDirectory() as t:
         for p in golden["prompts"]:
-            got = run_engine(model, p, golden["n_predict"], False, Path(t), extra=extra,
-                             env={"MINFER_CPU_ISA": "avx2"} if avx2_build else None)
+            got = run_engine(model, p, golden["n_predict"], False, Path(t), extra=extra, env=env)
             want = base64.b64decode(p["generated_text_b64"])
             at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
             assert got == want, (f"{path.stem}/{p['name']}: llama-completion's text parts at byte {at}\n"
                                  f" want {want[at:at + 40]!r}\n got  {got[at:at + 40]!r}")
+
+
+@pytest.mark.parametrize("path", sorted(CLI_KVQ_GOLDEN_DIR.glob("*.json"))
+                         + sorted(CLI_KVQ_NOROT_GOLDEN_DIR.glob("*.json")),
+                         ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_llamacpp_numerics_with_quantized_kv_print_llama_completions_rotated_text_bytewise(path):
+    """`--numerics llamacpp -t 2 -ctk K -ctv V` prints llama-completion's 64 greedy tokens
+    byte for byte at its defaults, where a q8_0/q4_0 K or V cache turns on its
+    Walsh-Hadamard rotation (cli-kvq: SmolLM2 q8_0/q8_0 and f16/q4_0 at head size 64, Gemma
+    3 270M q4_0/q4_0 at head size 256, the Qwen2.5-0.5B-shaped Q4_0 fixture q8_0/q8_0 — 4
+    prompts each, texts that differ from the unrotated run's); and, with
+    MINFER_KV_ROTATION=0, llama-completion's text under LLAMA_ATTN_ROT_DISABLE=1
+    (cli-kvq-norot)."""
+    caps = engine_caps()
+    if not caps["generate"]:
+        pytest.skip(caps["why"])
+    if not cpu_has_avx2():
+        pytest.skip("--numerics llamacpp runs on the AVX2 kernels; this CPU lacks AVX2/FMA/F16C")
+    if not cpu_has_avx512_kernels():
+        pytest.skip("llama.cpp's AVX-512 build: on a CPU without AVX-512 --numerics llamacpp "
+                    "follows its AVX2-only build")
+    rotated = path.parent == CLI_KVQ_GOLDEN_DIR
+    # unset or "" is the default (rotation under llamacpp numerics), as the recording's
+    check_cli_golden(path, {"MINFER_KV_ROTATION": "" if rotated else "0"})
 
 
 def top_k_ids(row: np.ndarray, k: int) -> np.ndarray:

@@ -11,6 +11,7 @@
 
 #include "graph/cache.h"
 #include "graph/input_names.h"
+#include "model/layers.h"
 #include "tiny_model.h"
 
 namespace minfer::model {
@@ -250,6 +251,76 @@ TEST(Graph, UnimplementedParamsAreErrorsNotGraphs) {
   EXPECT_FALSE(l->model->check_params(p).ok());
   EXPECT_FALSE(l->model->check_params(params(2, 3)).ok());  // n_out > n_tokens
   EXPECT_TRUE(l->model->check_params(params(2, 2)).ok());
+}
+
+// llama.cpp's attn_rot conditions (llama_kv_cache: a quantized K / V and a head size
+// that is a multiple of 64; K's block the largest power of two dividing it, V's 64).
+TEST(Graph, QuantizedKvRotationFollowsLlamaCppsConditions) {
+  using graph::KvFormat;
+  auto rot = [](uint32_t hd, graph::KvFormats f, bool on = true) {
+    HParams hp;
+    hp.n_embd_head = hd;
+    graph::CParams c;
+    c.kv_format = f;
+    c.kv_rotation = on;
+    const KvRotation r = kv_rotation(hp, c);
+    return std::pair<int32_t, int32_t>{r.k, r.v};
+  };
+  using P = std::pair<int32_t, int32_t>;
+  EXPECT_EQ(rot(64, KvFormat::kQ8_0), (P{64, 64}));    // SmolLM2, Qwen2.5-0.5B
+  EXPECT_EQ(rot(128, KvFormat::kQ4_0), (P{128, 64}));  // Llama, Qwen3
+  EXPECT_EQ(rot(256, KvFormat::kQ8_0), (P{256, 64}));  // Gemma 3 270M
+  EXPECT_EQ(rot(192, KvFormat::kQ8_0), (P{64, 64}));
+  EXPECT_EQ(rot(96, KvFormat::kQ8_0), (P{0, 0}));  // not a multiple of 64
+  EXPECT_EQ(rot(16, KvFormat::kQ4_0), (P{0, 0}));
+  EXPECT_EQ(rot(64, KvFormat::kF16), (P{0, 0}));  // f16 is not quantized
+  EXPECT_EQ(rot(64, KvFormat::kF32), (P{0, 0}));
+  EXPECT_EQ(rot(128, {KvFormat::kQ4_0, KvFormat::kF16}), (P{128, 0}));
+  EXPECT_EQ(rot(128, {KvFormat::kF16, KvFormat::kQ8_0}), (P{0, 64}));
+  EXPECT_EQ(rot(64, KvFormat::kQ8_0, /*on=*/false), (P{0, 0}));
+}
+
+// Where the rotation sits (llama.cpp's build_attn): Q and K after RoPE, V before the
+// store, the attention output rotated back before the output projection; none without
+// kv_rotation; the graph stays a pure function of its params.
+TEST(Graph, QuantizedKvRotationRotatesQKVBeforeTheStoreAndTheOutputBack) {
+  auto l = load(TinySpec{.n_embd = 128, .n_head = 2, .n_head_kv = 1}, "kvrot");  // head 64
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  graph::GraphParams p = params(3, 1);
+  p.cparams.attn_numerics = graph::AttnNumerics::kGgmlF16;
+  p.cparams.kv_format = graph::KvFormat::kQ8_0;
+  ASSERT_TRUE(l->model->check_params(p).ok());
+  EXPECT_EQ(count_op(l->model->build_graph(p), graph::Op::kHadamard), 0u);  // rotation off
+  p.cparams.kv_rotation = true;
+  graph::ComputeGraph g = l->model->build_graph(p);
+  graph::ComputeGraph again = l->model->build_graph(p);
+  EXPECT_TRUE(graph::GraphCache::verify_structural(g, again).ok());
+  EXPECT_EQ(count_op(g, graph::Op::kHadamard), 4u * 2);  // Q, K, V, output; 2 layers
+  for (int il = 0; il < 2; ++il) {
+    auto at = [&](const std::string& base) {
+      auto id = g.find(base + "-" + std::to_string(il));
+      EXPECT_TRUE(id.has_value()) << base;
+      return id.value_or(graph::kNoNode);
+    };
+    const graph::NodeId qrot = at("Qrot"), krot = at("Krot"), vrot = at("Vrot"),
+                        orot = at("kqv_out_rot");
+    EXPECT_EQ(g.node(qrot).src[0], at("Qrope"));
+    EXPECT_EQ(g.node(krot).src[0], at("Krope"));
+    EXPECT_EQ(g.node(vrot).src[0], at("Vcur"));
+    EXPECT_EQ(g.node(qrot).params.n_rot, 64);
+    EXPECT_EQ(g.node(vrot).params.n_rot, 64);
+    EXPECT_EQ(g.node(at("kqv_out")).src[0], qrot);  // attention reads rotated Q
+    EXPECT_EQ(g.node(orot).src[0], at("kqv_out"));
+    EXPECT_EQ(g.node(at("attn_out")).src[1], orot);  // wo × rotated-back output
+    for (const auto& n : g.nodes()) {
+      if (n.op == graph::Op::kKvStore && n.layer == il) {
+        EXPECT_EQ(n.src[1], n.params.kv_kind == graph::KvKind::kK ? krot : vrot);
+      }
+    }
+  }
+  // a q8_0 V with an f16 K: only V and the output rotate
+  p.cparams.kv_format = {graph::KvFormat::kF16, graph::KvFormat::kQ8_0};
+  EXPECT_EQ(count_op(l->model->build_graph(p), graph::Op::kHadamard), 2u * 2);
 }
 
 TEST(RealModel, SmolLM2LoadsWithTiedOutput) {

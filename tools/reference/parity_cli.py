@@ -19,7 +19,10 @@ usage: parity_cli.py --llama-completion PATH [--minfer PATH] [--models A.gguf,B.
 Writes DIR/runs.json (every text) and prints a markdown table; a cell reads
 "identical/prompts" and, for each differing prompt, the byte where the texts part.
 --record writes llama-completion's texts at its defaults instead (the goldens of
-tests/data/golden/cli/, read by tests/golden/test_golden.py).
+tests/data/golden/cli/, read by tests/golden/test_golden.py; with --cache-types those of
+cli-kvq/, tools/reference/make_kvq_goldens.sh). The environment passes through: with
+LLAMA_ATTN_ROT_DISABLE=1 llama.cpp does not rotate a quantized cache, and minfer's
+MINFER_KV_ROTATION=0 is the same switch.
 """
 from __future__ import annotations
 

@@ -168,6 +168,7 @@ bool cpu_supports(const Node& n, std::span<const DType> dts) {
     case Op::kNorm:
     case Op::kSoftmax:
     case Op::kScale:
+    case Op::kHadamard:
       return all_f32();
     case Op::kGetRows:
       return dts.size() == 2 && quant::traits(dts[0]) != nullptr && dts[1] == DType::kI32 &&
@@ -333,6 +334,9 @@ Status CpuBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId>
         break;
       case Op::kMulMatId:
         st = op_mul_mat_id(c, id);
+        break;
+      case Op::kHadamard:
+        st = op_hadamard(c, id);
         break;
       case Op::kTopK:
       case Op::kMoeWeights:

@@ -91,6 +91,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id);
 Status op_mul_mat(const OpCtx& c, graph::NodeId id);
 Status op_mul_mat_id(const OpCtx& c, graph::NodeId id);  // mul_mat_id.cpp
 Status op_moe(const OpCtx& c, graph::NodeId id);         // top_k moe_weights moe_sum
+Status op_hadamard(const OpCtx& c, graph::NodeId id);    // hadamard.cpp
 
 // Even split of [0, n) into nth contiguous ranges: thread ith gets [*lo, *hi).
 inline void split_range(int64_t n, int32_t ith, int32_t nth, int64_t* lo, int64_t* hi) {
