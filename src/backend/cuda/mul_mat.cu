@@ -1,0 +1,216 @@
+// Stage 12 (CUDA kernels): mul_mat — weights read in place in their GGUF type,
+// activations converted per row on the device to the weight type's activation format
+// (q8_0 / q8_1 with the CPU's x86 quantizer: d = amax/127 as f16, q = round-half-even(x ·
+// 127/amax), so a row's bytes equal the CPU's; f16 rounded to nearest even), then one
+// warp per output element (weight row n, activation row m): each lane takes every 32nd
+// block, forms the block's integer dot exactly and its float term in the CPU's
+// association, accumulates its blocks in order, and the lanes combine in a fixed
+// butterfly (warp_sum). The GEMV of a decode row and each row of a prefill batch run
+// the same arithmetic, so a row's result never depends on its batch; the order of the
+// block sums differs from the CPU's sequential one (tests state an NMSE bound).
+// Not yet: the K-quants (Q8_K activations), BF16, a tiled prefill GEMM.
+#include "backend/cuda/cuda_plan.h"
+#include "backend/cuda/kernel_common.cuh"
+
+namespace minfer::backend::cuda {
+namespace {
+
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
+using quant::BlockQ5_0;
+using quant::BlockQ5_1;
+using quant::BlockQ8_0;
+
+struct BlockQ8_1 {  // ggml's block_q8_1 (cpu/vec_dot.h)
+  uint16_t d, s;
+  int8_t qs[32];
+};
+
+// One warp per 32-element block of an activation row (rows are k elements, k % 32 == 0,
+// so blocks never straddle rows and the output rows are contiguous too).
+template <bool kQ81>
+__global__ void quantize_q8_kernel(const float* x, uint8_t* y, int64_t n_blocks) {
+  const int64_t b = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (b >= n_blocks) return;  // whole warps: blockDim is a multiple of 32
+  const float v = x[b * 32 + lane];
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const int q = __float2int_rn(v * id);  // round half to even, as nearbyint
+  if constexpr (kQ81) {
+    auto* blk = reinterpret_cast<BlockQ8_1*>(y + b * 36);
+    const int32_t sum = warp_sum_i32(q);
+    blk->qs[lane] = static_cast<int8_t>(q);
+    if (lane == 0) {
+      blk->d = f2h(d);
+      blk->s = f2h(d * static_cast<float>(sum));
+    }
+  } else {
+    auto* blk = reinterpret_cast<BlockQ8_0*>(y + b * 34);
+    blk->qs[lane] = static_cast<int8_t>(q);
+    if (lane == 0) blk->d = f2h(d);
+  }
+}
+
+__global__ void to_f16_kernel(const float* x, uint16_t* y, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i < n) y[i] = f2h(x[i]);
+}
+
+// The float term of block ib, as the CPU's scalar vec_dot writes it (vec_dot_scalar.cpp).
+template <DType W>
+__device__ __forceinline__ float block_dot(const uint8_t* w, const uint8_t* x, int64_t ib);
+
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ4_0>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  const auto* a = reinterpret_cast<const BlockQ4_0*>(w) + ib;
+  const auto* b = reinterpret_cast<const BlockQ8_0*>(x) + ib;
+  int32_t sumi = 0;
+  for (int j = 0; j < 16; ++j) {
+    sumi += ((a->qs[j] & 0x0F) - 8) * b->qs[j] + ((a->qs[j] >> 4) - 8) * b->qs[j + 16];
+  }
+  return static_cast<float>(sumi) * h2f(a->d) * h2f(b->d);
+}
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ4_1>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  const auto* a = reinterpret_cast<const BlockQ4_1*>(w) + ib;
+  const auto* b = reinterpret_cast<const BlockQ8_1*>(x) + ib;
+  int32_t sumi = 0;
+  for (int j = 0; j < 16; ++j)
+    sumi += (a->qs[j] & 0x0F) * b->qs[j] + (a->qs[j] >> 4) * b->qs[j + 16];
+  return (h2f(a->d) * h2f(b->d)) * static_cast<float>(sumi) + h2f(a->m) * h2f(b->s);
+}
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ5_0>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  const auto* a = reinterpret_cast<const BlockQ5_0*>(w) + ib;
+  const auto* b = reinterpret_cast<const BlockQ8_0*>(x) + ib;
+  const uint32_t qh = load_qh(a->qh);
+  int32_t sumi = 0;
+  for (int j = 0; j < 16; ++j) {
+    const int v0 = ((a->qs[j] & 0x0F) | (((qh >> j) & 1) << 4)) - 16;
+    const int v1 = ((a->qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+    sumi += v0 * b->qs[j] + v1 * b->qs[j + 16];
+  }
+  return (h2f(a->d) * h2f(b->d)) * static_cast<float>(sumi);
+}
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ5_1>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  const auto* a = reinterpret_cast<const BlockQ5_1*>(w) + ib;
+  const auto* b = reinterpret_cast<const BlockQ8_1*>(x) + ib;
+  const uint32_t qh = load_qh(a->qh);
+  int32_t sumi = 0;
+  for (int j = 0; j < 16; ++j) {
+    const int v0 = (a->qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
+    const int v1 = (a->qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+    sumi += v0 * b->qs[j] + v1 * b->qs[j + 16];
+  }
+  return (h2f(a->d) * h2f(b->d)) * static_cast<float>(sumi) + h2f(a->m) * h2f(b->s);
+}
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ8_0>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  const auto* a = reinterpret_cast<const BlockQ8_0*>(w) + ib;
+  const auto* b = reinterpret_cast<const BlockQ8_0*>(x) + ib;
+  int32_t sumi = 0;
+  for (int j = 0; j < 32; ++j) sumi += a->qs[j] * b->qs[j];
+  return static_cast<float>(sumi) * (h2f(a->d) * h2f(b->d));
+}
+
+constexpr int kWarpsPerBlock = 4;
+constexpr unsigned kMaxGridY = 65535;
+
+template <DType W>
+__global__ void gemv_kernel(const uint8_t* w, uint64_t w_row, const uint8_t* x, uint64_t x_row,
+                            float* y, int64_t k, int64_t n_out, int64_t m_rows) {
+  const int64_t n = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (n >= n_out) return;
+  const uint8_t* wr = w + static_cast<uint64_t>(n) * w_row;
+  for (int64_t m = blockIdx.y; m < m_rows; m += gridDim.y) {
+    const uint8_t* xr = x + static_cast<uint64_t>(m) * x_row;
+    float acc = 0.0f;
+    if constexpr (W == DType::kF32) {
+      const auto* a = reinterpret_cast<const float*>(wr);
+      const auto* b = reinterpret_cast<const float*>(xr);
+      for (int64_t i = lane; i < k; i += 32) acc += a[i] * b[i];
+    } else if constexpr (W == DType::kF16) {
+      const auto* a = reinterpret_cast<const uint16_t*>(wr);
+      const auto* b = reinterpret_cast<const uint16_t*>(xr);
+      for (int64_t i = lane; i < k; i += 32) acc += h2f(a[i]) * h2f(b[i]);
+    } else {
+      for (int64_t ib = lane; ib < k / 32; ib += 32) acc += block_dot<W>(wr, xr, ib);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) y[m * n_out + n] = acc;
+  }
+}
+
+template <DType W>
+int mul_mat(const NodeLaunch& l) {
+  const TensorRef& wn = l.src[0];
+  const TensorRef& xn = l.src[1];
+  const int64_t k = wn.ne[0], n_out = wn.ne[1];
+  const int64_t m_rows = xn.ne[1] * xn.ne[2] * xn.ne[3];
+  if (n_out == 0 || m_rows == 0) return 0;
+  const DType act = activation_type(W);
+  const uint8_t* x = static_cast<const uint8_t*>(xn.data);
+  uint64_t x_row = static_cast<uint64_t>(k) * sizeof(float);
+  if (act != DType::kF32) {
+    x_row = activation_row_bytes(W, k);
+    if (l.scratch == nullptr || l.scratch_bytes < x_row * static_cast<uint64_t>(m_rows)) {
+      return static_cast<int>(cudaErrorInvalidValue);  // the backend sizes scratch first
+    }
+    auto* xq = static_cast<uint8_t*>(l.scratch);
+    const auto* xf = static_cast<const float*>(xn.data);
+    constexpr int kThreads = 256;
+    const int64_t n = k * m_rows;
+    if (act == DType::kF16) {
+      to_f16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(l)>>>(
+          xf, reinterpret_cast<uint16_t*>(xq), n);
+    } else if (act == DType::kQ8_1) {
+      quantize_q8_kernel<true>
+          <<<grid_for(n, kThreads), kThreads, 0, stream_of(l)>>>(xf, xq, n / 32);
+    } else {
+      quantize_q8_kernel<false>
+          <<<grid_for(n, kThreads), kThreads, 0, stream_of(l)>>>(xf, xq, n / 32);
+    }
+    x = xq;
+  }
+  const dim3 grid(static_cast<unsigned>((n_out + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                  static_cast<unsigned>(m_rows < kMaxGridY ? m_rows : kMaxGridY));
+  gemv_kernel<W><<<grid, kWarpsPerBlock * 32, 0, stream_of(l)>>>(
+      static_cast<const uint8_t*>(wn.data), wn.row_bytes, x, x_row,
+      static_cast<float*>(const_cast<void*>(l.dst.data)), k, n_out, m_rows);
+  return launched();
+}
+
+}  // namespace
+
+int launch_mul_mat_f32(const NodeLaunch& l) {
+  return mul_mat<DType::kF32>(l);
+}
+int launch_mul_mat_f16(const NodeLaunch& l) {
+  return mul_mat<DType::kF16>(l);
+}
+int launch_mul_mat_q4_0(const NodeLaunch& l) {
+  return mul_mat<DType::kQ4_0>(l);
+}
+int launch_mul_mat_q4_1(const NodeLaunch& l) {
+  return mul_mat<DType::kQ4_1>(l);
+}
+int launch_mul_mat_q5_0(const NodeLaunch& l) {
+  return mul_mat<DType::kQ5_0>(l);
+}
+int launch_mul_mat_q5_1(const NodeLaunch& l) {
+  return mul_mat<DType::kQ5_1>(l);
+}
+int launch_mul_mat_q8_0(const NodeLaunch& l) {
+  return mul_mat<DType::kQ8_0>(l);
+}
+
+}  // namespace minfer::backend::cuda
