@@ -99,6 +99,8 @@ DType activation_type(DType weight) {
     case DType::kQ4_1:
     case DType::kQ5_1:
       return DType::kQ8_1;
+    case DType::kQ4_K:
+      return DType::kQ8_K;
     default:
       return DType::kF32;
   }
@@ -113,6 +115,8 @@ uint64_t activation_row_bytes(DType weight, int64_t k) {
       return n / 32 * 34;  // ggml block_q8_0: f16 d + 32 int8
     case DType::kQ8_1:
       return n / 32 * 36;  // block_q8_1: f16 d, f16 s + 32 int8
+    case DType::kQ8_K:
+      return n / 256 * 292;  // block_q8_K: f32 d + 256 int8 + 16 int16 sums
     default:
       return 0;  // F32 weights read the activations in place
   }

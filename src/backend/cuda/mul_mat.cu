@@ -8,7 +8,9 @@
 // butterfly (warp_sum). The GEMV of a decode row and each row of a prefill batch run
 // the same arithmetic, so a row's result never depends on its batch; the order of the
 // block sums differs from the CPU's sequential one (tests state an NMSE bound).
-// Not yet: the K-quants (Q8_K activations), BF16, a tiled prefill GEMM.
+// Q4_K takes Q8_K super-block activations (quant's quantize_q8_k: the first element of
+// largest magnitude sets d, codes by ggml's nearest_int), one super-block per lane.
+// Not yet: the other K-quants, BF16, a tiled prefill GEMM.
 #include "backend/cuda/cuda_plan.h"
 #include "backend/cuda/kernel_common.cuh"
 
@@ -17,9 +19,11 @@ namespace {
 
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
+using quant::BlockQ4_K;
 using quant::BlockQ5_0;
 using quant::BlockQ5_1;
 using quant::BlockQ8_0;
+using quant::BlockQ8_K;
 
 struct BlockQ8_1 {  // ggml's block_q8_1 (cpu/vec_dot.h)
   uint16_t d, s;
@@ -51,6 +55,55 @@ __global__ void quantize_q8_kernel(const float* x, uint8_t* y, int64_t n_blocks)
     blk->qs[lane] = static_cast<int8_t>(q);
     if (lane == 0) blk->d = f2h(d);
   }
+}
+
+// ggml's nearest_int (quant/kquant_fit.h): round half to even through the 1.5·2^23 shift.
+__device__ __forceinline__ int nearest_int(float x) {
+  const float shifted = x + 12582912.0f;
+  return (__float_as_int(shifted) & 0x007fffff) - 0x00400000;
+}
+
+// One thread block of 256 per Q8_K super-block (quant's quantize_q8_k): the element of
+// largest magnitude (the first one on a tie, as the CPU's strict > scan) sets the scale.
+__global__ void quantize_q8_k_kernel(const float* x, uint8_t* y) {
+  __shared__ float amax_sh[256];
+  __shared__ int idx_sh[256];
+  __shared__ int16_t q_sh[256];
+  const int64_t b = blockIdx.x;
+  const int t = static_cast<int>(threadIdx.x);
+  const float* xb = x + b * 256;
+  auto* blk = reinterpret_cast<BlockQ8_K*>(y + b * sizeof(BlockQ8_K));
+  amax_sh[t] = fabsf(xb[t]);
+  idx_sh[t] = t;
+  __syncthreads();
+  for (int s = 128; s > 0; s >>= 1) {
+    if (t < s) {
+      const float a = amax_sh[t], c = amax_sh[t + s];
+      if (c > a || (c == a && idx_sh[t + s] < idx_sh[t])) {
+        amax_sh[t] = c;
+        idx_sh[t] = idx_sh[t + s];
+      }
+    }
+    __syncthreads();
+  }
+  const float amax = amax_sh[0];
+  if (amax == 0.0f) {
+    blk->qs[t] = 0;
+    if (t < 16) blk->bsums[t] = 0;
+    if (t == 0) blk->d = 0.0f;
+    return;
+  }
+  const float iscale = -127.f / xb[idx_sh[0]];
+  const int q = min(127, nearest_int(iscale * xb[t]));
+  blk->qs[t] = static_cast<int8_t>(q);
+  q_sh[t] = static_cast<int16_t>(q);
+  __syncthreads();
+  if (t < 16) {
+    int sum = 0;
+    for (int i = 0; i < 16; ++i) sum += q_sh[16 * t + i];
+    blk->bsums[t] = static_cast<int16_t>(sum);
+  }
+  if (t == 0) blk->d = 1 / iscale;
 }
 
 __global__ void to_f16_kernel(const float* x, uint16_t* y, int64_t n) {
@@ -121,6 +174,42 @@ __device__ __forceinline__ float block_dot<DType::kQ8_0>(const uint8_t* w, const
   return static_cast<float>(sumi) * (h2f(a->d) * h2f(b->d));
 }
 
+// ggml's get_scale_min_k4 (cpu/vec_dot_kquants.h kquant_scale_min).
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// A Q4_K super-block as dot_q4_k_q8_k_scalar: d·Σ(sc·Σq·y) − dmin·Σ(m·bsum), exact
+// integer sums, the two float products rounded separately.
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ4_K>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  const auto* a = reinterpret_cast<const BlockQ4_K*>(w) + ib;
+  const auto* b = reinterpret_cast<const BlockQ8_K*>(x) + ib;
+  int32_t summ = 0, sumi = 0;
+  for (int j = 0; j < 8; ++j) {
+    int sc = 0, m = 0;
+    scale_min_k4(j, a->scales, &sc, &m);
+    summ += m * (b->bsums[2 * j] + b->bsums[2 * j + 1]);
+    // sub-block j: elements 32j..32j+31 = the low (j even) or high (j odd) nibbles of
+    // qs[32·(j/2) ..]
+    const uint8_t* qs = a->qs + 32 * (j / 2);
+    const int shift = (j % 2) * 4;
+    int32_t sum = 0;
+    for (int l = 0; l < 32; ++l) sum += ((qs[l] >> shift) & 0xF) * b->qs[32 * j + l];
+    sumi += sc * sum;
+  }
+  const float d = b->d * h2f(a->d);
+  const float dmin = b->d * h2f(a->dmin);
+  return d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+}
+
 constexpr int kWarpsPerBlock = 4;
 constexpr unsigned kMaxGridY = 65535;
 
@@ -143,7 +232,8 @@ __global__ void gemv_kernel(const uint8_t* w, uint64_t w_row, const uint8_t* x, 
       const auto* b = reinterpret_cast<const uint16_t*>(xr);
       for (int64_t i = lane; i < k; i += 32) acc += h2f(a[i]) * h2f(b[i]);
     } else {
-      for (int64_t ib = lane; ib < k / 32; ib += 32) acc += block_dot<W>(wr, xr, ib);
+      constexpr int64_t kBlock = W == DType::kQ4_K ? 256 : 32;
+      for (int64_t ib = lane; ib < k / kBlock; ib += 32) acc += block_dot<W>(wr, xr, ib);
     }
     acc = warp_sum(acc);
     if (lane == 0) y[m * n_out + n] = acc;
@@ -172,6 +262,8 @@ int mul_mat(const NodeLaunch& l) {
     if (act == DType::kF16) {
       to_f16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(l)>>>(
           xf, reinterpret_cast<uint16_t*>(xq), n);
+    } else if (act == DType::kQ8_K) {
+      quantize_q8_k_kernel<<<static_cast<unsigned>(n / 256), 256, 0, stream_of(l)>>>(xf, xq);
     } else if (act == DType::kQ8_1) {
       quantize_q8_kernel<true>
           <<<grid_for(n, kThreads), kThreads, 0, stream_of(l)>>>(xf, xq, n / 32);
@@ -211,6 +303,9 @@ int launch_mul_mat_q5_1(const NodeLaunch& l) {
 }
 int launch_mul_mat_q8_0(const NodeLaunch& l) {
   return mul_mat<DType::kQ8_0>(l);
+}
+int launch_mul_mat_q4_k(const NodeLaunch& l) {
+  return mul_mat<DType::kQ4_K>(l);
 }
 
 }  // namespace minfer::backend::cuda

@@ -203,7 +203,8 @@ TEST(CudaSupports, WhatHasNoKernelStaysOffTheDevice) {
   };
   auto none = [](Node&) {};
   EXPECT_TRUE(accepts(Op::kMulMat, {DType::kQ4_0, DType::kF32}, none));
-  EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ4_K, DType::kF32}, none));  // K-quants: not yet
+  EXPECT_TRUE(accepts(Op::kMulMat, {DType::kQ4_K, DType::kF32}, none));
+  EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ5_K, DType::kF32}, none));  // not yet
   EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ6_K, DType::kF32}, none));
   EXPECT_FALSE(accepts(Op::kMulMat, {DType::kBF16, DType::kF32}, none));
   EXPECT_FALSE(accepts(Op::kGetRows, {DType::kQ4_K, DType::kI32}, none));
@@ -239,6 +240,7 @@ TEST(CudaSupports, ScratchHoldsTheLargestConvertedActivationOfTheBackendsMulMats
   EXPECT_EQ(scratch_bytes(g, 0), 0u);  // none of its nodes is on backend 0
   EXPECT_EQ(activation_row_bytes(DType::kQ4_0, 896), 28u * 34);
   EXPECT_EQ(activation_row_bytes(DType::kQ5_1, 896), 28u * 36);
+  EXPECT_EQ(activation_row_bytes(DType::kQ4_K, 1024), 4u * 292);
   EXPECT_EQ(activation_row_bytes(DType::kF32, 896), 0u);
 }
 
