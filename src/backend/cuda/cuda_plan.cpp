@@ -100,6 +100,8 @@ DType activation_type(DType weight) {
     case DType::kQ5_1:
       return DType::kQ8_1;
     case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
       return DType::kQ8_K;
     default:
       return DType::kF32;

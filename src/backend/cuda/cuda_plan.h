@@ -42,7 +42,7 @@ bool cuda_supports(const graph::Node& node, std::span<const DType> src_dtypes);
 
 // Device bytes a split of `graph` on `backend` needs beside its nodes' memory: mul_mat
 // converts its F32 activations to the weight's activation format (q8_0 for Q4_0, Q5_0,
-// Q8_0; q8_1 for Q4_1, Q5_1; q8_K for Q4_K; f16 for F16) before the dot products.
+// Q8_0; q8_1 for Q4_1, Q5_1; q8_K for Q4_K, Q5_K, Q6_K; f16 for F16) before the dot products.
 uint64_t scratch_bytes(const graph::ComputeGraph& graph, graph::BackendId backend);
 // The activation format of a mul_mat weight type (F32: none needed) and its row bytes.
 DType activation_type(DType weight);

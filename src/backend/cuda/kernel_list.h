@@ -47,7 +47,9 @@ namespace minfer::backend::cuda {
   X(kMulMat, kQ5_0, mul_mat_q5_0)    \
   X(kMulMat, kQ5_1, mul_mat_q5_1)    \
   X(kMulMat, kQ8_0, mul_mat_q8_0)    \
-  X(kMulMat, kQ4_K, mul_mat_q4_k)
+  X(kMulMat, kQ4_K, mul_mat_q4_k)    \
+  X(kMulMat, kQ5_K, mul_mat_q5_k)    \
+  X(kMulMat, kQ6_K, mul_mat_q6_k)
 
 // One operand of a launch: its device address, dtype and shape (ggml order).
 struct TensorRef {

@@ -8,9 +8,9 @@
 // butterfly (warp_sum). The GEMV of a decode row and each row of a prefill batch run
 // the same arithmetic, so a row's result never depends on its batch; the order of the
 // block sums differs from the CPU's sequential one (tests state an NMSE bound).
-// Q4_K takes Q8_K super-block activations (quant's quantize_q8_k: the first element of
-// largest magnitude sets d, codes by ggml's nearest_int), one super-block per lane.
-// Not yet: the other K-quants, BF16, a tiled prefill GEMM.
+// Q4_K, Q5_K and Q6_K take Q8_K super-block activations (quant's quantize_q8_k: the first element
+// of largest magnitude sets d, codes by ggml's nearest_int), one super-block per lane. Not yet:
+// Q2_K, Q3_K, BF16, a tiled prefill GEMM.
 #include "backend/cuda/cuda_plan.h"
 #include "backend/cuda/kernel_common.cuh"
 
@@ -22,6 +22,8 @@ using quant::BlockQ4_1;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
 using quant::BlockQ5_1;
+using quant::BlockQ5_K;
+using quant::BlockQ6_K;
 using quant::BlockQ8_0;
 using quant::BlockQ8_K;
 
@@ -185,29 +187,69 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, i
   }
 }
 
-// A Q4_K super-block as dot_q4_k_q8_k_scalar: d·Σ(sc·Σq·y) − dmin·Σ(m·bsum), exact
-// integer sums, the two float products rounded separately.
-template <>
-__device__ __forceinline__ float block_dot<DType::kQ4_K>(const uint8_t* w, const uint8_t* x,
-                                                         int64_t ib) {
-  const auto* a = reinterpret_cast<const BlockQ4_K*>(w) + ib;
-  const auto* b = reinterpret_cast<const BlockQ8_K*>(x) + ib;
+// A Q4_K / Q5_K super-block as dot_q4_k_q8_k_scalar / dot_q5_k_q8_k_scalar:
+// d·Σ(sc·Σq·y) − dmin·Σ(m·bsum), exact integer sums, the two float products rounded
+// separately. Sub-block j holds elements 32j..32j+31: the low (j even) or high (j odd)
+// nibbles of qs[32·(j/2) ..], and for Q5_K bit j of qh[l] as bit 4.
+template <typename Block, bool kHigh>
+__device__ __forceinline__ float k4_block_dot(const Block* a, const BlockQ8_K* b) {
   int32_t summ = 0, sumi = 0;
   for (int j = 0; j < 8; ++j) {
     int sc = 0, m = 0;
     scale_min_k4(j, a->scales, &sc, &m);
     summ += m * (b->bsums[2 * j] + b->bsums[2 * j + 1]);
-    // sub-block j: elements 32j..32j+31 = the low (j even) or high (j odd) nibbles of
-    // qs[32·(j/2) ..]
     const uint8_t* qs = a->qs + 32 * (j / 2);
     const int shift = (j % 2) * 4;
     int32_t sum = 0;
-    for (int l = 0; l < 32; ++l) sum += ((qs[l] >> shift) & 0xF) * b->qs[32 * j + l];
+    for (int l = 0; l < 32; ++l) {
+      int q = (qs[l] >> shift) & 0xF;
+      if constexpr (kHigh) q |= ((a->qh[l] >> j) & 1) << 4;
+      sum += q * b->qs[32 * j + l];
+    }
     sumi += sc * sum;
   }
   const float d = b->d * h2f(a->d);
   const float dmin = b->d * h2f(a->dmin);
   return d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
+}
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ4_K>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  return k4_block_dot<BlockQ4_K, false>(reinterpret_cast<const BlockQ4_K*>(w) + ib,
+                                        reinterpret_cast<const BlockQ8_K*>(x) + ib);
+}
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ5_K>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  return k4_block_dot<BlockQ5_K, true>(reinterpret_cast<const BlockQ5_K*>(w) + ib,
+                                       reinterpret_cast<const BlockQ8_K*>(x) + ib);
+}
+
+// A Q6_K super-block: d · (Σ sc·code·y − 32·Σ sc·bsum) with the integer sum exact — the
+// sum of the eight lane integers of dot_q6_k_q8_k_scalar, which scales each lane by d
+// before adding (so the float rounding differs; the integers do not).
+template <>
+__device__ __forceinline__ float block_dot<DType::kQ6_K>(const uint8_t* w, const uint8_t* x,
+                                                         int64_t ib) {
+  const auto* a = reinterpret_cast<const BlockQ6_K*>(w) + ib;
+  const auto* b = reinterpret_cast<const BlockQ8_K*>(x) + ib;
+  int32_t isum = 0;
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = a->ql + 64 * h;
+    const uint8_t* qh = a->qh + 32 * h;
+    const int8_t* y = b->qs + 128 * h;
+    const int8_t* sc = a->scales + 8 * h;  // 16-element sub-blocks of this half
+    for (int l = 0; l < 32; ++l) {
+      const int c0 = (ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4);
+      const int c1 = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+      const int c2 = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+      const int c3 = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+      isum += sc[l / 16] * c0 * y[l] + sc[2 + l / 16] * c1 * y[l + 32] +
+              sc[4 + l / 16] * c2 * y[l + 64] + sc[6 + l / 16] * c3 * y[l + 96];
+    }
+  }
+  for (int j = 0; j < 16; ++j) isum -= 32 * a->scales[j] * b->bsums[j];
+  return (b->d * h2f(a->d)) * static_cast<float>(isum);
 }
 
 constexpr int kWarpsPerBlock = 4;
@@ -232,7 +274,8 @@ __global__ void gemv_kernel(const uint8_t* w, uint64_t w_row, const uint8_t* x, 
       const auto* b = reinterpret_cast<const uint16_t*>(xr);
       for (int64_t i = lane; i < k; i += 32) acc += h2f(a[i]) * h2f(b[i]);
     } else {
-      constexpr int64_t kBlock = W == DType::kQ4_K ? 256 : 32;
+      constexpr int64_t kBlock =
+          W == DType::kQ4_K || W == DType::kQ5_K || W == DType::kQ6_K ? 256 : 32;
       for (int64_t ib = lane; ib < k / kBlock; ib += 32) acc += block_dot<W>(wr, xr, ib);
     }
     acc = warp_sum(acc);
@@ -306,6 +349,12 @@ int launch_mul_mat_q8_0(const NodeLaunch& l) {
 }
 int launch_mul_mat_q4_k(const NodeLaunch& l) {
   return mul_mat<DType::kQ4_K>(l);
+}
+int launch_mul_mat_q5_k(const NodeLaunch& l) {
+  return mul_mat<DType::kQ5_K>(l);
+}
+int launch_mul_mat_q6_k(const NodeLaunch& l) {
+  return mul_mat<DType::kQ6_K>(l);
 }
 
 }  // namespace minfer::backend::cuda

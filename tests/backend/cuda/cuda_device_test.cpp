@@ -292,16 +292,20 @@ TEST(CudaOps, KvStoreEqualsTheCpu_bitwiseAndAttentionWithinNmse1e10) {
   }
 }
 
-const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kQ4_0, DType::kQ4_1,
-                              DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                              DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+bool super_blocks(DType t) {
+  return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
 
 TEST(CudaOps, MulMatOfEveryWeightTypeWithinNmse1e10) {
   REQUIRE_GPU();
   for (DType t : kWeightTypes) {
     for (int64_t m : {1, 5}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " m=" + std::to_string(m));
-      // K = 896 (Qwen2.5-0.5B's n_embd); 1536 (SmolLM2's n_ff) for the 256-element Q4_K
-      const int64_t k = t == DType::kQ4_K ? 1536 : 896;
+      // K = 896 (Qwen2.5-0.5B's n_embd); 1536 (SmolLM2's n_ff) for the 256-element K-quants
+      const int64_t k = super_blocks(t) ? 1536 : 896;
       GraphBuilder b;
       const NodeId w = b.input("w", t, {k, 320});
       const NodeId x = b.input("x", DType::kF32, {k, m});
@@ -322,7 +326,7 @@ TEST(CudaOps, MulMatRowIsBitwiseTheSameAloneOrInABatch) {
   ASSERT_NE(d, nullptr);
   for (DType t : kWeightTypes) {
     SCOPED_TRACE(dtype_name(t));
-    const int64_t k = t == DType::kQ4_K ? 1536 : 896;
+    const int64_t k = super_blocks(t) ? 1536 : 896;
     const auto wbytes = encode(t, random_floats(static_cast<size_t>(k * 320), 17));
     const auto xs = random_floats(static_cast<size_t>(k * 6), 18);
     std::vector<std::vector<float>> results;

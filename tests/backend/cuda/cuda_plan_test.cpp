@@ -204,8 +204,9 @@ TEST(CudaSupports, WhatHasNoKernelStaysOffTheDevice) {
   auto none = [](Node&) {};
   EXPECT_TRUE(accepts(Op::kMulMat, {DType::kQ4_0, DType::kF32}, none));
   EXPECT_TRUE(accepts(Op::kMulMat, {DType::kQ4_K, DType::kF32}, none));
-  EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ5_K, DType::kF32}, none));  // not yet
-  EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ6_K, DType::kF32}, none));
+  EXPECT_TRUE(accepts(Op::kMulMat, {DType::kQ6_K, DType::kF32}, none));
+  EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ2_K, DType::kF32}, none));  // not yet
+  EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ3_K, DType::kF32}, none));
   EXPECT_FALSE(accepts(Op::kMulMat, {DType::kBF16, DType::kF32}, none));
   EXPECT_FALSE(accepts(Op::kGetRows, {DType::kQ4_K, DType::kI32}, none));
   EXPECT_FALSE(accepts(Op::kKvStore, {DType::kQ8_0, DType::kF32, DType::kI32}, none));
