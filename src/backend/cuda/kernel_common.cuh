@@ -1,4 +1,4 @@
-// Stage 12 (CUDA kernels): helpers every .cu file shares — half conversions, the device
+// Stage 12 (CUDA kernels): what every .cu file shares — half conversions, the device
 // error word, launch geometry. Built with --fmad=false (CMakeLists.txt): no product is
 // contracted into an add unless a kernel writes fmaf, as the CPU kernels are built with
 // -ffp-contract=off, so elementwise results round where the CPU's do.
