@@ -62,6 +62,10 @@ bool cuda_supports(const Node& n, std::span<const DType> dts) {
     case Op::kSwiglu:
     case Op::kTanh:
       return all_f32();
+    case Op::kGeglu:
+    case Op::kGelu:
+      // the default numerics' table (ggml_f16: llama.cpp's FMA-contracted one stays on the CPU)
+      return all_f32() && n.params.ggml_f16 == 0;
     case Op::kCont:
       return dts.size() == 1 && dts[0] == n.dtype;
     case Op::kGetRows:
@@ -92,6 +96,8 @@ DType activation_type(DType weight) {
   switch (weight) {
     case DType::kF16:
       return DType::kF16;
+    case DType::kBF16:
+      return DType::kBF16;
     case DType::kQ4_0:
     case DType::kQ5_0:
     case DType::kQ8_0:
@@ -112,6 +118,7 @@ uint64_t activation_row_bytes(DType weight, int64_t k) {
   const auto n = static_cast<uint64_t>(k);
   switch (activation_type(weight)) {
     case DType::kF16:
+    case DType::kBF16:
       return 2 * n;
     case DType::kQ8_0:
       return n / 32 * 34;  // ggml block_q8_0: f16 d + 32 int8

@@ -72,6 +72,10 @@ __device__ __forceinline__ float dequant_elem<DType::kF16>(const uint8_t* row, i
   return h2f(reinterpret_cast<const uint16_t*>(row)[j]);
 }
 template <>
+__device__ __forceinline__ float dequant_elem<DType::kBF16>(const uint8_t* row, int64_t j) {
+  return __uint_as_float(uint32_t{reinterpret_cast<const uint16_t*>(row)[j]} << 16);
+}
+template <>
 __device__ __forceinline__ float dequant_elem<DType::kQ8_0>(const uint8_t* row, int64_t j) {
   const auto* b = reinterpret_cast<const quant::BlockQ8_0*>(row) + j / 32;
   return static_cast<float>(b->qs[j % 32]) * h2f(b->d);

@@ -25,6 +25,7 @@ namespace minfer::backend::cuda {
   X(kGetRows, kQ5_0, get_rows_q5_0)  \
   X(kGetRows, kQ5_1, get_rows_q5_1)  \
   X(kGetRows, kQ8_0, get_rows_q8_0)  \
+  X(kGetRows, kBF16, get_rows_bf16)  \
   X(kRmsNorm, kF32, rms_norm)        \
   X(kRmsNormMul, kF32, rms_norm_mul) \
   X(kSoftmax, kF32, softmax)         \
@@ -34,6 +35,8 @@ namespace minfer::backend::cuda {
   X(kSilu, kF32, silu)               \
   X(kSwiglu, kF32, swiglu)           \
   X(kTanh, kF32, tanh)               \
+  X(kGeglu, kF32, geglu)             \
+  X(kGelu, kF32, gelu)               \
   X(kCont, kF32, cont)               \
   X(kRope, kF32, rope)               \
   X(kKvStore, kF32, kv_store_f32)    \
@@ -42,6 +45,7 @@ namespace minfer::backend::cuda {
   X(kAttention, kF16, attention_f16) \
   X(kMulMat, kF32, mul_mat_f32)      \
   X(kMulMat, kF16, mul_mat_f16)      \
+  X(kMulMat, kBF16, mul_mat_bf16)    \
   X(kMulMat, kQ4_0, mul_mat_q4_0)    \
   X(kMulMat, kQ4_1, mul_mat_q4_1)    \
   X(kMulMat, kQ5_0, mul_mat_q5_0)    \

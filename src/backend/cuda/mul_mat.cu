@@ -8,9 +8,10 @@
 // butterfly (warp_sum). The GEMV of a decode row and each row of a prefill batch run
 // the same arithmetic, so a row's result never depends on its batch; the order of the
 // block sums differs from the CPU's sequential one (tests state an NMSE bound).
-// Q4_K, Q5_K and Q6_K take Q8_K super-block activations (quant's quantize_q8_k: the first element
-// of largest magnitude sets d, codes by ggml's nearest_int), one super-block per lane. Not yet:
-// Q2_K, Q3_K, BF16, a tiled prefill GEMM.
+// Q4_K, Q5_K and Q6_K take Q8_K super-block activations (quant's quantize_q8_k: the first
+// element of largest magnitude sets d, codes by ggml's nearest_int), one super-block per
+// lane; BF16 weights take bf16 activations (core/fp16.h's rounding).
+// Not yet: Q2_K, Q3_K, a tiled prefill GEMM.
 #include "backend/cuda/cuda_plan.h"
 #include "backend/cuda/kernel_common.cuh"
 
@@ -106,6 +107,16 @@ __global__ void quantize_q8_k_kernel(const float* x, uint8_t* y) {
     blk->bsums[t] = static_cast<int16_t>(sum);
   }
   if (t == 0) blk->d = 1 / iscale;
+}
+
+// core/fp16.h fp32_to_bf16: round to nearest even, a NaN kept quiet.
+__global__ void to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t u = __float_as_uint(x[i]);
+  y[i] = (u & 0x7fffffffu) > 0x7f800000u
+             ? static_cast<uint16_t>((u >> 16) | 64)
+             : static_cast<uint16_t>((u + (0x7fffu + ((u >> 16) & 1))) >> 16);
 }
 
 __global__ void to_f16_kernel(const float* x, uint16_t* y, int64_t n) {
@@ -269,6 +280,12 @@ __global__ void gemv_kernel(const uint8_t* w, uint64_t w_row, const uint8_t* x, 
       const auto* a = reinterpret_cast<const float*>(wr);
       const auto* b = reinterpret_cast<const float*>(xr);
       for (int64_t i = lane; i < k; i += 32) acc += a[i] * b[i];
+    } else if constexpr (W == DType::kBF16) {
+      const auto* a = reinterpret_cast<const uint16_t*>(wr);
+      const auto* b = reinterpret_cast<const uint16_t*>(xr);
+      for (int64_t i = lane; i < k; i += 32) {
+        acc += __uint_as_float(uint32_t{a[i]} << 16) * __uint_as_float(uint32_t{b[i]} << 16);
+      }
     } else if constexpr (W == DType::kF16) {
       const auto* a = reinterpret_cast<const uint16_t*>(wr);
       const auto* b = reinterpret_cast<const uint16_t*>(xr);
@@ -302,7 +319,10 @@ int mul_mat(const NodeLaunch& l) {
     const auto* xf = static_cast<const float*>(xn.data);
     constexpr int kThreads = 256;
     const int64_t n = k * m_rows;
-    if (act == DType::kF16) {
+    if (act == DType::kBF16) {
+      to_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(l)>>>(
+          xf, reinterpret_cast<uint16_t*>(xq), n);
+    } else if (act == DType::kF16) {
       to_f16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream_of(l)>>>(
           xf, reinterpret_cast<uint16_t*>(xq), n);
     } else if (act == DType::kQ8_K) {
@@ -331,6 +351,9 @@ int launch_mul_mat_f32(const NodeLaunch& l) {
 }
 int launch_mul_mat_f16(const NodeLaunch& l) {
   return mul_mat<DType::kF16>(l);
+}
+int launch_mul_mat_bf16(const NodeLaunch& l) {
+  return mul_mat<DType::kBF16>(l);
 }
 int launch_mul_mat_q4_0(const NodeLaunch& l) {
   return mul_mat<DType::kQ4_0>(l);

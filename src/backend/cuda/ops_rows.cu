@@ -1,4 +1,4 @@
-// Stage 12 (CUDA kernels): row movement — get_rows (F32, F16 and the legacy quant types,
+// Stage 12 (CUDA kernels): row movement — get_rows (F32, F16, BF16 and the legacy quant types,
 // dequantized exactly as quant's scalar dequantize: bitwise the CPU) and kv_store into a
 // persistent F32 / F16 region (f32 → f16 rounded to nearest even, as the CPU).
 // Loud bounds: an id or cell out of range is reported through the error word (the host
@@ -95,6 +95,9 @@ int launch_get_rows_q5_1(const NodeLaunch& l) {
 }
 int launch_get_rows_q8_0(const NodeLaunch& l) {
   return get_rows<DType::kQ8_0>(l);
+}
+int launch_get_rows_bf16(const NodeLaunch& l) {
+  return get_rows<DType::kBF16>(l);
 }
 int launch_kv_store_f32(const NodeLaunch& l) {
   return kv_store<false>(l);

@@ -176,8 +176,8 @@ void compare(const ComputeGraph& g, const Leaves& leaves, double bound /* < 0: b
   }
 }
 
-const DType kTableTypes[] = {DType::kF32,  DType::kF16,  DType::kQ4_0, DType::kQ4_1,
-                             DType::kQ5_0, DType::kQ5_1, DType::kQ8_0};
+const DType kTableTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
+                             DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0};
 
 TEST(CudaOps, GetRowsOfEveryTableTypeEqualsTheCpu_bitwise) {
   REQUIRE_GPU();
@@ -212,7 +212,7 @@ TEST(CudaOps, AddMulScaleWithBroadcastEqualTheCpu_bitwise) {
           -1);
 }
 
-TEST(CudaOps, RmsNormSoftmaxSiluSwigluTanhWithinNmse1e10) {
+TEST(CudaOps, RmsNormSoftmaxSiluSwigluGegluGeluTanhWithinNmse1e10) {
   REQUIRE_GPU();
   GraphBuilder b;
   const NodeId x = b.input("x", DType::kF32, {896, 7});
@@ -224,6 +224,8 @@ TEST(CudaOps, RmsNormSoftmaxSiluSwigluTanhWithinNmse1e10) {
   b.mark_output(b.softmax(x, 0.5f));
   b.mark_output(b.silu(gate));
   b.mark_output(b.swiglu(gate, up));
+  b.mark_output(b.geglu(gate, up));
+  b.mark_output(b.gelu(gate));
   b.mark_output(b.tanh(x));
   const ComputeGraph g = b.finish();
   compare(g,
@@ -292,8 +294,9 @@ TEST(CudaOps, KvStoreEqualsTheCpu_bitwiseAndAttentionWithinNmse1e10) {
   }
 }
 
-const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                              DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
+                              DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
+                              DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 bool super_blocks(DType t) {
   return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;

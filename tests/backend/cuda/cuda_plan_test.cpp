@@ -153,6 +153,7 @@ std::vector<DType> sources_for(Op op, DType key) {
     case Op::kAdd:
     case Op::kMul:
     case Op::kSwiglu:
+    case Op::kGeglu:
     case Op::kRmsNormMul:
       return {key, key};
     default:
@@ -207,10 +208,13 @@ TEST(CudaSupports, WhatHasNoKernelStaysOffTheDevice) {
   EXPECT_TRUE(accepts(Op::kMulMat, {DType::kQ6_K, DType::kF32}, none));
   EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ2_K, DType::kF32}, none));  // not yet
   EXPECT_FALSE(accepts(Op::kMulMat, {DType::kQ3_K, DType::kF32}, none));
-  EXPECT_FALSE(accepts(Op::kMulMat, {DType::kBF16, DType::kF32}, none));
+  EXPECT_TRUE(accepts(Op::kMulMat, {DType::kBF16, DType::kF32}, none));
   EXPECT_FALSE(accepts(Op::kGetRows, {DType::kQ4_K, DType::kI32}, none));
   EXPECT_FALSE(accepts(Op::kKvStore, {DType::kQ8_0, DType::kF32, DType::kI32}, none));
-  EXPECT_FALSE(accepts(Op::kGeglu, {DType::kF32, DType::kF32}, none));
+  EXPECT_TRUE(accepts(Op::kGeglu, {DType::kF32, DType::kF32}, none));
+  // llama.cpp's FMA-contracted gelu table (--numerics llamacpp) has no CUDA twin
+  EXPECT_FALSE(
+      accepts(Op::kGeglu, {DType::kF32, DType::kF32}, [](Node& n) { n.params.ggml_f16 = 1; }));
   EXPECT_FALSE(accepts(Op::kMulMatId, {DType::kQ4_0, DType::kF32, DType::kI32}, none));
   EXPECT_TRUE(accepts(Op::kAttention, {DType::kF32, DType::kF16, DType::kF16, DType::kI32}, none));
   // mixed K / V cells, llama.cpp's f16 flash-attention numerics, a head past 256
