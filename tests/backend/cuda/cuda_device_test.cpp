@@ -394,17 +394,20 @@ TEST(CudaDevices, ListedExactlyWhenTheRuntimeReportsAGpu) {
 const std::string kSmol = std::string(MINFER_CACHE_DIR) + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 // Greedy run of a 9-token prompt then 24 decode steps: every step's logits and token.
+// With `forced`, step i feeds forced[i] instead of its own argmax (teacher forcing: the
+// logits of two backends stay comparable after a near-tie picks another token).
 struct GreedyRun {
   std::vector<std::vector<float>> logits;
   std::vector<int32_t> tokens;
 };
 
-GreedyRun greedy(const std::vector<std::string>& devices, int32_t ngl) {
+GreedyRun greedy(const std::vector<std::string>& devices, int32_t ngl,
+                 const std::string& model = kSmol, const std::vector<int32_t>& forced = {}) {
   GreedyRun out;
   engine::EngineOptions o{.n_threads = 2};
   o.devices = devices;
   o.n_gpu_layers = ngl;
-  auto e = engine::Engine::open(kSmol, o);
+  auto e = engine::Engine::open(model, o);
   EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.error().message);
   if (!e.ok()) return out;
   Status st = (*e)->set_context({.n_cells = 128, .n_seq_max = 1});
@@ -418,8 +421,9 @@ GreedyRun greedy(const std::vector<std::string>& devices, int32_t ngl) {
   std::span<const float> row = r->row(0);
   for (int32_t pos = 9; pos < 9 + 24; ++pos) {
     out.logits.emplace_back(row.begin(), row.end());
-    const auto next = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-    out.tokens.push_back(next);
+    const auto best = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    out.tokens.push_back(best);
+    const int32_t next = forced.empty() ? best : forced[static_cast<size_t>(pos - 9)];
     engine::Batch d;
     d.add(next, 0, pos, true);
     auto s = (*e)->decode(d);
@@ -439,6 +443,33 @@ TEST(CudaModel, SmolLM2GreedyTokensWithEveryLayerOnTheGpuEqualTheCpus) {
   for (size_t i = 0; i < cpu.logits.size(); ++i) {
     EXPECT_LE(nmse(dev.logits[i], cpu.logits[i]), 1e-6) << "step " << i;
   }
+}
+
+// The test fixtures over the op mixes the kernels cover: Qwen2.5-0.5B-shaped (NeoX rope,
+// QKV bias, GQA 14/2) in Q4_0, Q8_0, F16 and a Q4_K_M mix; llama-shaped Q5_K_M and Q6_K;
+// Gemma 3 270M Q4_K_M (GeGLU). Random-weight fixtures have near-ties, so the GPU run is
+// fed the CPU's tokens and its logits are compared step by step.
+TEST(CudaModel, FixtureLogitsWithEveryLayerOnTheGpuWithinNmse1e6) {
+  REQUIRE_GPU();
+  const std::string dir = std::string(MINFER_CACHE_DIR) + "/models/";
+  int ran = 0;
+  for (const char* name :
+       {"minfer-fixture-qwen2.5-0.5b-q4_0.gguf", "minfer-fixture-qwen2.5-0.5b-q8_0.gguf",
+        "minfer-fixture-qwen2.5-0.5b-f16.gguf", "minfer-fixture-qwen2.5-0.5b-q4_k_m.gguf",
+        "minfer-fixture-llama-0.1b-q5_k_m.gguf", "minfer-fixture-llama-0.1b-q6_k.gguf",
+        "gemma-3-270m-q4_k_m.gguf"}) {
+    const std::string path = dir + name;
+    if (!std::filesystem::exists(path)) continue;
+    SCOPED_TRACE(name);
+    ++ran;
+    const GreedyRun cpu = greedy({}, 0, path);
+    const GreedyRun dev = greedy({"cuda0"}, 99, path, cpu.tokens);
+    ASSERT_EQ(dev.logits.size(), cpu.logits.size());
+    for (size_t i = 0; i < cpu.logits.size(); ++i) {
+      EXPECT_LE(nmse(dev.logits[i], cpu.logits[i]), 1e-6) << "step " << i;
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no fixture in " << dir << " (tools/make_test_models.sh)";
 }
 
 TEST(CudaModel, GraphReplayGivesTheDirectLaunchesLogits_bitwise) {
