@@ -224,12 +224,7 @@ Status CudaBackend::execute(const graph::ComputeGraph& g, std::span<const NodeId
       const Node& s = g.node(n.src[0]);
       l.src[0].row_bytes = graph::tensor_bytes(s.dtype, graph::Shape{s.shape.ne[0]});
     }
-    if (n.op == Op::kMulMat) {
-      const Node& w = g.node(n.src[0]);
-      const Node& x = g.node(n.src[1]);
-      need = std::max(need, activation_row_bytes(w.dtype, w.shape.ne[0]) *
-                                static_cast<uint64_t>(x.shape.n_rows()));
-    }
+    need = std::max(need, node_scratch_bytes(g, id));
     l.err = im.err_dev;
     l.stream = im.stream;
     im.pending.push_back(p);

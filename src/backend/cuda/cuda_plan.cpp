@@ -131,15 +131,42 @@ uint64_t activation_row_bytes(DType weight, int64_t k) {
   }
 }
 
-uint64_t scratch_bytes(const graph::ComputeGraph& g, graph::BackendId backend) {
-  uint64_t most = 0;
-  for (const Node& n : g.nodes()) {
-    if (n.backend != backend || n.op != Op::kMulMat) continue;
+int64_t attention_max_splits(int64_t n_cells, int64_t n_runs) {
+  return std::max<int64_t>(1, (n_cells * n_runs + kAttentionSplitCells - 1) / kAttentionSplitCells);
+}
+
+uint64_t attention_split_bytes(int64_t n_tok, int64_t n_head, int64_t hd_v, int64_t n_cells,
+                               int64_t n_runs) {
+  const int64_t rows = n_tok * n_head;
+  const int64_t splits = attention_max_splits(n_cells, n_runs);
+  if (rows <= 0 || rows >= kAttentionSplitRowsMax || splits <= 1) return 0;
+  const uint64_t bytes = static_cast<uint64_t>(rows * splits * (2 + hd_v)) * sizeof(float);
+  return bytes <= kAttentionSplitBytesMax ? bytes : 0;
+}
+
+uint64_t node_scratch_bytes(const graph::ComputeGraph& g, graph::NodeId id) {
+  const Node& n = g.node(id);
+  if (n.op == Op::kMulMat) {
     const Node& w = g.node(n.src[0]);
     const Node& x = g.node(n.src[1]);
-    const uint64_t bytes =
-        activation_row_bytes(w.dtype, w.shape.ne[0]) * static_cast<uint64_t>(x.shape.n_rows());
-    most = std::max(most, bytes);
+    return activation_row_bytes(w.dtype, w.shape.ne[0]) * static_cast<uint64_t>(x.shape.n_rows());
+  }
+  if (n.op == Op::kAttention && n.params.n_head_kv > 0) {
+    const Node& q = g.node(n.src[0]);
+    const Node& k = g.node(n.src[1]);
+    const Node& v = g.node(n.src[2]);
+    const Node& win = g.node(n.src[3]);
+    return attention_split_bytes(q.shape.ne[2], n.params.n_head, v.shape.ne[0] / n.params.n_head_kv,
+                                 k.shape.ne[1], win.shape.ne[0] / 2);
+  }
+  return 0;
+}
+
+uint64_t scratch_bytes(const graph::ComputeGraph& g, graph::BackendId backend) {
+  uint64_t most = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (g.nodes()[i].backend != backend) continue;
+    most = std::max(most, node_scratch_bytes(g, static_cast<graph::NodeId>(i)));
   }
   return most;
 }

@@ -40,9 +40,26 @@ inline constexpr int64_t kMaxHeadDim = 256;
 // of the other sources that kernel reads. Aliases (reshape, view) are always accepted.
 bool cuda_supports(const graph::Node& node, std::span<const DType> src_dtypes);
 
+// Attention cuts a window into splits of this many cells (whole 64-cell chunks); a
+// decode step's (token, head) rows with a long window give each split its own block when
+// the partial states fit the scratch cap (ops_attention.cu: the bits are the same either way).
+inline constexpr int64_t kAttentionSplitCells = 512;
+inline constexpr int64_t kAttentionSplitRowsMax = 256;                   // (token, head) rows
+inline constexpr uint64_t kAttentionSplitBytesMax = uint64_t{64} << 20;  // partial states
+// The splits a window over a region of n_cells cells in n_runs runs can have.
+int64_t attention_max_splits(int64_t n_cells, int64_t n_runs);
+// Scratch of the split-per-block mode (partial m, l, acc per row and split), or 0 where
+// the node runs one block per (token, head) row.
+uint64_t attention_split_bytes(int64_t n_tok, int64_t n_head, int64_t hd_v, int64_t n_cells,
+                               int64_t n_runs);
+// Scratch one node needs (mul_mat's converted activations, attention's partial states).
+uint64_t node_scratch_bytes(const graph::ComputeGraph& graph, graph::NodeId id);
+
 // Device bytes a split of `graph` on `backend` needs beside its nodes' memory: mul_mat
 // converts its F32 activations to the weight's activation format (q8_0 for Q4_0, Q5_0,
-// Q8_0; q8_1 for Q4_1, Q5_1; q8_K for Q4_K, Q5_K, Q6_K; f16 for F16) before the dot products.
+// Q8_0; q8_1 for Q4_1, Q5_1; q8_K for Q4_K, Q5_K, Q6_K; f16 for F16) before the dot
+// products, and attention's split states; nodes run in stream order, so one buffer of
+// the largest need serves them all.
 uint64_t scratch_bytes(const graph::ComputeGraph& graph, graph::BackendId backend);
 // The activation format of a mul_mat weight type (F32: none needed) and its row bytes.
 DType activation_type(DType weight);

@@ -294,6 +294,63 @@ TEST(CudaOps, KvStoreEqualsTheCpu_bitwiseAndAttentionWithinNmse1e10) {
   }
 }
 
+// A long window (1500 cells of a 2048-cell f16 region: 3 splits of 512) for n_tok query
+// rows that all see it; the K/V stores write nothing (cell −1).
+struct LongWindow {
+  ComputeGraph g;
+  Leaves leaves;
+};
+LongWindow long_window(int64_t n_tok) {
+  constexpr int64_t kCells = 2048, kRow = 128;
+  GraphBuilder b;
+  const NodeId kr = b.kv_region(0, graph::KvKind::kK, DType::kF16, {kRow, kCells});
+  const NodeId vr = b.kv_region(0, graph::KvKind::kV, DType::kF16, {kRow, kCells});
+  const NodeId rows = b.input("rows", DType::kF32, {kRow, 1});
+  const NodeId cells = b.input("cells", DType::kI32, {1});
+  const NodeId q = b.input("q", DType::kF32, {64, 14, n_tok});
+  const NodeId win = b.input("win", DType::kI32, {2, n_tok});
+  const NodeId ks = b.kv_store(kr, rows, cells);
+  const NodeId vs = b.kv_store(vr, rows, cells);
+  b.mark_output(
+      b.attention(q, ks, vs, win, {.n_head = 14, .n_head_kv = 2, .scale = 0.125f, .layer = 0}));
+  LongWindow out{.g = b.finish()};
+  std::vector<int32_t> w;
+  for (int64_t t = 0; t < n_tok; ++t) w.insert(w.end(), {0, 1500});
+  // row 0's query is the same in every batch; the others differ
+  std::vector<float> qs = random_floats(static_cast<size_t>(64 * 14 * n_tok), 21, -3, 3);
+  const std::vector<float> q0 = random_floats(64 * 14, 22, -3, 3);
+  std::copy(q0.begin(), q0.end(), qs.begin());
+  out.leaves = {{kr, encode(DType::kF16, random_floats(kRow * kCells, 23))},
+                {vr, encode(DType::kF16, random_floats(kRow * kCells, 24))},
+                {rows, as_bytes(random_floats(kRow, 25))},
+                {cells, as_bytes(std::vector<int32_t>{-1})},
+                {q, as_bytes(qs)},
+                {win, as_bytes(w)}};
+  return out;
+}
+
+// A decode row (14 (token, head) rows: one block per split, then the combine kernel)
+// against the CPU, and against the same row in a batch of 20 tokens (280 rows: one block
+// per row walking its splits) — the two launch modes run the same operations.
+TEST(CudaOps, LongWindowAttentionWithinNmse1e10AndTheSameBitsAloneOrInABatch) {
+  REQUIRE_GPU();
+  ASSERT_GT(attention_split_bytes(1, 14, 64, 2048, 1), 0u);   // split blocks
+  ASSERT_EQ(attention_split_bytes(20, 14, 64, 2048, 1), 0u);  // one block per row
+  const LongWindow one = long_window(1);
+  compare(one.g, one.leaves, kNmseReordered);
+  auto d = gpu();
+  ASSERT_NE(d, nullptr);
+  auto alone = run_on(*d, one.g, one.leaves);
+  ASSERT_TRUE(alone.ok()) << alone.error().message;
+  const LongWindow many = long_window(20);
+  auto batch = run_on(*d, many.g, many.leaves);
+  ASSERT_TRUE(batch.ok()) << batch.error().message;
+  const auto a = floats(alone->begin()->second);
+  const auto b = floats(batch->begin()->second);
+  ASSERT_EQ(a.size(), 64u * 14);
+  ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
 const DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
                               DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
                               DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};

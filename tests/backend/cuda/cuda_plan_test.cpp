@@ -229,6 +229,16 @@ TEST(CudaSupports, WhatHasNoKernelStaysOffTheDevice) {
   EXPECT_TRUE(accepts(Op::kReshape, {DType::kQ4_K}, none));  // an alias runs no kernel
 }
 
+TEST(CudaSupports, AttentionSplitsAcrossBlocksOnlyForFewRowsOverALongRegion) {
+  // a decode step of Qwen2.5-0.5B (14 heads, head 64) over 4096 cells: 8 splits
+  EXPECT_EQ(attention_max_splits(4096, 1), 8);
+  EXPECT_EQ(attention_split_bytes(1, 14, 64, 4096, 1), uint64_t{14} * 8 * (2 + 64) * 4);
+  EXPECT_EQ(attention_max_splits(4096, 2), 16);                // two runs may reach twice the cells
+  EXPECT_EQ(attention_split_bytes(1, 14, 64, 512, 1), 0u);     // one split: one block per row
+  EXPECT_EQ(attention_split_bytes(512, 14, 64, 4096, 1), 0u);  // a prefill fills the GPU already
+  EXPECT_EQ(attention_split_bytes(1, 14, 64, int64_t{1} << 26, 1), 0u);  // past the scratch cap
+}
+
 TEST(CudaSupports, ScratchHoldsTheLargestConvertedActivationOfTheBackendsMulMats) {
   graph::GraphBuilder b({.backend = 1});
   const auto x = b.input("x", DType::kF32, {896, 5});
