@@ -3,7 +3,10 @@
 #   1. scripts/setup.sh (Debian packages, Python tooling, the default model);
 #   2. the ci preset (Release, -Werror): build everything, write the generated test
 #      models into the model cache (tools/make_test_models.sh), run every test, the
-#      slow golden tests (CTest label "golden") included — they run here only;
+#      slow golden tests (CTest label "golden") included — they run here only; where the
+#      CUDA toolkit is installed (nvcc on PATH or in /usr/local/cuda) the CUDA backend is
+#      built too (-DMINFER_CUDA=ON: its kernels compile and link; without a GPU its device
+#      tests skip and the binaries list no CUDA device); MINFER_CI_CUDA=0 leaves it out;
 #   3. the asan-ubsan preset (clang, ASan + UBSan): build, run the suite again without
 #      the labels "golden", "long" and "no-sanitizer" (see ctest --print-labels);
 #   4. scripts/fuzz.sh: each libFuzzer target for MINFER_FUZZ_SECONDS (default 60) on
@@ -21,9 +24,13 @@ mark() { times+=("$1 $((SECONDS - t0))s"); }
 
 t0=$SECONDS; bash scripts/setup.sh; mark setup
 t0=$SECONDS
-cmake --preset ci >/dev/null
+cuda=OFF
+if [ "${MINFER_CI_CUDA:-1}" != 0 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  cuda=ON
+fi
+cmake --preset ci -DMINFER_CUDA=$cuda >/dev/null
 cmake --build --preset ci
-mark "ci build"
+mark "ci build (CUDA $cuda)"
 # Deterministic test models (tiny fixtures and the Qwen2.5-0.5B-shaped ones) into the
 # model cache; hash-checked, skipped when already present.
 t0=$SECONDS; bash tools/make_test_models.sh build/ci; mark "test models"

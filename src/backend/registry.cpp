@@ -4,11 +4,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <mutex>
+
+#ifdef MINFER_CUDA
+#include "backend/cuda/cuda_devices.h"
+#endif
 
 namespace minfer::backend {
 
 Registry& Registry::global() {
   static Registry registry;
+#ifdef MINFER_CUDA
+  // The GPUs the CUDA runtime reports, once; none (no driver, no device) adds nothing
+  // and prints nothing, so a CUDA build behaves as a CPU build on such a machine.
+  static std::once_flag cuda_once;
+  std::call_once(cuda_once, [] { cuda::add_cuda_devices(registry); });
+#endif
   return registry;
 }
 

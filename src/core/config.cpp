@@ -20,6 +20,7 @@ Config Config::from_env() {
   c.timing = flag("MINFER_TIMING");
   c.op_timing = flag("MINFER_OP_TIMING");
   c.graph_trace = flag("MINFER_GRAPH_TRACE");
+  c.no_cuda_graphs = flag("MINFER_NO_CUDA_GRAPHS");
   c.rebuild_trace = flag("MINFER_REBUILD_TRACE");
   if (const char* isa = std::getenv("MINFER_CPU_ISA"); isa != nullptr) c.cpu_isa = isa;
   if (const char* t = std::getenv("MINFER_CACHE_TYPE"); t != nullptr) c.cache_type = t;

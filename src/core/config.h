@@ -23,6 +23,9 @@ struct Config {
   // for a quantized KV cache under --numerics llamacpp only; "0" (0) — never; anything
   // else (1) — also under the default numerics (graph::CParams::kv_rotation).
   int kv_rotation = -1;
+  // MINFER_NO_CUDA_GRAPHS: a CUDA build launches its kernels directly instead of capturing
+  // each graph's decode step as a CUDA graph and replaying it.
+  bool no_cuda_graphs = false;
   // MINFER_TEST_LOAD_DELAY_MS: `minfer serve` waits this long (listening, answering 503)
   // before it loads the model, so a test can see the loading state; 0 (unset) in use.
   int test_load_delay_ms = 0;
