@@ -55,13 +55,6 @@ struct BF16Fmt {
   }
 };
 
-template <class Fmt>
-void widen_row(int64_t n, const typename Fmt::T* x, float* y) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, Fmt::load8(x + i));
-  for (; i < n; ++i) y[i] = Fmt::one(x[i]);
-}
-
 // NW weight rows against one activation row (the single dot is NW = 1).
 template <class Fmt, int NW>
 void gemv_rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fmt::T* x, float* y) {
@@ -113,35 +106,31 @@ void gemv(const GemmArgs& a) {
     gemv_rows<Fmt, 1>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x, a.y + r);
 }
 
-// Prefill tile: NW weight rows × NX activation rows (f32, ws / xs floats apart), two
-// accumulators per output: 2 × 3 × 2 = 12 of the 16 ymm registers.
+// Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, both
+// packed step-major ([step][row][16] f32: two sequential streams), two accumulators per
+// output (2 × 3 × 2 = 12 of the 16 ymm registers); y gets each output's reduced body,
+// the caller fma's a k % 16 tail onto it.
 template <int NW, int NX>
-void tile16(int64_t k, const float* w, int64_t ws, const float* x, int64_t xs, float* y,
-            int64_t ys) {
-  const int64_t body = k / 16 * 16;
+void tile16(int64_t steps, const float* wp, const float* xp, float* y, int64_t ys) {
   __m256 lo[NW][NX], hi[NW][NX];
   for (int r = 0; r < NW; ++r)
     for (int c = 0; c < NX; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < body; i += 16) {
+  for (int64_t s = 0; s < steps; ++s) {
     for (int r = 0; r < NW; ++r) {
-      const __m256 wl = _mm256_loadu_ps(w + r * ws + i);
-      const __m256 wh = _mm256_loadu_ps(w + r * ws + i + 8);
+      const __m256 wl = _mm256_loadu_ps(wp + (s * NW + r) * 16);
+      const __m256 wh = _mm256_loadu_ps(wp + (s * NW + r) * 16 + 8);
       for (int c = 0; c < NX; ++c) {
-        lo[r][c] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(x + c * xs + i), lo[r][c]);
-        hi[r][c] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(x + c * xs + i + 8), hi[r][c]);
+        const float* xc = xp + (s * NX + c) * 16;
+        lo[r][c] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(xc), lo[r][c]);
+        hi[r][c] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(xc + 8), hi[r][c]);
       }
     }
   }
-  for (int r = 0; r < NW; ++r) {
-    for (int c = 0; c < NX; ++c) {
-      float s = tree16(lo[r][c], hi[r][c]);
-      for (int64_t i = body; i < k; ++i) s = std::fma(w[r * ws + i], x[c * xs + i], s);
-      y[c * ys + r] = s;
-    }
-  }
+  for (int r = 0; r < NW; ++r)
+    for (int c = 0; c < NX; ++c) y[c * ys + r] = tree16(lo[r][c], hi[r][c]);
 }
 
-using TileFn = void (*)(int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t);
+using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t);
 constexpr int kNW = 2;
 constexpr int kNX = 3;
 constexpr std::array<std::array<TileFn, kNX>, kNW> kTiles = {{
@@ -149,53 +138,58 @@ constexpr std::array<std::array<TileFn, kNX>, kNW> kTiles = {{
     {&tile16<2, 1>, &tile16<2, 2>, &tile16<2, 3>},
 }};
 
-// Weight rows widened to f32 once per call (F32: read in place), reused by every tile of
-// activation rows; each tile of kNX activation rows widened once.
+// n rows (stride bytes apart) of `steps` 16-element steps → [step][row][16] f32.
+template <class Fmt>
+void pack_rows(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, float* dst) {
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t r = 0; r < n; ++r) {
+      const auto* row =
+          reinterpret_cast<const typename Fmt::T*>(src + static_cast<uint64_t>(r) * stride);
+      _mm256_storeu_ps(dst + (s * n + r) * 16, Fmt::load8(row + s * 16));
+      _mm256_storeu_ps(dst + (s * n + r) * 16 + 8, Fmt::load8(row + s * 16 + 8));
+    }
+  }
+}
+
+// The call's weight rows widened to f32 and packed once, in groups of kNW (reused by
+// every tile of activation rows); each tile of kNX activation rows packed once.
 template <class Fmt>
 void gemm16(const GemmArgs& a) {
   if (a.n_x == 1) {
     gemv<Fmt>(a);
     return;
   }
-  constexpr bool kF32 = std::is_same_v<Fmt, F32Fmt>;
   const auto* w = static_cast<const uint8_t*>(a.w);
   const auto* x = static_cast<const uint8_t*>(a.x);
-  const auto k = static_cast<size_t>(a.k);
-  const float* wf = nullptr;
-  int64_t ws = a.k;
-  if constexpr (kF32) {
-    wf = reinterpret_cast<const float*>(w);
-    ws = static_cast<int64_t>(a.w_stride / sizeof(float));
-  } else {
-    float* buf = thread_scratch<float, 0>(static_cast<size_t>(a.n_w) * k);
-    for (int64_t r = 0; r < a.n_w; ++r) {
-      widen_row<Fmt>(
-          a.k, reinterpret_cast<const typename Fmt::T*>(w + r * static_cast<int64_t>(a.w_stride)),
-          buf + static_cast<size_t>(r) * k);
-    }
-    wf = buf;
+  const int64_t steps = a.k / 16;
+  const int64_t body = steps * 16;
+  const int64_t group = steps * kNW * 16;  // floats per packed weight group
+  const int64_t n_groups = (a.n_w + kNW - 1) / kNW;
+  float* wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    pack_rows<Fmt>(w + static_cast<uint64_t>(g * kNW) * a.w_stride, a.w_stride,
+                   std::min<int64_t>(kNW, a.n_w - g * kNW), steps, wp + g * group);
   }
-  float* xbuf = kF32 ? nullptr : thread_scratch<float, 1>(kNX * k);
+  float* xp = thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * kNX * 16)));
   for (int64_t j0 = 0; j0 < a.n_x; j0 += kNX) {
     const int64_t nx = std::min<int64_t>(kNX, a.n_x - j0);
-    const float* xf = nullptr;
-    int64_t xs = a.k;
-    if constexpr (kF32) {
-      xf = reinterpret_cast<const float*>(x + j0 * static_cast<int64_t>(a.x_stride));
-      xs = static_cast<int64_t>(a.x_stride / sizeof(float));
-    } else {
-      for (int64_t j = 0; j < nx; ++j) {
-        widen_row<Fmt>(a.k,
-                       reinterpret_cast<const typename Fmt::T*>(
-                           x + (j0 + j) * static_cast<int64_t>(a.x_stride)),
-                       xbuf + static_cast<size_t>(j) * k);
-      }
-      xf = xbuf;
-    }
-    for (int64_t i0 = 0; i0 < a.n_w; i0 += kNW) {
-      const int64_t nw = std::min<int64_t>(kNW, a.n_w - i0);
+    pack_rows<Fmt>(x + static_cast<uint64_t>(j0) * a.x_stride, a.x_stride, nx, steps, xp);
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const int64_t nw = std::min<int64_t>(kNW, a.n_w - g * kNW);
       kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
-          a.k, wf + i0 * ws, ws, xf, xs, a.y + j0 * a.y_stride + i0, a.y_stride);
+          steps, wp + g * group, xp, a.y + j0 * a.y_stride + g * kNW, a.y_stride);
+    }
+    if (body == a.k) continue;
+    for (int64_t j = j0; j < j0 + nx; ++j) {  // the k % 16 tail, fma'd on in order
+      const auto* xr =
+          reinterpret_cast<const typename Fmt::T*>(x + static_cast<uint64_t>(j) * a.x_stride);
+      for (int64_t r = 0; r < a.n_w; ++r) {
+        const auto* wr =
+            reinterpret_cast<const typename Fmt::T*>(w + static_cast<uint64_t>(r) * a.w_stride);
+        float s = a.y[j * a.y_stride + r];
+        for (int64_t i = body; i < a.k; ++i) s = std::fma(Fmt::one(wr[i]), Fmt::one(xr[i]), s);
+        a.y[j * a.y_stride + r] = s;
+      }
     }
   }
 }
