@@ -137,7 +137,7 @@ TEST(MulMat, ThreadCountAndBatchingAreBitwiseInvariant_bitwise) {
   const int64_t k = 512;
   for (auto [n, m] : {std::pair<int64_t, int64_t>{37, 9}, {137, 2}, {137, 3}, {137, 8}})
     for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
-                    DType::kQ6_K, DType::kQ5_K, DType::kF16, DType::kF32}) {
+                    DType::kQ6_K, DType::kQ5_K, DType::kF16, DType::kF32, DType::kBF16}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " n " + std::to_string(n) + " m " +
                    std::to_string(m));
       MatMulCase one = run_mul_mat(t, k, n, m, 1);
@@ -354,7 +354,8 @@ TEST(VecDotSimd, EveryAvx512DotEqualsScalarTwin_bitwise) {
         }
       }
     }
-  EXPECT_EQ(n_checked, 9 + 5 + 5);  // F16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; legacy x2
+  // F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K; legacy x2
+  EXPECT_EQ(n_checked, 11 + 5 + 5);
 }
 
 // The register-blocked GEMM of every SIMD table equals its vec_dot element by element,

@@ -24,7 +24,7 @@ struct ActFormat {
 
 constexpr std::array kActs = {
     ActFormat{DType::kF32, from_f32_f32, nullptr},
-    ActFormat{DType::kF16, from_f32_f16, nullptr},
+    ActFormat{DType::kF16, from_f32_f16, from_f32_f16_avx2},
     ActFormat{DType::kBF16, from_f32_bf16, nullptr},
     ActFormat{DType::kQ8_0, from_f32_q8_0, from_f32_q8_0_avx2},
     ActFormat{DType::kQ8_1, from_f32_q8_1, from_f32_q8_1_avx2},

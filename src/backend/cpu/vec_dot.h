@@ -102,6 +102,8 @@ void from_f32_q8_0_avx2(const float* x, void* y, int64_t n);
 void from_f32_q8_1_avx2(const float* x, void* y, int64_t n);
 // AVX2 form of the Q8_K converter (ggml's quantize_row_q8_K_ref), byte for byte.
 void from_f32_q8_k_avx2(const float* x, void* y, int64_t n);
+// F16C form of the F16 converter, byte for byte (vec_dot_float_avx2.cpp).
+void from_f32_f16_avx2(const float* x, void* y, int64_t n);
 
 // The kernel table's columns (kernel_table.cpp), each a DotKernel with vec_dot nullptr
 // where the weight type has no kernel at that ISA. Scalar: the reference. AVX2 (+FMA,
@@ -117,9 +119,9 @@ DotKernel avx512_or_avx2_dot_kernel(DType weight_type);
 // Each ISA file's column: its kernels for a weight type, nothing about the pairing.
 IsaDot scalar_dot(DType weight_type);  // vec_dot_scalar.cpp
 IsaDot avx2_dot(DType weight_type);    // vec_dot_avx2.cpp
-// AVX-512 (vec_dot_avx512.cpp): F16 (the AVX2 dot, two activation rows per zmm in the
-// gemm), Q6_K, and the one-lane-per-row kernels of avx512_rows_dot (Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0: bitwise the scalar reference, any n_x) and avx512_kquant_dot (Q4_K, Q5_K).
+// AVX-512 (vec_dot_avx512.cpp): F32 / F16 / BF16 (float_dot_avx512), Q6_K, and the one-lane-per-row
+// kernels of avx512_rows_dot (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: bitwise the scalar reference, any n_x)
+// and avx512_kquant_dot (Q4_K, Q5_K).
 IsaDot avx512_dot(DType weight_type);
 IsaDot avx512_rows_dot(DType weight_type);    // vec_dot_avx512_rows.cpp
 IsaDot avx512_kquant_dot(DType weight_type);  // vec_dot_avx512_kquants.cpp
@@ -130,11 +132,13 @@ IsaDot avx512_kquant_dot(DType weight_type);  // vec_dot_avx512_kquants.cpp
 // the types whose AVX2 kernel already has llama.cpp's order.
 IsaDot avx2_ggml_dot(DType weight_type);
 
-// The AVX2 F16 GEMM (weights and activation tiles widened to f32 per call; each output
-// dot_f16_f16_avx2's lanes and tree) and the AVX-512 one (two activation rows per zmm,
-// same per-output operations); n_x 1: one dot per row.
-void gemm_f16_f16_avx2(const GemmArgs& a);
-void gemm_f16_f16_avx512(const GemmArgs& a);
+// F32 / F16 / BF16 weights (default numerics): 16 fma lanes per output, lanes l and l + 8
+// added, then ((0+4)+(2+6))+((1+5)+(3+7)), the n % 16 tail fma'd on in order — the
+// scalar column's lanes16_fma_dot. Each ISA's dot, GEMV (n_x 1: four rows' fma chains
+// at once) and GEMM (weights widened to f32 once per call, 4 × 6 outputs per AVX-512
+// tile, 2 × 3 per AVX2 tile) give those bits (vec_dot_float_avx2.cpp, _avx512.cpp).
+IsaDot float_dot_avx2(DType weight_type);
+IsaDot float_dot_avx512(DType weight_type);
 // AVX2 Q5_0 / Q5_1 (vec_dot_avx2_exact.cpp): the scalar reference's exact integers and
 // float expression per block, bitwise equal to it.
 float dot_q5_0_q8_0_avx2(int64_t n, const void* w, const void* x);

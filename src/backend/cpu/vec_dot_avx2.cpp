@@ -3,8 +3,9 @@
 // Invariants, per kernel, against the scalar twin (tests/backend/mul_mat_test.cpp):
 //  - Q6_K: the same 8 exact integer lanes per super-block (q6_k_lanes) and the
 //    same per-lane fma and final tree → bitwise equal.
-//  - F16, BF16, F32 dots: 8 lanes, mul then add (no FMA), the scalar twin's tree →
-//    bitwise. (Q2_K-Q5_K, Q5_0, Q5_1: vec_dot_avx2_exact.cpp, bitwise too.)
+//  - attention's F32 dot: 8 lanes, mul then add (no FMA), the scalar twin's tree →
+//    bitwise (the F32 / F16 / BF16 weight dots: vec_dot_float_avx2.cpp). (Q2_K-Q5_K,
+//    Q5_0, Q5_1: vec_dot_avx2_exact.cpp, bitwise too.)
 //  - Q4_0, Q4_1, Q8_0: 8 float lanes with FMA per block (ggml-cpu's x86 shape) instead
 //    of one scalar sum per block → equal within a named tolerance (float reassociation).
 #include <immintrin.h>
@@ -173,45 +174,6 @@ float dot_q6_k_q8_k_tiled_avx2(int64_t n, const void* vw, const void* vx) {
   }
   return acc;
 }
-
-namespace {
-
-float dot_f16_f16_avx2(int64_t n, const void* vw, const void* vx) {
-  const auto* w = static_cast<const uint16_t*>(vw);
-  const auto* x = static_cast<const uint16_t*>(vx);
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    const __m256 b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i)));
-    acc = _mm256_add_ps(acc, _mm256_mul_ps(a, b));
-  }
-  float s = hsum_f32x8(acc);
-  for (; i < n; ++i) s += fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]);
-  return s;
-}
-
-// bf16 → f32 is exact (the 16 bits become the top half); the scalar twin's 8-lane order.
-float dot_bf16_bf16_avx2(int64_t n, const void* vw, const void* vx) {
-  const auto* w = static_cast<const uint16_t*>(vw);
-  const auto* x = static_cast<const uint16_t*>(vx);
-  auto widen = [](const uint16_t* p) {
-    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-  };
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(widen(w + i), widen(x + i)));
-  float s = hsum_f32x8(acc);
-  for (; i < n; ++i) s += bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]);
-  return s;
-}
-
-float dot_f32_f32_avx2(int64_t n, const void* vw, const void* vx) {
-  return dot_f32_avx2(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
-}
-
-}  // namespace
 
 float dot_f32_avx2(int64_t n, const float* a, const float* b) {
   __m256 acc = _mm256_setzero_ps();
@@ -630,113 +592,6 @@ float ggml_dot_f16_vec_avx2_fa(int64_t n, const uint16_t* x, const uint16_t* y) 
   return dot_f16_f16_ggml_avx2(n, x, y);
 }
 
-namespace {
-
-// F16 GEMM: each call widens its weight rows (and each tile of activation rows) to f32
-// once — exact — and computes an NW × NX tile of outputs per pass, each output with
-// dot_f16_f16_avx2's 8 lanes (mul then add, in element order), its tree and its tail.
-template <int NW, int NX>
-void f16_tile(int64_t k, const float* w, const float* x, float* y, int64_t ys) {
-  const int64_t body = k / 8 * 8;
-  __m256 acc[NW][NX];
-  for (int r = 0; r < NW; ++r)
-    for (int c = 0; c < NX; ++c) acc[r][c] = _mm256_setzero_ps();
-  for (int64_t i = 0; i < body; i += 8) {
-    __m256 xv[NX];
-    for (int c = 0; c < NX; ++c) xv[c] = _mm256_loadu_ps(x + c * k + i);
-    for (int r = 0; r < NW; ++r) {
-      const __m256 wv = _mm256_loadu_ps(w + r * k + i);
-      for (int c = 0; c < NX; ++c) acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(wv, xv[c]));
-    }
-  }
-  for (int r = 0; r < NW; ++r) {
-    for (int c = 0; c < NX; ++c) {
-      float s = hsum_f32x8(acc[r][c]);
-      for (int64_t i = body; i < k; ++i) s += w[r * k + i] * x[c * k + i];
-      y[c * ys + r] = s;
-    }
-  }
-}
-
-using F16TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t);
-constexpr int kF16W = 4;
-constexpr int kF16X = 3;
-constexpr std::array<std::array<F16TileFn, kF16X>, kF16W> kF16Tiles = {{
-    {&f16_tile<1, 1>, &f16_tile<1, 2>, &f16_tile<1, 3>},
-    {&f16_tile<2, 1>, &f16_tile<2, 2>, &f16_tile<2, 3>},
-    {&f16_tile<3, 1>, &f16_tile<3, 2>, &f16_tile<3, 3>},
-    {&f16_tile<4, 1>, &f16_tile<4, 2>, &f16_tile<4, 3>},
-}};
-
-void gemm_f16_f16_avx2_impl(const GemmArgs& a) {
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  if (a.n_x == 1) {  // decode: one dot per row, a few rows ahead prefetched
-    constexpr int64_t kAhead = 4;
-    for (int64_t r = 0; r < a.n_w; ++r) {
-      if (r + kAhead < a.n_w) {
-        const uint8_t* p = w + (r + kAhead) * static_cast<int64_t>(a.w_stride);
-        for (int64_t off = 0; off < a.k * 2; off += 64) __builtin_prefetch(p + off, 0, 3);
-      }
-      a.y[r] = dot_f16_f16_avx2(a.k, w + r * static_cast<int64_t>(a.w_stride), a.x);
-    }
-    return;
-  }
-  const auto k = static_cast<size_t>(a.k);
-  float* wf = thread_scratch<float, 0>(static_cast<size_t>(a.n_w) * k);  // prefill only
-  float* xf = thread_scratch<float, 1>(kF16X * k);
-  for (int64_t r = 0; r < a.n_w; ++r) {
-    f16_to_f32_avx2(a.k,
-                    reinterpret_cast<const uint16_t*>(w + r * static_cast<int64_t>(a.w_stride)),
-                    wf + static_cast<size_t>(r) * k);
-  }
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += kF16X) {
-    const int64_t nx = std::min<int64_t>(kF16X, a.n_x - j0);
-    for (int64_t j = 0; j < nx; ++j) {
-      f16_to_f32_avx2(a.k, reinterpret_cast<const uint16_t*>(x + (j0 + j) * a.x_stride),
-                      xf + static_cast<size_t>(j) * k);
-    }
-    for (int64_t i0 = 0; i0 < a.n_w; i0 += kF16W) {
-      const int64_t nw = std::min<int64_t>(kF16W, a.n_w - i0);
-      kF16Tiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
-          a.k, wf + static_cast<size_t>(i0) * k, xf, a.y + j0 * a.y_stride + i0, a.y_stride);
-    }
-  }
-}
-
-// F32 GEMM: f16_tile on the rows as they are (already f32), so every output is
-// dot_f32_avx2's — the F32 vec_dot's own lanes, tree and tail, bit for bit — while each
-// weight row is loaded once per tile of activation rows instead of once per row.
-void gemm_f32_f32_avx2(const GemmArgs& a) {
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  if (a.n_x == 1) {
-    for (int64_t r = 0; r < a.n_w; ++r) {
-      a.y[r] = dot_f32_f32_avx2(a.k, w + r * static_cast<int64_t>(a.w_stride), a.x);
-    }
-    return;
-  }
-  const auto ws = static_cast<int64_t>(a.w_stride / sizeof(float));
-  const auto xs = static_cast<int64_t>(a.x_stride / sizeof(float));
-  MINFER_CHECK(ws == a.k && xs == a.k, "gemm_f32: rows must be contiguous");
-  const auto* wf = reinterpret_cast<const float*>(w);
-  const auto* xf = reinterpret_cast<const float*>(x);
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += kF16X) {
-    const int64_t nx = std::min<int64_t>(kF16X, a.n_x - j0);
-    for (int64_t i0 = 0; i0 < a.n_w; i0 += kF16W) {
-      const int64_t nw = std::min<int64_t>(kF16W, a.n_w - i0);
-      kF16Tiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
-          a.k, wf + i0 * a.k, xf + j0 * a.k, a.y + j0 * a.y_stride + i0, a.y_stride);
-    }
-  }
-}
-
-}  // namespace
-
-void gemm_f16_f16_avx2(const GemmArgs& a) {
-  gemm_f16_f16_avx2_impl(a);
-}
-
 // The AVX2 columns of the kernel table (kernel_table.cpp pairs each with its activation
 // format): llama.cpp's orders (--numerics llamacpp), then the default kernels.
 IsaDot avx2_ggml_dot(DType t) {
@@ -763,12 +618,10 @@ IsaDot avx2_ggml_dot(DType t) {
 
 IsaDot avx2_dot(DType t) {
   switch (t) {
-    case DType::kF32:
-      return {dot_f32_f32_avx2, gemm_f32_f32_avx2};
+    case DType::kF32:  // 16 FMA lanes (vec_dot_float_avx2.cpp)
     case DType::kF16:
-      return {dot_f16_f16_avx2, gemm_f16_f16_avx2_impl};
     case DType::kBF16:
-      return {dot_bf16_bf16_avx2};
+      return float_dot_avx2(t);
     case DType::kQ4_0:
       return {dot_q4_0_q8_0_avx2};
     case DType::kQ4_1:

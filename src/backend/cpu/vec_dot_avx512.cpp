@@ -1,5 +1,5 @@
 // Stage 12 (kernels): AVX-512 (F/BW/VL/VNNI, with F16C and FMA) kernels that are not
-// one-lane-per-row — the Q6_K GEMV, the F16 batch GEMM, attention's V rows — and the
+// one-lane-per-row — the Q6_K GEMV, attention's V rows — and the
 // AVX-512 table (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 come from vec_dot_avx512_rows.cpp,
 // Q4_K / Q5_K and the Q6_K batch GEMM from vec_dot_avx512_kquants.cpp). These files
 // alone are compiled with those flags; callers reach them only after cpuid said yes,
@@ -244,108 +244,6 @@ void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const
   }
 }
 
-namespace {
-
-// F16 GEMM tile: NW weight rows × NP pairs of activation rows, a pair's two rows in the
-// low and high 8 lanes of a zmm, the weight row's 8 values broadcast to both halves;
-// each half accumulates exactly as dot_f16_f16_avx2 (mul then add per lane, element order).
-template <int NW, int NP>
-void f16_tile512(int64_t k, const float* w, const float* xp, float* y, int64_t ys) {
-  const int64_t body = k / 8 * 8;
-  __m512 acc[NW][NP];
-  for (int r = 0; r < NW; ++r)
-    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < body; i += 8) {
-    __m512 xv[NP];
-    for (int p = 0; p < NP; ++p) xv[p] = _mm512_loadu_ps(xp + p * 2 * k + 2 * i);
-    for (int r = 0; r < NW; ++r) {
-      const __m512 wv = _mm512_castpd_ps(
-          _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(w + r * k + i))));
-      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_add_ps(acc[r][p], _mm512_mul_ps(wv, xv[p]));
-    }
-  }
-  for (int r = 0; r < NW; ++r) {
-    for (int p = 0; p < NP; ++p) {
-      for (int h = 0; h < 2; ++h) {
-        const __m256 half =
-            h == 0 ? _mm512_castps512_ps256(acc[r][p])
-                   : _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][p]), 1));
-        float s = hsum_f32x8(half);
-        const float* xr = xp + p * 2 * k + body * 2;  // the tail: 2 rows × (k − body), row-major
-        for (int64_t i = body; i < k; ++i) s += w[r * k + i] * xr[h * (k - body) + (i - body)];
-        y[(2 * p + h) * ys + r] = s;
-      }
-    }
-  }
-}
-
-using F16Tile512 = void (*)(int64_t, const float*, const float*, float*, int64_t);
-constexpr int kF16W = 4;
-constexpr int kF16P = 3;
-constexpr std::array<std::array<F16Tile512, kF16P>, kF16W> kF16Tiles512 = {{
-    {&f16_tile512<1, 1>, &f16_tile512<1, 2>, &f16_tile512<1, 3>},
-    {&f16_tile512<2, 1>, &f16_tile512<2, 2>, &f16_tile512<2, 3>},
-    {&f16_tile512<3, 1>, &f16_tile512<3, 2>, &f16_tile512<3, 3>},
-    {&f16_tile512<4, 1>, &f16_tile512<4, 2>, &f16_tile512<4, 3>},
-}};
-
-}  // namespace
-
-void gemm_f16_f16_avx512(const GemmArgs& a) {
-  if (a.n_x == 1) {
-    gemm_f16_f16_avx2(a);
-    return;
-  }
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  const auto k = static_cast<size_t>(a.k);
-  const int64_t body = a.k / 8 * 8;
-  float* wf = thread_scratch<float, 0>(static_cast<size_t>(a.n_w) * k);
-  float* xf = thread_scratch<float, 1>(2 * kF16P * k);
-  float* row = thread_scratch<float, 2>(2 * k);
-  for (int64_t r = 0; r < a.n_w; ++r) {
-    f16_to_f32_avx2(a.k,
-                    reinterpret_cast<const uint16_t*>(w + r * static_cast<int64_t>(a.w_stride)),
-                    wf + static_cast<size_t>(r) * k);
-  }
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += 2 * kF16P) {
-    const int64_t nx = std::min<int64_t>(2 * kF16P, a.n_x - j0);
-    const int64_t np = (nx + 1) / 2;
-    for (int64_t p = 0; p < np; ++p) {  // pair p: rows 2p and 2p + 1 (the last repeated)
-      for (int h = 0; h < 2; ++h) {
-        const int64_t j = std::min(j0 + 2 * p + h, a.n_x - 1);
-        f16_to_f32_avx2(a.k, reinterpret_cast<const uint16_t*>(x + j * a.x_stride),
-                        row + static_cast<size_t>(h) * k);
-      }
-      float* dst = xf + static_cast<size_t>(p) * 2 * k;
-      for (int64_t i = 0; i < body; i += 8) {
-        std::memcpy(dst + 2 * i, row + i, 32);
-        std::memcpy(dst + 2 * i + 8, row + k + i, 32);
-      }
-      for (int h = 0; h < 2; ++h) {
-        std::memcpy(dst + 2 * body + h * (a.k - body), row + h * k + body,
-                    static_cast<size_t>(a.k - body) * 4);
-      }
-    }
-    for (int64_t i0 = 0; i0 < a.n_w; i0 += kF16W) {
-      const int64_t nw = std::min<int64_t>(kF16W, a.n_w - i0);
-      if (nx % 2 == 0) {
-        kF16Tiles512[static_cast<size_t>(nw - 1)][static_cast<size_t>(np - 1)](
-            a.k, wf + static_cast<size_t>(i0) * k, xf, a.y + j0 * a.y_stride + i0, a.y_stride);
-      } else {  // the last pair's second row is a repeat: its outputs go to a scratch row
-        float* out = row;  // reused: the rows were consumed above
-        const int64_t ys = nw;
-        kF16Tiles512[static_cast<size_t>(nw - 1)][static_cast<size_t>(np - 1)](
-            a.k, wf + static_cast<size_t>(i0) * k, xf, out, ys);
-        for (int64_t j = 0; j < nx; ++j) {
-          for (int64_t r = 0; r < nw; ++r)
-            a.y[(j0 + j) * a.y_stride + i0 + r] = out[static_cast<size_t>(j * ys + r)];
-        }
-      }
-    }
-  }
-}
-
 IsaDot avx512_dot(DType t) {
   switch (t) {
     case DType::kQ4_0:  // one f32 lane per weight row (vec_dot_avx512_rows.cpp)
@@ -357,11 +255,10 @@ IsaDot avx512_dot(DType t) {
     case DType::kQ4_K:  // one f32 lane per weight row (vec_dot_avx512_kquants.cpp)
     case DType::kQ5_K:
       return avx512_kquant_dot(t);
-    case DType::kF16: {  // the AVX2 dot; batches two activation rows per zmm
-      IsaDot d = avx2_dot(DType::kF16);
-      d.gemm = gemm_f16_f16_avx512;
-      return d;
-    }
+    case DType::kF32:  // 16 FMA lanes (vec_dot_float_avx512.cpp)
+    case DType::kF16:
+    case DType::kBF16:
+      return float_dot_avx512(t);
     case DType::kQ6_K:
       return {dot_q6_k_q8_k_avx512, gemm_q6_k_q8_k_avx512};
     default:

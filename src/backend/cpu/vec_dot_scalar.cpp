@@ -1,8 +1,9 @@
 // Stage 12 (kernels): scalar reference dot products for the float and legacy block
 // types, the activation converters, and the scalar column of the kernel table.
 // Invariant: per-block integer sums combined in block order, as ggml-cpu's generic
-// vec_dot_*; float/bf16/f16 dots accumulate 8 lanes then a fixed tree (the AVX2
-// twin's order), so F32 dots are bitwise equal across ISAs.
+// vec_dot_*; the float/bf16/f16 weight dots fma 16 lanes then a fixed tree, attention's
+// f32 dot adds 8 lanes of products then a fixed tree (each its SIMD twins' order), so
+// they are bitwise equal across ISAs.
 #include <cmath>
 #include <cstring>
 
@@ -139,20 +140,46 @@ float lanes8_dot(int64_t n, Load load) {
   return s;
 }
 
+// The F32 / F16 / BF16 weight dot (default numerics, ARCHITECTURE §6): 16 lanes, lane l
+// fma-accumulating elements i ≡ l (mod 16) of the 16-element body in order, lanes l and
+// l + 8 added, those 8 reduced ((0+4)+(2+6))+((1+5)+(3+7)), then the n % 16 tail fma'd
+// onto the sum in order. The AVX2 kernels carry lanes 0–7 and 8–15 in two registers, the
+// AVX-512 ones in one; all give these bits (vec_dot_float_avx2.cpp, _avx512.cpp).
+template <typename W, typename X>
+float lanes16_fma_dot(int64_t n, W w, X x) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int l = 0; l < 16; ++l) acc[l] = std::fma(w(i + l), x(i + l), acc[l]);
+  }
+  float t[8];
+  for (int l = 0; l < 8; ++l) t[l] = acc[l] + acc[l + 8];
+  float s = ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+  for (; i < n; ++i) s = std::fma(w(i), x(i), s);
+  return s;
+}
+
 float dot_f16_f16_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const uint16_t*>(vw);
   const auto* x = static_cast<const uint16_t*>(vx);
-  return lanes8_dot(n, [&](int64_t i) { return fp16_to_fp32(w[i]) * fp16_to_fp32(x[i]); });
+  return lanes16_fma_dot(
+      n, [&](int64_t i) { return fp16_to_fp32(w[i]); },
+      [&](int64_t i) { return fp16_to_fp32(x[i]); });
 }
 
 float dot_bf16_bf16_scalar(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const uint16_t*>(vw);
   const auto* x = static_cast<const uint16_t*>(vx);
-  return lanes8_dot(n, [&](int64_t i) { return bf16_to_fp32(w[i]) * bf16_to_fp32(x[i]); });
+  return lanes16_fma_dot(
+      n, [&](int64_t i) { return bf16_to_fp32(w[i]); },
+      [&](int64_t i) { return bf16_to_fp32(x[i]); });
 }
 
 float dot_f32_f32_scalar(int64_t n, const void* vw, const void* vx) {
-  return dot_f32_scalar(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
+  const auto* w = static_cast<const float*>(vw);
+  const auto* x = static_cast<const float*>(vx);
+  return lanes16_fma_dot(
+      n, [&](int64_t i) { return w[i]; }, [&](int64_t i) { return x[i]; });
 }
 
 }  // namespace

@@ -1,0 +1,230 @@
+// Stage 12 (kernels): AVX2 F32 / F16 / BF16 weight dots, their decode GEMV and their
+// register-blocked prefill GEMM (compiled with -mavx2 -mfma -mf16c; reached only after
+// cpuid). Invariant (ARCHITECTURE §6, "float weights: 16 FMA lanes"): the 16 lanes of the
+// scalar reference's lanes16_fma_dot carried in two registers (lanes 0–7 and 8–15), each
+// fma'd in element order, added lane by lane, reduced ((0+4)+(2+6))+((1+5)+(3+7)), the
+// n % 16 tail fma'd on in order — the AVX-512 kernels' bits, and the reference's, in
+// every kernel (dot, GEMV, GEMM tile), so prefill equals decode bit for bit.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "backend/cpu/gemm_groups.h"
+#include "backend/cpu/vec_dot.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+inline float tree16(__m256 lo, __m256 hi) {
+  const __m256 t = _mm256_add_ps(lo, hi);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Element formats: 8 elements widened to f32 (exact), one element.
+struct F32Fmt {
+  using T = float;
+  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static float one(float v) { return v; }
+};
+struct F16Fmt {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float one(uint16_t v) { return _cvtsh_ss(v); }
+};
+struct BF16Fmt {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+  static float one(uint16_t v) {
+    const uint32_t u = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+// NW weight rows against one activation row (the single dot is NW = 1).
+template <class Fmt, int NW>
+void gemv_rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fmt::T* x, float* y) {
+  const int64_t body = k / 16 * 16;
+  const typename Fmt::T* wr[NW];
+  for (int r = 0; r < NW; ++r)
+    wr[r] = reinterpret_cast<const typename Fmt::T*>(w + static_cast<uint64_t>(r) * w_stride);
+  __m256 lo[NW], hi[NW];
+  for (int r = 0; r < NW; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < body; i += 16) {
+    const __m256 xl = Fmt::load8(x + i);
+    const __m256 xh = Fmt::load8(x + i + 8);
+    for (int r = 0; r < NW; ++r) {
+      lo[r] = _mm256_fmadd_ps(Fmt::load8(wr[r] + i), xl, lo[r]);
+      hi[r] = _mm256_fmadd_ps(Fmt::load8(wr[r] + i + 8), xh, hi[r]);
+    }
+  }
+  for (int r = 0; r < NW; ++r) {
+    float s = tree16(lo[r], hi[r]);
+    for (int64_t i = body; i < k; ++i) s = std::fma(Fmt::one(wr[r][i]), Fmt::one(x[i]), s);
+    y[r] = s;
+  }
+}
+
+template <class Fmt>
+float dot16(int64_t n, const void* w, const void* x) {
+  float y = 0.0f;
+  gemv_rows<Fmt, 1>(n, static_cast<const uint8_t*>(w), 0, static_cast<const typename Fmt::T*>(x),
+                    &y);
+  return y;
+}
+
+template <class Fmt>
+void gemv(const GemmArgs& a) {
+  constexpr int64_t kRows = 4;
+  constexpr int64_t kAhead = 8;  // rows prefetched ahead of the ones computing
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const typename Fmt::T*>(a.x);
+  const auto row_bytes = static_cast<int64_t>(a.k * sizeof(typename Fmt::T));
+  int64_t r = 0;
+  for (; r + kRows <= a.n_w; r += kRows) {
+    for (int64_t p = r + kAhead; p < std::min(a.n_w, r + kAhead + kRows); ++p) {
+      const uint8_t* pr = w + static_cast<uint64_t>(p) * a.w_stride;
+      for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(pr + off, 0, 3);
+    }
+    gemv_rows<Fmt, kRows>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x, a.y + r);
+  }
+  for (; r < a.n_w; ++r)
+    gemv_rows<Fmt, 1>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x, a.y + r);
+}
+
+// Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, both
+// packed step-major ([step][row][16] f32: two sequential streams), two accumulators per
+// output (2 × 3 × 2 = 12 of the 16 ymm registers); y gets each output's reduced body,
+// the caller fma's a k % 16 tail onto it.
+template <int NW, int NX>
+void tile16(int64_t steps, const float* wp, const float* xp, float* y, int64_t ys) {
+  __m256 lo[NW][NX], hi[NW][NX];
+  for (int r = 0; r < NW; ++r)
+    for (int c = 0; c < NX; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int r = 0; r < NW; ++r) {
+      const __m256 wl = _mm256_loadu_ps(wp + (s * NW + r) * 16);
+      const __m256 wh = _mm256_loadu_ps(wp + (s * NW + r) * 16 + 8);
+      for (int c = 0; c < NX; ++c) {
+        const float* xc = xp + (s * NX + c) * 16;
+        lo[r][c] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(xc), lo[r][c]);
+        hi[r][c] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(xc + 8), hi[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < NW; ++r)
+    for (int c = 0; c < NX; ++c) y[c * ys + r] = tree16(lo[r][c], hi[r][c]);
+}
+
+using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t);
+constexpr int kNW = 2;
+constexpr int kNX = 3;
+constexpr std::array<std::array<TileFn, kNX>, kNW> kTiles = {{
+    {&tile16<1, 1>, &tile16<1, 2>, &tile16<1, 3>},
+    {&tile16<2, 1>, &tile16<2, 2>, &tile16<2, 3>},
+}};
+
+// n rows (stride bytes apart) of `steps` 16-element steps → [step][row][16] f32.
+template <class Fmt>
+void pack_rows(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, float* dst) {
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t r = 0; r < n; ++r) {
+      const auto* row =
+          reinterpret_cast<const typename Fmt::T*>(src + static_cast<uint64_t>(r) * stride);
+      _mm256_storeu_ps(dst + (s * n + r) * 16, Fmt::load8(row + s * 16));
+      _mm256_storeu_ps(dst + (s * n + r) * 16 + 8, Fmt::load8(row + s * 16 + 8));
+    }
+  }
+}
+
+// The call's weight rows widened to f32 and packed once, in groups of kNW (reused by
+// every tile of activation rows); each tile of kNX activation rows packed once.
+template <class Fmt>
+void gemm16(const GemmArgs& a) {
+  if (a.n_x == 1) {
+    gemv<Fmt>(a);
+    return;
+  }
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  const int64_t steps = a.k / 16;
+  const int64_t body = steps * 16;
+  const int64_t group = steps * kNW * 16;  // floats per packed weight group
+  const int64_t n_groups = (a.n_w + kNW - 1) / kNW;
+  float* wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    pack_rows<Fmt>(w + static_cast<uint64_t>(g * kNW) * a.w_stride, a.w_stride,
+                   std::min<int64_t>(kNW, a.n_w - g * kNW), steps, wp + g * group);
+  }
+  float* xp = thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * kNX * 16)));
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += kNX) {
+    const int64_t nx = std::min<int64_t>(kNX, a.n_x - j0);
+    pack_rows<Fmt>(x + static_cast<uint64_t>(j0) * a.x_stride, a.x_stride, nx, steps, xp);
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const int64_t nw = std::min<int64_t>(kNW, a.n_w - g * kNW);
+      kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
+          steps, wp + g * group, xp, a.y + j0 * a.y_stride + g * kNW, a.y_stride);
+    }
+    if (body == a.k) continue;
+    for (int64_t j = j0; j < j0 + nx; ++j) {  // the k % 16 tail, fma'd on in order
+      const auto* xr =
+          reinterpret_cast<const typename Fmt::T*>(x + static_cast<uint64_t>(j) * a.x_stride);
+      for (int64_t r = 0; r < a.n_w; ++r) {
+        const auto* wr =
+            reinterpret_cast<const typename Fmt::T*>(w + static_cast<uint64_t>(r) * a.w_stride);
+        float s = a.y[j * a.y_stride + r];
+        for (int64_t i = body; i < a.k; ++i) s = std::fma(Fmt::one(wr[i]), Fmt::one(xr[i]), s);
+        a.y[j * a.y_stride + r] = s;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// F16C's round-to-nearest-even conversion: the scalar converter's bits for every
+// non-NaN input (both are IEEE rounding); a group of 8 holding a NaN goes through the
+// scalar form, which writes the canonical quiet NaN where F16C would keep the payload.
+void from_f32_f16_avx2(const float* x, void* vy, int64_t n) {
+  auto* y = static_cast<uint16_t*>(vy);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) {
+      from_f32_f16(x + i, y + i, 8);
+      continue;
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  if (i < n) from_f32_f16(x + i, y + i, n - i);
+}
+
+IsaDot float_dot_avx2(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return {dot16<F32Fmt>, gemm16<F32Fmt>};
+    case DType::kF16:
+      return {dot16<F16Fmt>, gemm16<F16Fmt>};
+    case DType::kBF16:
+      return {dot16<BF16Fmt>, gemm16<BF16Fmt>};
+    default:
+      return {};
+  }
+}
+
+}  // namespace minfer::backend::cpu

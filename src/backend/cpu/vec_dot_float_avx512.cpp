@@ -1,0 +1,218 @@
+// Stage 12 (kernels): AVX-512 F32 / F16 / BF16 weight dots, their decode GEMV and their
+// register-blocked prefill GEMM (compiled with AVX-512 flags; reached only after cpuid).
+// Invariant (ARCHITECTURE §6, "float weights: 16 FMA lanes"): every output is the scalar
+// reference's lanes16_fma_dot — lane l accumulates elements i ≡ l (mod 16) of the
+// 16-element body by fma in element order, lanes l and l + 8 are added, the 8 sums reduced
+// ((0+4)+(2+6))+((1+5)+(3+7)), the n % 16 tail fma'd onto that sum in order — whatever
+// the kernel (dot, GEMV, GEMM tile) and the batch, so prefill equals decode bit for bit.
+// f16 / bf16 → f32 widening is exact, so where it happens changes no bit.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/gemm_groups.h"
+#include "backend/cpu/vec_dot.h"
+
+namespace minfer::backend::cpu {
+namespace {
+
+// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)) of the lanes-l-plus-(l+8) sums.
+inline float tree16(__m512 acc) {
+  const __m256 t =
+      _mm256_add_ps(_mm512_castps512_ps256(acc),
+                    _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Element formats: 16 elements widened to f32 (exact), one element, a row widened.
+struct F32Fmt {
+  using T = float;
+  static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+  static float one(float v) { return v; }
+};
+struct F16Fmt {
+  using T = uint16_t;
+  static __m512 load16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static float one(uint16_t v) { return _cvtsh_ss(v); }
+};
+struct BF16Fmt {
+  using T = uint16_t;
+  static __m512 load16(const uint16_t* p) {
+    const __m512i v =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  }
+  static float one(uint16_t v) {
+    const uint32_t u = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+template <class Fmt>
+float dot16(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const typename Fmt::T*>(vw);
+  const auto* x = static_cast<const typename Fmt::T*>(vx);
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(Fmt::load16(w + i), Fmt::load16(x + i), acc);
+  float s = tree16(acc);
+  for (; i < n; ++i) s = std::fma(Fmt::one(w[i]), Fmt::one(x[i]), s);
+  return s;
+}
+
+// Decode: NW weight rows against one activation row, one accumulator per row (NW
+// independent fma chains), the weights widened as they stream in.
+template <class Fmt, int NW>
+void gemv_rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fmt::T* x, float* y) {
+  const int64_t body = k / 16 * 16;
+  const typename Fmt::T* wr[NW];
+  for (int r = 0; r < NW; ++r)
+    wr[r] = reinterpret_cast<const typename Fmt::T*>(w + static_cast<uint64_t>(r) * w_stride);
+  __m512 acc[NW];
+  for (int r = 0; r < NW; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < body; i += 16) {
+    const __m512 xv = Fmt::load16(x + i);
+    for (int r = 0; r < NW; ++r) acc[r] = _mm512_fmadd_ps(Fmt::load16(wr[r] + i), xv, acc[r]);
+  }
+  for (int r = 0; r < NW; ++r) {
+    float s = tree16(acc[r]);
+    for (int64_t i = body; i < k; ++i) s = std::fma(Fmt::one(wr[r][i]), Fmt::one(x[i]), s);
+    y[r] = s;
+  }
+}
+
+template <class Fmt>
+void gemv(const GemmArgs& a) {
+  constexpr int64_t kRows = 4;
+  constexpr int64_t kAhead = 8;  // rows prefetched ahead of the ones computing
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const typename Fmt::T*>(a.x);
+  const auto row_bytes = static_cast<int64_t>(a.k * sizeof(typename Fmt::T));
+  int64_t r = 0;
+  for (; r + kRows <= a.n_w; r += kRows) {
+    for (int64_t p = r + kAhead; p < std::min(a.n_w, r + kAhead + kRows); ++p) {
+      const uint8_t* pr = w + static_cast<uint64_t>(p) * a.w_stride;
+      for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(pr + off, 0, 3);
+    }
+    gemv_rows<Fmt, kRows>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x, a.y + r);
+  }
+  for (; r < a.n_w; ++r)
+    gemv_rows<Fmt, 1>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x, a.y + r);
+}
+
+// Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, both
+// packed step-major ([step][row][16] f32: two sequential streams), one 16-lane
+// accumulator per output (4 × 6 = 24 of the 32 zmm registers); y gets each output's
+// reduced body, the caller fma's a k % 16 tail onto it.
+template <int NW, int NX>
+void tile16(int64_t steps, const float* wp, const float* xp, float* y, int64_t ys) {
+  __m512 acc[NW][NX];
+  for (int r = 0; r < NW; ++r)
+    for (int c = 0; c < NX; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < steps; ++s) {
+    __m512 wv[NW];
+    for (int r = 0; r < NW; ++r) wv[r] = _mm512_loadu_ps(wp + (s * NW + r) * 16);
+    for (int c = 0; c < NX; ++c) {
+      const __m512 xv = _mm512_loadu_ps(xp + (s * NX + c) * 16);
+      for (int r = 0; r < NW; ++r) acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < NW; ++r)
+    for (int c = 0; c < NX; ++c) y[c * ys + r] = tree16(acc[r][c]);
+}
+
+using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t);
+constexpr int kNW = 4;
+constexpr int kNX = 6;
+
+template <int NW, size_t... C>
+constexpr std::array<TileFn, kNX> tile_row(std::index_sequence<C...>) {
+  return {&tile16<NW, static_cast<int>(C) + 1>...};
+}
+constexpr std::array<std::array<TileFn, kNX>, kNW> kTiles = {
+    tile_row<1>(std::make_index_sequence<kNX>{}), tile_row<2>(std::make_index_sequence<kNX>{}),
+    tile_row<3>(std::make_index_sequence<kNX>{}), tile_row<4>(std::make_index_sequence<kNX>{})};
+
+// n rows (stride bytes apart) of `steps` 16-element steps → [step][row][16] f32.
+template <class Fmt>
+void pack_rows(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, float* dst) {
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t r = 0; r < n; ++r) {
+      const auto* row =
+          reinterpret_cast<const typename Fmt::T*>(src + static_cast<uint64_t>(r) * stride);
+      _mm512_storeu_ps(dst + (s * n + r) * 16, Fmt::load16(row + s * 16));
+    }
+  }
+}
+
+// The call's weight rows widened to f32 and packed once, in groups of kNW (reused by
+// every tile of activation rows); each tile of kNX activation rows packed once and kept
+// in L1 while every weight group of the call passes.
+template <class Fmt>
+void gemm16(const GemmArgs& a) {
+  if (a.n_x == 1) {
+    gemv<Fmt>(a);
+    return;
+  }
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  const int64_t steps = a.k / 16;
+  const int64_t body = steps * 16;
+  const int64_t group = steps * kNW * 16;  // floats per packed weight group
+  const int64_t n_groups = (a.n_w + kNW - 1) / kNW;
+  float* wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    pack_rows<Fmt>(w + static_cast<uint64_t>(g * kNW) * a.w_stride, a.w_stride,
+                   std::min<int64_t>(kNW, a.n_w - g * kNW), steps, wp + g * group);
+  }
+  float* xp = thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * kNX * 16)));
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += kNX) {
+    const int64_t nx = std::min<int64_t>(kNX, a.n_x - j0);
+    pack_rows<Fmt>(x + static_cast<uint64_t>(j0) * a.x_stride, a.x_stride, nx, steps, xp);
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const int64_t nw = std::min<int64_t>(kNW, a.n_w - g * kNW);
+      kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
+          steps, wp + g * group, xp, a.y + j0 * a.y_stride + g * kNW, a.y_stride);
+    }
+    if (body == a.k) continue;
+    for (int64_t j = j0; j < j0 + nx; ++j) {  // the k % 16 tail, fma'd on in order
+      const auto* xr =
+          reinterpret_cast<const typename Fmt::T*>(x + static_cast<uint64_t>(j) * a.x_stride);
+      for (int64_t r = 0; r < a.n_w; ++r) {
+        const auto* wr =
+            reinterpret_cast<const typename Fmt::T*>(w + static_cast<uint64_t>(r) * a.w_stride);
+        float s = a.y[j * a.y_stride + r];
+        for (int64_t i = body; i < a.k; ++i) s = std::fma(Fmt::one(wr[i]), Fmt::one(xr[i]), s);
+        a.y[j * a.y_stride + r] = s;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+IsaDot float_dot_avx512(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return {dot16<F32Fmt>, gemm16<F32Fmt>};
+    case DType::kF16:
+      return {dot16<F16Fmt>, gemm16<F16Fmt>};
+    case DType::kBF16:
+      return {dot16<BF16Fmt>, gemm16<BF16Fmt>};
+    default:
+      return {};
+  }
+}
+
+}  // namespace minfer::backend::cpu
