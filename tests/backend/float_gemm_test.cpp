@@ -22,6 +22,7 @@ using testing::CpuRig;
 using testing::decode;
 using testing::encode;
 using testing::random_floats;
+using testing::run_gemm;
 
 constexpr DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
@@ -138,18 +139,8 @@ TEST(FloatWeightGemm, EqualsSingleRowDotOverOddShapes_bitwise) {
             std::vector<uint8_t> wb = encode(
                 t, random_floats(static_cast<size_t>(k * n_w), 17 + static_cast<uint32_t>(k)));
             std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 3);
-            std::vector<uint8_t> xq(row * static_cast<uint64_t>(n_x));
-            for (int64_t j = 0; j < n_x; ++j) dk.from_f32(x.data() + j * k, xq.data() + j * row, k);
-            std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
-            dk.gemm(GemmArgs{.k = k,
-                             .w = wb.data(),
-                             .w_stride = row,
-                             .n_w = n_w,
-                             .x = xq.data(),
-                             .x_stride = row,
-                             .n_x = n_x,
-                             .y = y.data(),
-                             .y_stride = n_w});
+            std::vector<uint8_t> xq;
+            const std::vector<float> y = run_gemm(dk, k, wb, row, n_w, x, row, n_x, xq);
             for (int64_t j = 0; j < n_x; ++j)
               for (int64_t i = 0; i < n_w; ++i) {
                 const float v = ref.vec_dot(k, wb.data() + i * row, xq.data() + j * row);

@@ -13,6 +13,7 @@
 
 #include "alloc/allocator.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_dot.h"
 #include "graph/cache.h"
 #include "quant/quant.h"
 #include "sched/sched.h"
@@ -41,6 +42,28 @@ inline std::vector<float> decode(DType type, std::span<const uint8_t> bytes, siz
   std::vector<float> out(n);
   EXPECT_TRUE(quant::dequantize(type, bytes, out).ok());
   return out;
+}
+
+// One call of dk.gemm: n_w weight rows of `w_row` bytes at `wb` against the n_x rows of
+// `x` (k floats each), converted by dk.from_f32 into `xq` (rows of `x_row` bytes, kept
+// for the caller's single-row dots). Returns y[j * n_w + i].
+inline std::vector<float> run_gemm(const backend::cpu::DotKernel& dk, int64_t k,
+                                   const std::vector<uint8_t>& wb, uint64_t w_row, int64_t n_w,
+                                   const std::vector<float>& x, uint64_t x_row, int64_t n_x,
+                                   std::vector<uint8_t>& xq) {
+  xq.assign(x_row * static_cast<uint64_t>(n_x), 0);
+  for (int64_t j = 0; j < n_x; ++j) dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
+  std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
+  dk.gemm(backend::cpu::GemmArgs{.k = k,
+                                 .w = wb.data(),
+                                 .w_stride = w_row,
+                                 .n_w = n_w,
+                                 .x = xq.data(),
+                                 .x_stride = x_row,
+                                 .n_x = n_x,
+                                 .y = y.data(),
+                                 .y_stride = n_w});
+  return y;
 }
 
 class CpuRig {

@@ -22,6 +22,7 @@ using testing::CpuRig;
 using testing::decode;
 using testing::encode;
 using testing::random_floats;
+using testing::run_gemm;
 
 const DType kAllWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
                                  DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
@@ -655,18 +656,8 @@ TEST(VecDotSimd, LlamaCppRepackDotsEqualTheirScalarReferences_bitwise) {
             encode(DType::kQ4_0,
                    random_floats(static_cast<size_t>(k * n_w), 3 + static_cast<uint32_t>(n_w)));
         std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 9);
-        std::vector<uint8_t> xq(x_row * static_cast<uint64_t>(n_x));
-        for (int64_t j = 0; j < n_x; ++j) dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
-        std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
-        dk.gemm(GemmArgs{.k = k,
-                         .w = wb.data(),
-                         .w_stride = w_row,
-                         .n_w = n_w,
-                         .x = xq.data(),
-                         .x_stride = x_row,
-                         .n_x = n_x,
-                         .y = y.data(),
-                         .y_stride = n_w});
+        std::vector<uint8_t> xq;
+        const std::vector<float> y = run_gemm(dk, k, wb, w_row, n_w, x, x_row, n_x, xq);
         for (int64_t j = 0; j < n_x; ++j)
           for (int64_t i = 0; i < n_w; ++i) {
             const float r =

@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "backend/cpu/gemm_groups.h"
+#include "backend/cpu/float_gemm.h"
 #include "backend/cpu/vec_dot.h"
 
 namespace minfer::backend::cpu {
@@ -87,25 +87,6 @@ float dot16(int64_t n, const void* w, const void* x) {
   return y;
 }
 
-template <class Fmt>
-void gemv(const GemmArgs& a) {
-  constexpr int64_t kRows = 4;
-  constexpr int64_t kAhead = 8;  // rows prefetched ahead of the ones computing
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const typename Fmt::T*>(a.x);
-  const auto row_bytes = static_cast<int64_t>(a.k * sizeof(typename Fmt::T));
-  int64_t r = 0;
-  for (; r + kRows <= a.n_w; r += kRows) {
-    for (int64_t p = r + kAhead; p < std::min(a.n_w, r + kAhead + kRows); ++p) {
-      const uint8_t* pr = w + static_cast<uint64_t>(p) * a.w_stride;
-      for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(pr + off, 0, 3);
-    }
-    gemv_rows<Fmt, kRows>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x, a.y + r);
-  }
-  for (; r < a.n_w; ++r)
-    gemv_rows<Fmt, 1>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x, a.y + r);
-}
-
 // Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, both
 // packed step-major ([step][row][16] f32: two sequential streams), two accumulators per
 // output (2 × 3 × 2 = 12 of the 16 ymm registers); y gets each output's reduced body,
@@ -151,47 +132,28 @@ void pack_rows(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, fl
   }
 }
 
-// The call's weight rows widened to f32 and packed once, in groups of kNW (reused by
-// every tile of activation rows); each tile of kNX activation rows packed once.
+// This ISA's kernels for the shared drivers (float_gemm.h).
+struct Kernels {
+  static constexpr int kNW = ::minfer::backend::cpu::kNW;
+  static constexpr int kNX = ::minfer::backend::cpu::kNX;
+  template <class Fmt, int NW>
+  static void rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fmt::T* x,
+                   float* y) {
+    gemv_rows<Fmt, NW>(k, w, w_stride, x, y);
+  }
+  template <class Fmt>
+  static void pack(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, float* dst) {
+    pack_rows<Fmt>(src, stride, n, steps, dst);
+  }
+  static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, const float* xp,
+                   float* y, int64_t ys) {
+    kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, xp, y, ys);
+  }
+};
+
 template <class Fmt>
 void gemm16(const GemmArgs& a) {
-  if (a.n_x == 1) {
-    gemv<Fmt>(a);
-    return;
-  }
-  const auto* w = static_cast<const uint8_t*>(a.w);
-  const auto* x = static_cast<const uint8_t*>(a.x);
-  const int64_t steps = a.k / 16;
-  const int64_t body = steps * 16;
-  const int64_t group = steps * kNW * 16;  // floats per packed weight group
-  const int64_t n_groups = (a.n_w + kNW - 1) / kNW;
-  float* wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
-  for (int64_t g = 0; g < n_groups; ++g) {
-    pack_rows<Fmt>(w + static_cast<uint64_t>(g * kNW) * a.w_stride, a.w_stride,
-                   std::min<int64_t>(kNW, a.n_w - g * kNW), steps, wp + g * group);
-  }
-  float* xp = thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * kNX * 16)));
-  for (int64_t j0 = 0; j0 < a.n_x; j0 += kNX) {
-    const int64_t nx = std::min<int64_t>(kNX, a.n_x - j0);
-    pack_rows<Fmt>(x + static_cast<uint64_t>(j0) * a.x_stride, a.x_stride, nx, steps, xp);
-    for (int64_t g = 0; g < n_groups; ++g) {
-      const int64_t nw = std::min<int64_t>(kNW, a.n_w - g * kNW);
-      kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
-          steps, wp + g * group, xp, a.y + j0 * a.y_stride + g * kNW, a.y_stride);
-    }
-    if (body == a.k) continue;
-    for (int64_t j = j0; j < j0 + nx; ++j) {  // the k % 16 tail, fma'd on in order
-      const auto* xr =
-          reinterpret_cast<const typename Fmt::T*>(x + static_cast<uint64_t>(j) * a.x_stride);
-      for (int64_t r = 0; r < a.n_w; ++r) {
-        const auto* wr =
-            reinterpret_cast<const typename Fmt::T*>(w + static_cast<uint64_t>(r) * a.w_stride);
-        float s = a.y[j * a.y_stride + r];
-        for (int64_t i = body; i < a.k; ++i) s = std::fma(Fmt::one(wr[i]), Fmt::one(xr[i]), s);
-        a.y[j * a.y_stride + r] = s;
-      }
-    }
-  }
+  float_gemm<Kernels, Fmt>(a);
 }
 
 }  // namespace

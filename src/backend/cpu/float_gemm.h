@@ -1,0 +1,89 @@
+// Stage 12 (kernels): the drivers of the float-weight (F32 / F16 / BF16) kernels, one
+// copy for every ISA: the decode GEMV's row blocking and prefetch, and the prefill GEMM's
+// packing and tile walk. An ISA file (vec_dot_float_avx2.cpp, vec_dot_float_avx512.cpp)
+// instantiates them with its own kernels K:
+//   template <class Fmt, int NW> static void rows(k, w, w_stride, x, y)  NW rows · x
+//   template <class Fmt> static void pack(src, stride, n, steps, dst)    rows → f32
+//   static void tile(nw, nx, steps, wp, xp, y, ys)                      an nw × nx tile
+//   static constexpr int kNW, kNX                                         the largest tile
+// and its element format Fmt (T, one()). Invariant: every output is the single-row dot's
+// (the kernels keep the 16-lane order; the k % 16 tail is fma'd on here in order).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cpu/gemm_groups.h"
+#include "backend/cpu/vec_dot.h"
+
+namespace minfer::backend::cpu {
+
+// Decode: 4 weight rows at a time, the rows 8 ahead prefetched.
+template <class K, class Fmt>
+void float_gemv(const GemmArgs& a) {
+  constexpr int64_t kRows = 4;
+  constexpr int64_t kAhead = 8;  // rows prefetched ahead of the ones computing
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const typename Fmt::T*>(a.x);
+  const auto row_bytes = static_cast<int64_t>(a.k * sizeof(typename Fmt::T));
+  int64_t r = 0;
+  for (; r + kRows <= a.n_w; r += kRows) {
+    for (int64_t p = r + kAhead; p < std::min(a.n_w, r + kAhead + kRows); ++p) {
+      const uint8_t* pr = w + static_cast<uint64_t>(p) * a.w_stride;
+      for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(pr + off, 0, 3);
+    }
+    K::template rows<Fmt, kRows>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x,
+                                 a.y + r);
+  }
+  for (; r < a.n_w; ++r) {
+    K::template rows<Fmt, 1>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x,
+                             a.y + r);
+  }
+}
+
+// Prefill: the call's weight rows widened to f32 and packed once, in groups of kNW
+// (reused by every tile of activation rows); each tile of kNX activation rows packed once
+// and kept in L1 while every weight group of the call passes.
+template <class K, class Fmt>
+void float_gemm(const GemmArgs& a) {
+  if (a.n_x == 1) {
+    float_gemv<K, Fmt>(a);
+    return;
+  }
+  const auto* w = static_cast<const uint8_t*>(a.w);
+  const auto* x = static_cast<const uint8_t*>(a.x);
+  const int64_t steps = a.k / 16;
+  const int64_t body = steps * 16;
+  const int64_t group = steps * K::kNW * 16;  // floats per packed weight group
+  const int64_t n_groups = (a.n_w + K::kNW - 1) / K::kNW;
+  float* wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
+  for (int64_t g = 0; g < n_groups; ++g) {
+    K::template pack<Fmt>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride, a.w_stride,
+                          std::min<int64_t>(K::kNW, a.n_w - g * K::kNW), steps, wp + g * group);
+  }
+  float* xp =
+      thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * K::kNX * 16)));
+  for (int64_t j0 = 0; j0 < a.n_x; j0 += K::kNX) {
+    const int64_t nx = std::min<int64_t>(K::kNX, a.n_x - j0);
+    K::template pack<Fmt>(x + static_cast<uint64_t>(j0) * a.x_stride, a.x_stride, nx, steps, xp);
+    for (int64_t g = 0; g < n_groups; ++g) {
+      const int64_t nw = std::min<int64_t>(K::kNW, a.n_w - g * K::kNW);
+      K::tile(nw, nx, steps, wp + g * group, xp, a.y + j0 * a.y_stride + g * K::kNW, a.y_stride);
+    }
+    if (body == a.k) continue;
+    for (int64_t j = j0; j < j0 + nx; ++j) {  // the k % 16 tail, fma'd on in order
+      const auto* xr =
+          reinterpret_cast<const typename Fmt::T*>(x + static_cast<uint64_t>(j) * a.x_stride);
+      for (int64_t r = 0; r < a.n_w; ++r) {
+        const auto* wr =
+            reinterpret_cast<const typename Fmt::T*>(w + static_cast<uint64_t>(r) * a.w_stride);
+        float s = a.y[j * a.y_stride + r];
+        for (int64_t i = body; i < a.k; ++i) s = std::fma(Fmt::one(wr[i]), Fmt::one(xr[i]), s);
+        a.y[j * a.y_stride + r] = s;
+      }
+    }
+  }
+}
+
+}  // namespace minfer::backend::cpu
