@@ -380,19 +380,8 @@ TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
             std::vector<uint8_t> wb = encode(
                 t, random_floats(static_cast<size_t>(k * n_w), 11 + static_cast<uint32_t>(n_w)));
             std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 5);
-            std::vector<uint8_t> xq(x_row * static_cast<uint64_t>(n_x));
-            for (int64_t j = 0; j < n_x; ++j)
-              dk.from_f32(x.data() + j * k, xq.data() + j * x_row, k);
-            std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
-            dk.gemm(GemmArgs{.k = k,
-                             .w = wb.data(),
-                             .w_stride = w_row,
-                             .n_w = n_w,
-                             .x = xq.data(),
-                             .x_stride = x_row,
-                             .n_x = n_x,
-                             .y = y.data(),
-                             .y_stride = n_w});
+            std::vector<uint8_t> xq;
+            const std::vector<float> y = run_gemm(dk, k, wb, w_row, n_w, x, x_row, n_x, xq);
             for (int64_t j = 0; j < n_x; ++j) {
               for (int64_t i = 0; i < n_w; ++i) {
                 const float v = dk.vec_dot(k, wb.data() + i * w_row, xq.data() + j * x_row);
