@@ -83,6 +83,24 @@ Pos KvCells::seq_pos_max(SeqId seq) const {
   return -1;
 }
 
+namespace {
+// A non-causal batch asks every query's sequence for its highest position: scanned once
+// per sequence per call (a scan is O(n_ctx); per query it was O(batch · n_ctx)). A fixed
+// table, no allocation.
+struct SeqMaxMemo {
+  std::array<Pos, kMaxSeqs> max;
+  std::array<bool, kMaxSeqs> known{};
+  Pos get(const KvCells& cells, SeqId seq) {
+    const auto s = static_cast<size_t>(seq);
+    if (!known[s]) {
+      max[s] = cells.seq_pos_max(seq);
+      known[s] = true;
+    }
+    return max[s];
+  }
+};
+}  // namespace
+
 void KvCells::set_index(SeqId seq, Pos pos, int32_t cell) {
   index_[static_cast<size_t>(seq) * n_ctx_ + pos] = cell;
 }
@@ -248,6 +266,7 @@ Status KvCells::window_into(std::span<const KvToken> queries, const WindowOption
   int32_t last_end = -1;  // one past the last cell of the last run
   SeqId run_seq = -1;
   Pos scanned = -1;  // positions [0, scanned] of run_seq are counted in the runs
+  SeqMaxMemo seq_max;
   for (size_t q = 0; q < queries.size(); ++q) {
     const KvToken& t = queries[q];
     MINFER_TRY_STATUS(check_seq(t.seq));
@@ -255,7 +274,7 @@ Status KvCells::window_into(std::span<const KvToken> queries, const WindowOption
       return make_error(fmt::format("KV window: query position {} outside the context (n_ctx {})",
                                     t.pos, n_ctx_));
     }
-    const Pos limit = o.causal ? t.pos : seq_pos_max(t.seq);
+    const Pos limit = o.causal ? t.pos : seq_max.get(*this, t.seq);
     int32_t* row = out.data() + q * stride;
     if (t.seq != run_seq || limit < scanned) {
       n_needed = 0;
@@ -347,13 +366,14 @@ Result<int32_t> KvCells::runs_needed(std::span<const KvToken> queries, bool caus
   // A fixed table (no allocation: decode calls this every step).
   std::array<Pos, kMaxSeqs> limits;
   limits.fill(-1);
+  SeqMaxMemo seq_max;
   for (const KvToken& t : queries) {
     MINFER_TRY_STATUS(check_seq(t.seq));
     if (t.pos < 0 || static_cast<uint32_t>(t.pos) >= n_ctx_) {
       return make_error(fmt::format("KV window: query position {} outside the context (n_ctx {})",
                                     t.pos, n_ctx_));
     }
-    const Pos limit = causal ? t.pos : seq_pos_max(t.seq);
+    const Pos limit = causal ? t.pos : seq_max.get(*this, t.seq);
     Pos& l = limits[static_cast<size_t>(t.seq)];
     l = std::max(l, limit);
   }

@@ -64,7 +64,7 @@ TEST(Geglu, ScalarKernelIsGgmlTableLookup) {
   }
 }
 
-TEST(Geglu, Avx2EqualsScalar_bitwise) {
+TEST(Geglu, Avx2EqualsScalarWithAndWithoutUp_bitwise) {
   if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   std::vector<float> x = random_floats(4099, 21, -14.0f, 14.0f);  // ragged tail
   for (float v :
@@ -79,6 +79,19 @@ TEST(Geglu, Avx2EqualsScalar_bitwise) {
     geglu_avx2(static_cast<int64_t>(x.size()), x.data(), up.data(), b.data(), gelu_f16_table(fma));
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_EQ(fp32_to_bits(a[i]), fp32_to_bits(b[i])) << "x " << x[i] << " fma " << fma;
+    }
+    // No up factor: gelu alone (the gelu op's kernel), the same bits as a product by 1.
+    const std::vector<float> one(x.size(), 1.0f);
+    std::vector<float> c(x.size()), d(x.size()), e(x.size());
+    geglu_scalar(static_cast<int64_t>(x.size()), x.data(), nullptr, c.data(), gelu_f16_table(fma));
+    geglu_avx2(static_cast<int64_t>(x.size()), x.data(), nullptr, d.data(), gelu_f16_table(fma));
+    geglu_scalar(static_cast<int64_t>(x.size()), x.data(), one.data(), e.data(),
+                 gelu_f16_table(fma));
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(fp32_to_bits(c[i]), fp32_to_bits(d[i])) << "x " << x[i] << " fma " << fma;
+      if (!std::isnan(x[i])) {
+        ASSERT_EQ(fp32_to_bits(c[i]), fp32_to_bits(e[i])) << "x " << x[i];
+      }
     }
   }
 }

@@ -252,7 +252,7 @@ TEST(KQuantScales, WordParallelUnpackEqualsPerSubBlock) {
 // are dot_f32 · scale per cell, the rows are axpy_f32 per cell in cell order.
 TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
   if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
-  for (int64_t hd : {8, 64, 67, 128}) {
+  for (int64_t hd : {8, 16, 32, 56, 64, 67, 120, 128}) {
     for (int64_t n_cells : {1, 3, 4, 5, 9, 64}) {
       const int64_t stride = hd + 5;
       std::vector<float> q = random_floats(static_cast<size_t>(hd), 7);

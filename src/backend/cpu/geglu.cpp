@@ -43,16 +43,29 @@ const float* gelu_f16_table(bool fma) {
   return table.data();
 }
 
-void geglu_scalar(int64_t n, const float* gate, const float* up, float* y, const float* table) {
+namespace {
+template <bool kUp>
+void geglu_scalar_t(int64_t n, const float* gate, const float* up, float* y, const float* table) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = gate[i];
+    float v;
     if (x <= -10.0f) {
-      y[i] = 0.0f;
+      v = 0.0f;
     } else if (x >= 10.0f) {
-      y[i] = x * up[i];
+      v = x;
     } else {
-      y[i] = table[fp32_to_fp16(x)] * up[i];
+      v = table[fp32_to_fp16(x)];
     }
+    y[i] = kUp ? (x <= -10.0f ? 0.0f : v * up[i]) : v;
+  }
+}
+}  // namespace
+
+void geglu_scalar(int64_t n, const float* gate, const float* up, float* y, const float* table) {
+  if (up != nullptr) {
+    geglu_scalar_t<true>(n, gate, up, y, table);
+  } else {
+    geglu_scalar_t<false>(n, gate, nullptr, y, table);
   }
 }
 

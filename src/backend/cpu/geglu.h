@@ -25,7 +25,8 @@ float gelu_tanh_f32_fma(float x);
 // The table as f32: entry h = f16(gelu(f16→f32(h))) widened back to f32, gelu being
 // gelu_tanh_f32 (fma = false) or gelu_tanh_f32_fma (fma = true).
 const float* gelu_f16_table(bool fma = false);
-// y[i] = gelu(gate[i]) · up[i] through `table` (ggml_vec_geglu_f32), one of gelu_f16_table's.
+// y[i] = gelu(gate[i]) · up[i] through `table` (ggml_vec_geglu_f32), one of gelu_f16_table's;
+// with up == nullptr, y[i] = gelu(gate[i]) (ggml_vec_gelu_f32: the same clamps, no product).
 void geglu_scalar(int64_t n, const float* gate, const float* up, float* y, const float* table);
 void geglu_avx2(int64_t n, const float* gate, const float* up, float* y, const float* table);
 

@@ -21,6 +21,10 @@ constexpr int64_t kTileRows = 16;
 // ... and for a batch of at least kBatchRows activation rows.
 constexpr int64_t kTileRowsBatch = 64;
 constexpr int64_t kBatchRows = 6;
+// A float-weight (F32/F16/BF16) GEMM call packs its weight rows once and every activation
+// row once per call, and the activation rows of a long batch come from L3: so each thread
+// takes as few calls as keep its packed f32 weight panel within this (half its L2).
+constexpr int64_t kFloatPanelBytes = 1 << 20;
 // Decode: prefetch the weights this many tiles ahead of the one computing.
 constexpr int64_t kPrefetchTiles = 1;  // 2 measured no better
 // Activation rows quantized per chunk (each costs about a microsecond).
@@ -77,7 +81,15 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
   }
   // Weight rows in tiles; a chunk owns whole output rows for every activation row.
   // A batch amortizes each activation row's preparation over more weight rows.
-  const int64_t tile_rows = m_rows >= kBatchRows ? kTileRowsBatch : kTileRows;
+  int64_t tile_rows = m_rows >= kBatchRows ? kTileRowsBatch : kTileRows;
+  const bool float_w =
+      wn.dtype == DType::kF32 || wn.dtype == DType::kF16 || wn.dtype == DType::kBF16;
+  if (float_w && m_rows >= kBatchRows && dk.gemm != nullptr && dk.vec_dot_batch == nullptr) {
+    const int64_t per_thread = (n_out + pool.n_threads() - 1) / pool.n_threads();
+    const int64_t fits = std::max(kTileRowsBatch, kFloatPanelBytes / (k_dim * 4));
+    const int64_t calls = (per_thread + fits - 1) / fits;
+    tile_rows = std::max<int64_t>(16, ((per_thread + calls - 1) / calls + 15) / 16 * 16);
+  }
   const int64_t n_tiles = (n_out + tile_rows - 1) / tile_rows;
   parallel_range(pool, n_tiles, 1, [&](int64_t t_lo, int64_t t_hi, int32_t) {
     if (dk.gemm != nullptr &&

@@ -118,13 +118,15 @@ Status op_elementwise(const OpCtx& c, NodeId id) {
       return Ok{};
     }
     case Op::kGelu: {
-      // ggml_vec_gelu_f32: the geglu table without the up factor (same clamps at ±10).
+      // ggml_vec_gelu_f32: the geglu table kernel without the up factor (same clamps at ±10).
+      const float* x = c.data.as<const float>(n.src[0]);
+      float* o = c.data.as<float>(id);
+      const auto geglu = c.k.geglu;
       const float* table = gelu_f16_table(n.params.ggml_f16 != 0);
-      unary(c, id, [table](float x) {
-        if (x <= -10.0f) return 0.0f;
-        if (x >= 10.0f) return x;
-        return table[fp32_to_fp16(x)];
-      });
+      parallel_range(c.pool, n.shape.n_elements(), 16384,
+                     [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
+                       geglu(hi - lo, x + lo, nullptr, o + lo, table);
+                     });
       return Ok{};
     }
     case Op::kTanh:

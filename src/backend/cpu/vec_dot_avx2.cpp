@@ -228,21 +228,40 @@ void attn_scores_f32_avx2(int64_t n_cells, int64_t hd, const float* q, const flo
   for (; c < n_cells; ++c) out[c] = dot_f32_avx2(hd, q, k + c * k_stride) * scale;
 }
 
+namespace {
+// kRegs·8 elements of y in registers across the cells (y = y + p·v per element in cell
+// order, as axpy_f32_avx2).
+template <int kRegs>
+void axpy_rows_block(int64_t n_cells, const float* p, const float* v, int64_t v_stride, float* y) {
+  __m256 acc[kRegs];
+  for (int r = 0; r < kRegs; ++r) acc[r] = _mm256_loadu_ps(y + 8 * r);
+  for (int64_t c = 0; c < n_cells; ++c) {
+    const __m256 pc = _mm256_set1_ps(p[c]);
+    const float* vc = v + c * v_stride;
+    for (int r = 0; r < kRegs; ++r) {
+      acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(pc, _mm256_loadu_ps(vc + 8 * r)));
+    }
+  }
+  for (int r = 0; r < kRegs; ++r) _mm256_storeu_ps(y + 8 * r, acc[r]);
+}
+}  // namespace
+
 void attn_axpy_rows_f32_avx2(int64_t n_cells, int64_t n, const float* p, const float* v,
                              int64_t v_stride, float* y) {
-  constexpr int64_t kRegs = 8;  // 64 elements of y stay in registers across the cells
   int64_t i0 = 0;
-  for (; i0 + 8 * kRegs <= n; i0 += 8 * kRegs) {
-    __m256 acc[kRegs];
-    for (int r = 0; r < kRegs; ++r) acc[r] = _mm256_loadu_ps(y + i0 + 8 * r);
-    for (int64_t c = 0; c < n_cells; ++c) {
-      const __m256 pc = _mm256_set1_ps(p[c]);
-      const float* vc = v + c * v_stride + i0;
-      for (int r = 0; r < kRegs; ++r) {
-        acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(pc, _mm256_loadu_ps(vc + 8 * r)));
-      }
-    }
-    for (int r = 0; r < kRegs; ++r) _mm256_storeu_ps(y + i0 + 8 * r, acc[r]);
+  for (; i0 + 64 <= n; i0 += 64) axpy_rows_block<8>(n_cells, p, v + i0, v_stride, y + i0);
+  // Head sizes under 64 (an encoder's 32) or a remainder: narrower register blocks.
+  if (i0 + 32 <= n) {
+    axpy_rows_block<4>(n_cells, p, v + i0, v_stride, y + i0);
+    i0 += 32;
+  }
+  if (i0 + 16 <= n) {
+    axpy_rows_block<2>(n_cells, p, v + i0, v_stride, y + i0);
+    i0 += 16;
+  }
+  if (i0 + 8 <= n) {
+    axpy_rows_block<1>(n_cells, p, v + i0, v_stride, y + i0);
+    i0 += 8;
   }
   if (i0 < n) {  // the rest: per cell, as axpy_f32_avx2 (same per-element expression)
     for (int64_t c = 0; c < n_cells; ++c)

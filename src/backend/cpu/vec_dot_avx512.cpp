@@ -222,21 +222,36 @@ void attn_scores2_f32_avx512(int64_t n_cells, int64_t hd, const float* q0, const
   }
 }
 
+namespace {
+// kRegs·16 elements of y in registers across the cells: y = y + p·v per element in cell
+// order, whatever the block width.
+template <int kRegs>
+void axpy_rows_block(int64_t n_cells, const float* p, const float* v, int64_t v_stride, float* y) {
+  __m512 acc[kRegs];
+  for (int r = 0; r < kRegs; ++r) acc[r] = _mm512_loadu_ps(y + 16 * r);
+  for (int64_t c = 0; c < n_cells; ++c) {
+    const __m512 pc = _mm512_set1_ps(p[c]);
+    const float* vc = v + c * v_stride;
+    for (int r = 0; r < kRegs; ++r) {
+      acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(pc, _mm512_loadu_ps(vc + 16 * r)));
+    }
+  }
+  for (int r = 0; r < kRegs; ++r) _mm512_storeu_ps(y + 16 * r, acc[r]);
+}
+}  // namespace
+
 void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const float* v,
                                int64_t v_stride, float* y) {
-  constexpr int64_t kRegs = 4;  // 64 elements of y in registers across the cells
   int64_t i0 = 0;
-  for (; i0 + 16 * kRegs <= n; i0 += 16 * kRegs) {
-    __m512 acc[kRegs];
-    for (int r = 0; r < kRegs; ++r) acc[r] = _mm512_loadu_ps(y + i0 + 16 * r);
-    for (int64_t c = 0; c < n_cells; ++c) {
-      const __m512 pc = _mm512_set1_ps(p[c]);
-      const float* vc = v + c * v_stride + i0;
-      for (int r = 0; r < kRegs; ++r) {
-        acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(pc, _mm512_loadu_ps(vc + 16 * r)));
-      }
-    }
-    for (int r = 0; r < kRegs; ++r) _mm512_storeu_ps(y + i0 + 16 * r, acc[r]);
+  for (; i0 + 64 <= n; i0 += 64) axpy_rows_block<4>(n_cells, p, v + i0, v_stride, y + i0);
+  // Head sizes under 64 (an encoder's 32) or a remainder: narrower register blocks.
+  if (i0 + 32 <= n) {
+    axpy_rows_block<2>(n_cells, p, v + i0, v_stride, y + i0);
+    i0 += 32;
+  }
+  if (i0 + 16 <= n) {
+    axpy_rows_block<1>(n_cells, p, v + i0, v_stride, y + i0);
+    i0 += 16;
   }
   if (i0 < n) {  // y[i] = y[i] + p · v[i] per element, as every form
     for (int64_t c = 0; c < n_cells; ++c)

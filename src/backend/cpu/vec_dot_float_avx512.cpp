@@ -31,6 +31,24 @@ inline float tree16(__m512 acc) {
   return _mm_cvtss_f32(s);
 }
 
+// tree16 of four accumulators at once, each add pairing the same operands in the same
+// operand order as tree16 (so the same bits): out lane j = tree16(a_j).
+inline __m128 tree16x4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  // lanes l + (l+8): [a0 | a1] and [a2 | a3], 8 sums each
+  const __m512 p01 = _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a0, a1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 p23 = _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a2, a3, _MM_SHUFFLE(3, 2, 3, 2)));
+  // t_j + t_(j+4): one 128-bit lane per accumulator, in order a0 a1 a2 a3
+  const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(p01, p23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(p01, p23, _MM_SHUFFLE(3, 1, 3, 1)));
+  // s0 + s2, s1 + s3 (lanes 0 and 1 of each 128-bit lane), then their sum (lane 0)
+  const __m512 r = _mm512_add_ps(q, _mm512_permute_ps(q, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 t = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
+}
+
 // Element formats: 16 elements widened to f32 (exact), one element, a row widened.
 struct F32Fmt {
   using T = float;
@@ -109,8 +127,14 @@ void tile16(int64_t steps, const float* wp, const float* xp, float* y, int64_t y
       for (int r = 0; r < NW; ++r) acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
     }
   }
-  for (int r = 0; r < NW; ++r)
-    for (int c = 0; c < NX; ++c) y[c * ys + r] = tree16(acc[r][c]);
+  if constexpr (NW == 4) {  // a column's four outputs are adjacent in y: reduced together
+    for (int c = 0; c < NX; ++c) {
+      _mm_storeu_ps(y + c * ys, tree16x4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]));
+    }
+  } else {
+    for (int r = 0; r < NW; ++r)
+      for (int c = 0; c < NX; ++c) y[c * ys + r] = tree16(acc[r][c]);
+  }
 }
 
 using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t);
