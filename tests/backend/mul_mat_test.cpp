@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
 
 #include "backend/cpu/ops.h"
@@ -248,12 +249,57 @@ TEST(KQuantScales, WordParallelUnpackEqualsPerSubBlock) {
   }
 }
 
+// The SIMD expf (attention's softmax weights) is glibc's expf bit for bit: every 61st
+// f32 bit pattern (all signs, subnormals, ±inf, NaNs; MINFER_EXP_SWEEP_STRIDE=1 sweeps
+// all 2^32), each in every lane position, in place and out of place.
+TEST(VecDotSimd, ExpAvx2IsGlibcExpfOverSampledBitPatterns_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  uint64_t stride = 61;
+  if (const char* e = std::getenv("MINFER_EXP_SWEEP_STRIDE"); e != nullptr) {
+    stride = std::max<uint64_t>(1, std::strtoull(e, nullptr, 10));
+  }
+  constexpr int64_t kBatch = 4096 + 5;  // a ragged tail after the 8-lane body
+  std::vector<float> x(kBatch), y(kBatch), ref(kBatch);
+  uint64_t n_checked = 0, n_mismatch = 0;
+  uint64_t bits = 0;
+  while (bits < (uint64_t{1} << 32)) {
+    int64_t n = 0;
+    for (; n < kBatch && bits < (uint64_t{1} << 32); ++n, bits += stride) {
+      x[static_cast<size_t>(n)] = fp32_from_bits(static_cast<uint32_t>(bits));
+    }
+    exp_f32_scalar(n, x.data(), ref.data());
+    exp_f32_avx2(n, x.data(), y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const auto u = static_cast<size_t>(i);
+      const bool same =
+          fp32_to_bits(y[u]) == fp32_to_bits(ref[u]) || (std::isnan(y[u]) && std::isnan(ref[u]));
+      if (!same && n_mismatch++ < 5) {
+        ADD_FAILURE() << "x " << x[u] << " (0x" << std::hex << fp32_to_bits(x[u]) << ") simd "
+                      << y[u] << " expf " << ref[u];
+      }
+    }
+    n_checked += static_cast<uint64_t>(n);
+  }
+  EXPECT_EQ(n_mismatch, 0u);
+  EXPECT_GE(n_checked, (uint64_t{1} << 32) / stride);
+  // in place, and the same value in each lane position
+  std::vector<float> v = {-0.0f,     -1e-30f, -0.5f, -3.25f, -87.9f,   -88.0f, -103.9f, -104.5f,
+                          -INFINITY, 1.5f,    88.7f, 89.0f,  INFINITY, -17.0f, -2.0f,   -60.0f};
+  for (size_t shift = 0; shift < 8; ++shift) {
+    std::vector<float> w(v.begin() + static_cast<ptrdiff_t>(shift), v.end());
+    std::vector<float> want(w.size());
+    for (size_t i = 0; i < w.size(); ++i) want[i] = std::exp(w[i]);
+    exp_f32_avx2(static_cast<int64_t>(w.size()), w.data(), w.data());
+    for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(fp32_to_bits(w[i]), fp32_to_bits(want[i]));
+  }
+}
+
 // The chunk forms of attention are the per-cell loops bit for bit, on every ISA: scores
 // are dot_f32 · scale per cell, the rows are axpy_f32 per cell in cell order.
 TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
   if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   for (int64_t hd : {8, 16, 32, 56, 64, 67, 120, 128}) {
-    for (int64_t n_cells : {1, 3, 4, 5, 9, 64}) {
+    for (int64_t n_cells : {1, 3, 4, 5, 8, 9, 13, 64}) {
       const int64_t stride = hd + 5;
       std::vector<float> q = random_floats(static_cast<size_t>(hd), 7);
       std::vector<float> kv = random_floats(static_cast<size_t>(n_cells * stride), 8);

@@ -25,6 +25,7 @@ struct IsaKernels {
   DotKernel (*repack_dot_kernel)(DType weight_type) = nullptr;
   float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;
   void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
+  void (*exp_f32)(int64_t n, const float* x, float* y) = nullptr;  // glibc expf's bits
   // attention over a chunk of f32 cells (vec_dot.h): bitwise loops of dot_f32 / axpy_f32
   void (*attn_scores_f32)(int64_t n_cells, int64_t hd, const float* q, const float* k,
                           int64_t k_stride, float scale, float* out) = nullptr;

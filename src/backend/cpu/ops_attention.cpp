@@ -509,10 +509,9 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
               if constexpr (kF32Cells) {  // weights first, then the rows in cell order
                 for (int64_t j = 0; j < nh; ++j) {
                   float* sp = s[j] + pc.off;
-                  for (int64_t i = 0; i < pc.n; ++i) {
-                    sp[i] = std::exp(sp[i] - w.m[j]);
-                    w.l[j] += sp[i];
-                  }
+                  for (int64_t i = 0; i < pc.n; ++i) sp[i] = sp[i] - w.m[j];
+                  k.exp_f32(pc.n, sp, sp);  // expf's bits, several lanes at a time
+                  for (int64_t i = 0; i < pc.n; ++i) w.l[j] += sp[i];
                   // y = y + p·v per element in cell order: one call per run piece is
                   // bitwise one call over the chunk
                   k.attn_axpy_rows_f32(pc.n, hd_v, sp, vc + pc.cell * row_v + kvh * hd_v, row_v,

@@ -150,6 +150,11 @@ void gemm_q6_k_q8_k_rows_avx512(const GemmArgs& a);
 // F32 · F32 dot of n elements (attention scores); scalar and AVX2 variants.
 float dot_f32_scalar(int64_t n, const float* a, const float* b);
 float dot_f32_avx2(int64_t n, const float* a, const float* b);
+// y[i] = expf(x[i]) (in place allowed): the scalar form calls glibc's expf; the AVX2 form
+// is that algorithm (glibc 2.27+, its FMA build: a 32-entry 2^(i/32) table and a cubic in
+// double) four lanes at a time, the same bits; |x| >= 88 and NaN lanes call expf.
+void exp_f32_scalar(int64_t n, const float* x, float* y);
+void exp_f32_avx2(int64_t n, const float* x, float* y);
 // y += a · x over n elements; scalar and AVX2 variants (attention V accumulation).
 void axpy_f32_scalar(int64_t n, float a, const float* x, float* y);
 void axpy_f32_avx2(int64_t n, float a, const float* x, float* y);

@@ -186,6 +186,68 @@ float dot_f32_avx2(int64_t n, const float* a, const float* b) {
   return s;
 }
 
+namespace {
+// glibc's expf data (sysdeps/ieee754/flt-32, EXP2F_TABLE_BITS 5): entry i holds the bits
+// of 2^(i/32) less i << 47, so adding k << 47 scales it by 2^(k/32) (k's top bits in the
+// exponent); the cubic's coefficients are pre-scaled by 1/32 per power of r.
+alignas(64) constexpr uint64_t kExp2fTab[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull};
+constexpr double kExpInvLn2N = 0x1.71547652b82fep+0 * 32;
+constexpr double kExpShift = 0x1.8p+52;  // rounds z to an integer in its low bits
+constexpr double kExpC0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32;
+constexpr double kExpC1 = 0x1.ebfce50fac4f3p-3 / 32 / 32;
+constexpr double kExpC2 = 0x1.62e42ff0c52d6p-1 / 32;
+
+// x·32/ln2 = k + r with k an integer, |r| <= 1/2: e^x = 2^(k/32) · (1 + C2 r + C1 r² +
+// C0 r³), evaluated as glibc's FMA build compiles it (x·32/ln2 fused into both the shift
+// and r, then three fmas), rounded once to f32.
+inline __m128 expf4(__m128 x) {
+  const __m256d xd = _mm256_cvtps_pd(x);
+  const __m256d inv = _mm256_set1_pd(kExpInvLn2N);
+  __m256d kd = _mm256_fmadd_pd(inv, xd, _mm256_set1_pd(kExpShift));
+  const __m256i ki = _mm256_castpd_si256(kd);
+  kd = _mm256_sub_pd(kd, _mm256_set1_pd(kExpShift));
+  const __m256d r = _mm256_fmsub_pd(inv, xd, kd);
+  __m256i t = _mm256_i64gather_epi64(reinterpret_cast<const long long*>(kExp2fTab),
+                                     _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+  t = _mm256_add_epi64(t, _mm256_slli_epi64(ki, 47));
+  const __m256d c = _mm256_fmadd_pd(_mm256_set1_pd(kExpC0), r, _mm256_set1_pd(kExpC1));
+  const __m256d r2 = _mm256_mul_pd(r, r);
+  __m256d y = _mm256_fmadd_pd(_mm256_set1_pd(kExpC2), r, _mm256_set1_pd(1.0));
+  y = _mm256_fmadd_pd(c, r2, y);
+  return _mm256_cvtpd_ps(_mm256_mul_pd(y, _mm256_castsi256_pd(t)));
+}
+}  // namespace
+
+void exp_f32_avx2(int64_t n, const float* x, float* y) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    // glibc's special range: |x| >= 88 (overflow, underflow, ±inf) or NaN
+    const int special = _mm256_movemask_ps(
+        _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), _mm256_set1_ps(88.0f), _CMP_NLT_UQ));
+    const __m256 e =
+        _mm256_set_m128(expf4(_mm256_extractf128_ps(v, 1)), expf4(_mm256_castps256_ps128(v)));
+    if (special == 0) {
+      _mm256_storeu_ps(y + i, e);
+      continue;
+    }
+    alignas(32) float in[8], out[8];
+    _mm256_store_ps(in, v);
+    _mm256_store_ps(out, e);
+    for (int j = 0; j < 8; ++j) y[i + j] = (special >> j & 1) != 0 ? std::exp(in[j]) : out[j];
+  }
+  for (; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
 void axpy_f32_avx2(int64_t n, float a, const float* x, float* y) {
   const __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
@@ -196,10 +258,54 @@ void axpy_f32_avx2(int64_t n, float a, const float* x, float* y) {
   for (; i < n; ++i) y[i] = y[i] + a * x[i];
 }
 
+namespace {
+// hsum_f32x8 of eight accumulators at once (each add pairs the same operands in the same
+// operand order, so the same bits): lane j = hsum_f32x8(a[j]).
+inline __m256 hsum_f32x8x8(const __m256* a) {
+  __m256 p[4];
+  for (int i = 0; i < 4; ++i) {  // lanes j + (j+4): [a(2i) | a(2i+1)]
+    p[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x20),
+                         _mm256_permute2f128_ps(a[2 * i], a[2 * i + 1], 0x31));
+  }
+  // s0 + s2, s1 + s3: [a0 a0 a2 a2 | a1 a1 a3 a3] and [a4 a4 a6 a6 | a5 a5 a7 a7]
+  const __m256 q0 = _mm256_add_ps(_mm256_shuffle_ps(p[0], p[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(p[0], p[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m256 q1 = _mm256_add_ps(_mm256_shuffle_ps(p[2], p[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm256_shuffle_ps(p[2], p[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  // (s0 + s2) + (s1 + s3): [a0 a2 a4 a6 | a1 a3 a5 a7]
+  const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(q0, q1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm256_shuffle_ps(q0, q1, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+}  // namespace
+
 void attn_scores_f32_avx2(int64_t n_cells, int64_t hd, const float* q, const float* k,
                           int64_t k_stride, float scale, float* out) {
   const int64_t body = hd / 8 * 8;
   int64_t c = 0;
+  for (; c + 8 <= n_cells; c += 8) {  // eight cells in flight, reduced together
+    const float* kc = k + c * k_stride;
+    __m256 a[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < body; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + i);
+      for (int j = 0; j < 8; ++j) {
+        a[j] = _mm256_add_ps(a[j], _mm256_mul_ps(qv, _mm256_loadu_ps(kc + j * k_stride + i)));
+      }
+    }
+    const __m256 sums = hsum_f32x8x8(a);
+    if (body == hd) {
+      _mm256_storeu_ps(out + c, _mm256_mul_ps(sums, _mm256_set1_ps(scale)));
+      continue;
+    }
+    alignas(32) float s[8];
+    _mm256_store_ps(s, sums);
+    for (int j = 0; j < 8; ++j) {
+      const float* kr = kc + j * k_stride;
+      for (int64_t i = body; i < hd; ++i) s[j] += q[i] * kr[i];
+      out[c + j] = s[j] * scale;
+    }
+  }
   for (; c + 4 <= n_cells; c += 4) {  // four cells in flight, each dot_f32_avx2's order
     const float* k0 = k + c * k_stride;
     const float* k1 = k0 + k_stride;

@@ -336,6 +336,10 @@ float dot_f32_scalar(int64_t n, const float* a, const float* b) {
   return lanes8_dot(n, [&](int64_t i) { return a[i] * b[i]; });
 }
 
+void exp_f32_scalar(int64_t n, const float* x, float* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
 void axpy_f32_scalar(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];
 }
