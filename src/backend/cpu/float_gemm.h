@@ -43,8 +43,10 @@ void float_gemv(const GemmArgs& a) {
 }
 
 // Prefill: the call's weight rows widened to f32 and packed once, in groups of kNW
-// (reused by every tile of activation rows); each tile of kNX activation rows packed once
-// and kept in L1 while every weight group of the call passes.
+// (reused by every tile of activation rows), or, f32 weights (Fmt::kInPlace), read where
+// they lie; each tile of kNX activation rows packed once (f32: read in place too) and
+// kept in L1 while every weight group of the call passes. A tile reads row r of step s at
+// base + s·ss + r·rs (packed: [step][row][16]; in place: the rows themselves).
 template <class K, class Fmt>
 void float_gemm(const GemmArgs& a) {
   if (a.n_x == 1) {
@@ -57,19 +59,40 @@ void float_gemm(const GemmArgs& a) {
   const int64_t body = steps * 16;
   const int64_t group = steps * K::kNW * 16;  // floats per packed weight group
   const int64_t n_groups = (a.n_w + K::kNW - 1) / K::kNW;
-  float* wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
-  for (int64_t g = 0; g < n_groups; ++g) {
-    K::template pack<Fmt>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride, a.w_stride,
-                          std::min<int64_t>(K::kNW, a.n_w - g * K::kNW), steps, wp + g * group);
+  float* wp = nullptr;
+  if constexpr (!Fmt::kInPlace) {
+    wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
+    for (int64_t g = 0; g < n_groups; ++g) {
+      K::template pack<Fmt>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride, a.w_stride,
+                            std::min<int64_t>(K::kNW, a.n_w - g * K::kNW), steps, wp + g * group);
+    }
   }
-  float* xp =
-      thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * K::kNX * 16)));
+  float* xp = nullptr;
+  if constexpr (!Fmt::kInPlace) {
+    xp = thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * K::kNX * 16)));
+  }
   for (int64_t j0 = 0; j0 < a.n_x; j0 += K::kNX) {
     const int64_t nx = std::min<int64_t>(K::kNX, a.n_x - j0);
-    K::template pack<Fmt>(x + static_cast<uint64_t>(j0) * a.x_stride, a.x_stride, nx, steps, xp);
+    const float* xt = xp;
+    int64_t xrs = 16, xss = nx * 16;
+    if constexpr (Fmt::kInPlace) {
+      xt = reinterpret_cast<const float*>(x + static_cast<uint64_t>(j0) * a.x_stride);
+      xrs = static_cast<int64_t>(a.x_stride / sizeof(float));
+      xss = 16;
+    } else {
+      K::template pack<Fmt>(x + static_cast<uint64_t>(j0) * a.x_stride, a.x_stride, nx, steps, xp);
+    }
     for (int64_t g = 0; g < n_groups; ++g) {
       const int64_t nw = std::min<int64_t>(K::kNW, a.n_w - g * K::kNW);
-      K::tile(nw, nx, steps, wp + g * group, xp, a.y + j0 * a.y_stride + g * K::kNW, a.y_stride);
+      float* yt = a.y + j0 * a.y_stride + g * K::kNW;
+      if constexpr (Fmt::kInPlace) {
+        const auto* wr =
+            reinterpret_cast<const float*>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride);
+        K::tile(nw, nx, steps, wr, static_cast<int64_t>(a.w_stride / sizeof(float)), 16, xt, xrs,
+                xss, yt, a.y_stride);
+      } else {
+        K::tile(nw, nx, steps, wp + g * group, 16, nw * 16, xt, xrs, xss, yt, a.y_stride);
+      }
     }
     if (body == a.k) continue;
     for (int64_t j = j0; j < j0 + nx; ++j) {  // the k % 16 tail, fma'd on in order

@@ -31,11 +31,13 @@ inline float tree16(__m256 lo, __m256 hi) {
 // Element formats: 8 elements widened to f32 (exact), one element.
 struct F32Fmt {
   using T = float;
+  static constexpr bool kInPlace = true;  // the GEMM reads f32 weight rows unpacked
   static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
   static float one(float v) { return v; }
 };
 struct F16Fmt {
   using T = uint16_t;
+  static constexpr bool kInPlace = false;
   static __m256 load8(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
@@ -43,6 +45,7 @@ struct F16Fmt {
 };
 struct BF16Fmt {
   using T = uint16_t;
+  static constexpr bool kInPlace = false;
   static __m256 load8(const uint16_t* p) {
     const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
@@ -87,21 +90,23 @@ float dot16(int64_t n, const void* w, const void* x) {
   return y;
 }
 
-// Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, both
-// packed step-major ([step][row][16] f32: two sequential streams), two accumulators per
+// Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, row r
+// of step s at wp + s·wss + r·wrs (xp likewise): packed step-major ([step][row][16] f32,
+// two sequential streams) or f32 rows read in place, two accumulators per
 // output (2 × 3 × 2 = 12 of the 16 ymm registers); y gets each output's reduced body,
 // the caller fma's a k % 16 tail onto it.
 template <int NW, int NX>
-void tile16(int64_t steps, const float* wp, const float* xp, float* y, int64_t ys) {
+void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const float* xp, int64_t xrs,
+            int64_t xss, float* y, int64_t ys) {
   __m256 lo[NW][NX], hi[NW][NX];
   for (int r = 0; r < NW; ++r)
     for (int c = 0; c < NX; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
   for (int64_t s = 0; s < steps; ++s) {
     for (int r = 0; r < NW; ++r) {
-      const __m256 wl = _mm256_loadu_ps(wp + (s * NW + r) * 16);
-      const __m256 wh = _mm256_loadu_ps(wp + (s * NW + r) * 16 + 8);
+      const __m256 wl = _mm256_loadu_ps(wp + s * wss + r * wrs);
+      const __m256 wh = _mm256_loadu_ps(wp + s * wss + r * wrs + 8);
       for (int c = 0; c < NX; ++c) {
-        const float* xc = xp + (s * NX + c) * 16;
+        const float* xc = xp + s * xss + c * xrs;
         lo[r][c] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(xc), lo[r][c]);
         hi[r][c] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(xc + 8), hi[r][c]);
       }
@@ -111,7 +116,8 @@ void tile16(int64_t steps, const float* wp, const float* xp, float* y, int64_t y
     for (int c = 0; c < NX; ++c) y[c * ys + r] = tree16(lo[r][c], hi[r][c]);
 }
 
-using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t);
+using TileFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
+                        float*, int64_t);
 constexpr int kNW = 2;
 constexpr int kNX = 3;
 constexpr std::array<std::array<TileFn, kNX>, kNW> kTiles = {{
@@ -145,9 +151,10 @@ struct Kernels {
   static void pack(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, float* dst) {
     pack_rows<Fmt>(src, stride, n, steps, dst);
   }
-  static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, const float* xp,
-                   float* y, int64_t ys) {
-    kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, xp, y, ys);
+  static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, int64_t wrs, int64_t wss,
+                   const float* xp, int64_t xrs, int64_t xss, float* y, int64_t ys) {
+    kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, wrs, wss, xp, xrs,
+                                                                     xss, y, ys);
   }
 };
 

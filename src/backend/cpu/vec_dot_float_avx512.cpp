@@ -52,11 +52,13 @@ inline __m128 tree16x4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 // Element formats: 16 elements widened to f32 (exact), one element, a row widened.
 struct F32Fmt {
   using T = float;
+  static constexpr bool kInPlace = true;  // the GEMM reads f32 weight rows unpacked
   static __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
   static float one(float v) { return v; }
 };
 struct F16Fmt {
   using T = uint16_t;
+  static constexpr bool kInPlace = false;
   static __m512 load16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
@@ -64,6 +66,7 @@ struct F16Fmt {
 };
 struct BF16Fmt {
   using T = uint16_t;
+  static constexpr bool kInPlace = false;
   static __m512 load16(const uint16_t* p) {
     const __m512i v =
         _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -110,20 +113,22 @@ void gemv_rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fm
   }
 }
 
-// Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, both
-// packed step-major ([step][row][16] f32: two sequential streams), one 16-lane
+// Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, row r
+// of step s at wp + s·wss + r·wrs (xp likewise): packed step-major ([step][row][16] f32,
+// two sequential streams) or f32 rows read in place, one 16-lane
 // accumulator per output (4 × 6 = 24 of the 32 zmm registers); y gets each output's
 // reduced body, the caller fma's a k % 16 tail onto it.
 template <int NW, int NX>
-void tile16(int64_t steps, const float* wp, const float* xp, float* y, int64_t ys) {
+void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const float* xp, int64_t xrs,
+            int64_t xss, float* y, int64_t ys) {
   __m512 acc[NW][NX];
   for (int r = 0; r < NW; ++r)
     for (int c = 0; c < NX; ++c) acc[r][c] = _mm512_setzero_ps();
   for (int64_t s = 0; s < steps; ++s) {
     __m512 wv[NW];
-    for (int r = 0; r < NW; ++r) wv[r] = _mm512_loadu_ps(wp + (s * NW + r) * 16);
+    for (int r = 0; r < NW; ++r) wv[r] = _mm512_loadu_ps(wp + s * wss + r * wrs);
     for (int c = 0; c < NX; ++c) {
-      const __m512 xv = _mm512_loadu_ps(xp + (s * NX + c) * 16);
+      const __m512 xv = _mm512_loadu_ps(xp + s * xss + c * xrs);
       for (int r = 0; r < NW; ++r) acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
     }
   }
@@ -137,7 +142,8 @@ void tile16(int64_t steps, const float* wp, const float* xp, float* y, int64_t y
   }
 }
 
-using TileFn = void (*)(int64_t, const float*, const float*, float*, int64_t);
+using TileFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
+                        float*, int64_t);
 constexpr int kNW = 4;
 constexpr int kNX = 6;
 
@@ -174,9 +180,10 @@ struct Kernels {
   static void pack(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, float* dst) {
     pack_rows<Fmt>(src, stride, n, steps, dst);
   }
-  static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, const float* xp,
-                   float* y, int64_t ys) {
-    kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, xp, y, ys);
+  static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, int64_t wrs, int64_t wss,
+                   const float* xp, int64_t xrs, int64_t xss, float* y, int64_t ys) {
+    kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, wrs, wss, xp, xrs,
+                                                                     xss, y, ys);
   }
 };
 
