@@ -19,6 +19,16 @@
 
 namespace minfer::backend::cpu {
 
+// A GEMM tile's partial sums between K blocks: each output's 16 lanes stored as they
+// stand ([row][col][16] floats) and reloaded by the next block, so a blocked row's lanes
+// see the same fma sequence as an unblocked one. load: start from acc (else zeros);
+// store: leave the lanes in acc (else reduce them into y).
+struct TileCarry {
+  float* acc = nullptr;
+  bool load = false;
+  bool store = false;
+};
+
 // Decode: 4 weight rows at a time, the rows 8 ahead prefetched.
 template <class K, class Fmt>
 void float_gemv(const GemmArgs& a) {
@@ -47,6 +57,9 @@ void float_gemv(const GemmArgs& a) {
 // they lie; each tile of kNX activation rows packed once (f32: read in place too) and
 // kept in L1 while every weight group of the call passes. A tile reads row r of step s at
 // base + s·ss + r·rs (packed: [step][row][16]; in place: the rows themselves).
+// 16-element steps per K block: 6 activation rows of a block take 24 KiB of L1.
+inline constexpr int64_t kKBlockSteps = 64;
+
 template <class K, class Fmt>
 void float_gemm(const GemmArgs& a) {
   if (a.n_x == 1) {
@@ -71,6 +84,10 @@ void float_gemm(const GemmArgs& a) {
   if constexpr (!Fmt::kInPlace) {
     xp = thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * K::kNX * 16)));
   }
+  // partial sums of every weight group against the current activation tile (K blocks)
+  float* acc = steps > kKBlockSteps
+                   ? thread_scratch<float, 2>(static_cast<size_t>(n_groups * K::kNW * K::kNX * 16))
+                   : nullptr;
   for (int64_t j0 = 0; j0 < a.n_x; j0 += K::kNX) {
     const int64_t nx = std::min<int64_t>(K::kNX, a.n_x - j0);
     const float* xt = xp;
@@ -82,16 +99,25 @@ void float_gemm(const GemmArgs& a) {
     } else {
       K::template pack<Fmt>(x + static_cast<uint64_t>(j0) * a.x_stride, a.x_stride, nx, steps, xp);
     }
-    for (int64_t g = 0; g < n_groups; ++g) {
-      const int64_t nw = std::min<int64_t>(K::kNW, a.n_w - g * K::kNW);
-      float* yt = a.y + j0 * a.y_stride + g * K::kNW;
-      if constexpr (Fmt::kInPlace) {
-        const auto* wr =
-            reinterpret_cast<const float*>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride);
-        K::tile(nw, nx, steps, wr, static_cast<int64_t>(a.w_stride / sizeof(float)), 16, xt, xrs,
-                xss, yt, a.y_stride);
-      } else {
-        K::tile(nw, nx, steps, wp + g * group, 16, nw * 16, xt, xrs, xss, yt, a.y_stride);
+    // Rows longer than kKBlockSteps steps go in K blocks, so the activation tile's block
+    // stays in L1 while the weight groups stream past it.
+    for (int64_t s0 = 0; s0 < std::max<int64_t>(steps, 1); s0 += kKBlockSteps) {  // k < 16: zeros
+      const int64_t ns = std::min(kKBlockSteps, steps - s0);
+      for (int64_t g = 0; g < n_groups; ++g) {
+        const int64_t nw = std::min<int64_t>(K::kNW, a.n_w - g * K::kNW);
+        float* yt = a.y + j0 * a.y_stride + g * K::kNW;
+        const TileCarry carry{.acc = acc != nullptr ? acc + g * K::kNW * K::kNX * 16 : nullptr,
+                              .load = s0 > 0,
+                              .store = s0 + ns < steps};
+        if constexpr (Fmt::kInPlace) {
+          const auto* wr =
+              reinterpret_cast<const float*>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride);
+          K::tile(nw, nx, ns, wr + s0 * 16, static_cast<int64_t>(a.w_stride / sizeof(float)), 16,
+                  xt + s0 * xss, xrs, xss, yt, a.y_stride, carry);
+        } else {
+          K::tile(nw, nx, ns, wp + g * group + s0 * nw * 16, 16, nw * 16, xt + s0 * xss, xrs, xss,
+                  yt, a.y_stride, carry);
+        }
       }
     }
     if (body == a.k) continue;

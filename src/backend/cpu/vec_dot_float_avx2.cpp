@@ -97,10 +97,16 @@ float dot16(int64_t n, const void* w, const void* x) {
 // the caller fma's a k % 16 tail onto it.
 template <int NW, int NX>
 void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const float* xp, int64_t xrs,
-            int64_t xss, float* y, int64_t ys) {
+            int64_t xss, float* y, int64_t ys, TileCarry carry) {
   __m256 lo[NW][NX], hi[NW][NX];
   for (int r = 0; r < NW; ++r)
-    for (int c = 0; c < NX; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
+    for (int c = 0; c < NX; ++c) {
+      lo[r][c] = hi[r][c] = _mm256_setzero_ps();
+      if (carry.load) {
+        lo[r][c] = _mm256_loadu_ps(carry.acc + (r * NX + c) * 16);
+        hi[r][c] = _mm256_loadu_ps(carry.acc + (r * NX + c) * 16 + 8);
+      }
+    }
   for (int64_t s = 0; s < steps; ++s) {
     for (int r = 0; r < NW; ++r) {
       const __m256 wl = _mm256_loadu_ps(wp + s * wss + r * wrs);
@@ -112,12 +118,20 @@ void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const floa
       }
     }
   }
+  if (carry.store) {  // a K block of a longer row: the lanes go on in the next call
+    for (int r = 0; r < NW; ++r)
+      for (int c = 0; c < NX; ++c) {
+        _mm256_storeu_ps(carry.acc + (r * NX + c) * 16, lo[r][c]);
+        _mm256_storeu_ps(carry.acc + (r * NX + c) * 16 + 8, hi[r][c]);
+      }
+    return;
+  }
   for (int r = 0; r < NW; ++r)
     for (int c = 0; c < NX; ++c) y[c * ys + r] = tree16(lo[r][c], hi[r][c]);
 }
 
 using TileFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
-                        float*, int64_t);
+                        float*, int64_t, TileCarry);
 constexpr int kNW = 2;
 constexpr int kNX = 3;
 constexpr std::array<std::array<TileFn, kNX>, kNW> kTiles = {{
@@ -152,9 +166,10 @@ struct Kernels {
     pack_rows<Fmt>(src, stride, n, steps, dst);
   }
   static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, int64_t wrs, int64_t wss,
-                   const float* xp, int64_t xrs, int64_t xss, float* y, int64_t ys) {
+                   const float* xp, int64_t xrs, int64_t xss, float* y, int64_t ys,
+                   TileCarry carry) {
     kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, wrs, wss, xp, xrs,
-                                                                     xss, y, ys);
+                                                                     xss, y, ys, carry);
   }
 };
 

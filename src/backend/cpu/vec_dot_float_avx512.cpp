@@ -120,10 +120,11 @@ void gemv_rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fm
 // reduced body, the caller fma's a k % 16 tail onto it.
 template <int NW, int NX>
 void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const float* xp, int64_t xrs,
-            int64_t xss, float* y, int64_t ys) {
+            int64_t xss, float* y, int64_t ys, TileCarry carry) {
   __m512 acc[NW][NX];
   for (int r = 0; r < NW; ++r)
-    for (int c = 0; c < NX; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int c = 0; c < NX; ++c)
+      acc[r][c] = carry.load ? _mm512_loadu_ps(carry.acc + (r * NX + c) * 16) : _mm512_setzero_ps();
   for (int64_t s = 0; s < steps; ++s) {
     __m512 wv[NW];
     for (int r = 0; r < NW; ++r) wv[r] = _mm512_loadu_ps(wp + s * wss + r * wrs);
@@ -131,6 +132,11 @@ void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const floa
       const __m512 xv = _mm512_loadu_ps(xp + s * xss + c * xrs);
       for (int r = 0; r < NW; ++r) acc[r][c] = _mm512_fmadd_ps(wv[r], xv, acc[r][c]);
     }
+  }
+  if (carry.store) {  // a K block of a longer row: the lanes go on in the next call
+    for (int r = 0; r < NW; ++r)
+      for (int c = 0; c < NX; ++c) _mm512_storeu_ps(carry.acc + (r * NX + c) * 16, acc[r][c]);
+    return;
   }
   if constexpr (NW == 4) {  // a column's four outputs are adjacent in y: reduced together
     for (int c = 0; c < NX; ++c) {
@@ -143,7 +149,7 @@ void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const floa
 }
 
 using TileFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
-                        float*, int64_t);
+                        float*, int64_t, TileCarry);
 constexpr int kNW = 4;
 constexpr int kNX = 6;
 
@@ -181,9 +187,10 @@ struct Kernels {
     pack_rows<Fmt>(src, stride, n, steps, dst);
   }
   static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, int64_t wrs, int64_t wss,
-                   const float* xp, int64_t xrs, int64_t xss, float* y, int64_t ys) {
+                   const float* xp, int64_t xrs, int64_t xss, float* y, int64_t ys,
+                   TileCarry carry) {
     kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, wrs, wss, xp, xrs,
-                                                                     xss, y, ys);
+                                                                     xss, y, ys, carry);
   }
 };
 
