@@ -26,8 +26,8 @@ Config Config::from_env() {
   if (const char* t = std::getenv("MINFER_CACHE_TYPE"); t != nullptr) c.cache_type = t;
   if (const char* d = std::getenv("MINFER_GRAPH_DUMP"); d != nullptr) c.graph_dump = d;
   if (const char* m = std::getenv("MINFER_NUMERICS"); m != nullptr) c.numerics = m;
-  if (const char* r = std::getenv("MINFER_KV_ROTATION"); r != nullptr && *r != '\0') {
-    c.kv_rotation = std::strcmp(r, "0") != 0 ? 1 : 0;
+  if (const char* r = std::getenv("MINFER_KV_ROTATION"); r != nullptr) {
+    c.kv_rotation = std::strcmp(r, "0") != 0;
   }
   if (const char* a = std::getenv("MINFER_LLAMACPP_TILED_ATTN"); a != nullptr) {
     c.llamacpp_tiled_attn = std::strcmp(a, "0") != 0;

@@ -19,10 +19,9 @@ struct Config {
   // MINFER_LLAMACPP_TILED_ATTN: on unless "0" — under --numerics llamacpp, batches of
   // >= 64 query rows take llama.cpp's tiled flash attention (docs/USAGE.md).
   bool llamacpp_tiled_attn = true;
-  // MINFER_KV_ROTATION: unset or "" (-1) — llama.cpp's Walsh-Hadamard rotation of Q/K/V
-  // for a quantized KV cache under --numerics llamacpp only; "0" (0) — never; anything
-  // else (1) — also under the default numerics (graph::CParams::kv_rotation).
-  int kv_rotation = -1;
+  // MINFER_KV_ROTATION: on unless "0" — llama.cpp's Walsh-Hadamard rotation of Q/K/V for
+  // a quantized KV cache, in every numerics mode (graph::CParams::kv_rotation).
+  bool kv_rotation = true;
   // MINFER_NO_CUDA_GRAPHS: a CUDA build launches its kernels directly instead of capturing
   // each graph's decode step as a CUDA graph and replaying it.
   bool no_cuda_graphs = false;

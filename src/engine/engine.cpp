@@ -336,10 +336,10 @@ graph::GraphParams Context::params_for(uint32_t n_tokens, uint32_t n_out, int32_
   p.cparams.kv_format = options_.kv_format;
   p.cparams.attn_numerics = llamacpp_family(options_.numerics) ? graph::AttnNumerics::kGgmlF16
                                                                : graph::AttnNumerics::kF32;
-  // llama.cpp rotates a quantized cache's Q/K/V unless LLAMA_ATTN_ROT_DISABLE is set;
-  // MINFER_KV_ROTATION=0 is that switch, =1 turns it on for the default numerics too.
-  const int rot = Config::get().kv_rotation;
-  p.cparams.kv_rotation = rot < 0 ? llamacpp_family(options_.numerics) : rot == 1;
+  // llama.cpp rotates a quantized cache's Q/K/V unless LLAMA_ATTN_ROT_DISABLE is set, and
+  // so does every numerics mode here (it cuts a q4_0 cache's KL divergence ~3x);
+  // MINFER_KV_ROTATION=0 is that switch.
+  p.cparams.kv_rotation = Config::get().kv_rotation;
   p.cparams.placement = placement_;
   return p;
 }
