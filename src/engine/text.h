@@ -31,7 +31,7 @@ class TokenBytes {
   size_t max_len() const { return max_len_; }
 
  private:
-  std::string bytes_;          // every token's bytes, back to back
+  std::string bytes_;           // every token's bytes, back to back
   std::vector<uint64_t> ends_;  // end of token k in bytes_
   size_t max_len_ = 0;
 };

@@ -240,17 +240,17 @@ Result<std::vector<int32_t>> Model::get_i32_array(std::string_view key) const {
   std::vector<int32_t> out;
   out.reserve(v->array.size());
   for (size_t k = 0; k < v->array.size(); ++k) {
-    const bool fits = is_signed_int(et) ? v->array.int_at(k) >= INT32_MIN &&
-                                              v->array.int_at(k) <= INT32_MAX
-                                        : v->array.uint_at(k) <= INT32_MAX;
+    const bool fits = is_signed_int(et)
+                          ? v->array.int_at(k) >= INT32_MIN && v->array.int_at(k) <= INT32_MAX
+                          : v->array.uint_at(k) <= INT32_MAX;
     if (!fits) {
       return make_error(
           fmt::format("{}: metadata key '{}' element #{} is {}, which does not fit "
                       "in int32",
                       primary().name(), key, k, v->array[k].to_display()));
     }
-    out.push_back(static_cast<int32_t>(is_signed_int(et) ? v->array.int_at(k)
-                                                         : static_cast<int64_t>(v->array.uint_at(k))));
+    out.push_back(static_cast<int32_t>(
+        is_signed_int(et) ? v->array.int_at(k) : static_cast<int64_t>(v->array.uint_at(k))));
   }
   return out;
 }

@@ -206,8 +206,7 @@ Result<Value> Parser::read_value(ValueType type, uint32_t depth, const std::stri
                                 count, count_at, kMaxArrayElements));
       }
       uint64_t min_bytes = 0;
-      if (!checked_mul(count, min_encoded_size(elem_type), &min_bytes) ||
-          min_bytes > remaining()) {
+      if (!checked_mul(count, min_encoded_size(elem_type), &min_bytes) || min_bytes > remaining()) {
         return fail(
             fmt::format("{} array count {} (at byte {}) of {} needs at least {} bytes "
                         "per element but only {} bytes remain (file size {})",
@@ -227,9 +226,10 @@ Result<std::string_view> Parser::read_element_string(const std::string& field, u
   // The field name is formatted only for an error: a vocabulary has 100k+ elements.
   const uint64_t at = pos_;
   if (remaining() < sizeof(uint64_t)) {
-    return fail(fmt::format("{}[{}] length at byte {} needs {} bytes but the file ends at byte {} "
-                            "(truncated?)",
-                            field, index, pos_, sizeof(uint64_t), size_));
+    return fail(
+        fmt::format("{}[{}] length at byte {} needs {} bytes but the file ends at byte {} "
+                    "(truncated?)",
+                    field, index, pos_, sizeof(uint64_t), size_));
   }
   uint64_t len = 0;
   std::memcpy(&len, p_ + pos_, sizeof len);
