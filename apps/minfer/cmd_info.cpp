@@ -20,7 +20,7 @@ using json = nlohmann::ordered_json;
 
 std::string type_label(const gguf::Value& v) {
   if (v.type != gguf::ValueType::kArray) return std::string(gguf::value_type_name(v.type));
-  return fmt::format("arr[{},{}]", gguf::value_type_name(v.array_type), v.array.size());
+  return fmt::format("arr[{},{}]", gguf::value_type_name(v.array.type()), v.array.size());
 }
 
 std::string shape_str(const std::vector<uint64_t>& dims) {

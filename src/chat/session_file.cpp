@@ -54,9 +54,9 @@ void hash_value(Hasher& f, const gguf::Value& v) {
       f.str(v.str);
       break;
     case gguf::ValueType::kArray:
-      f.pod(static_cast<uint32_t>(v.array_type));
+      f.pod(static_cast<uint32_t>(v.array.type()));
       f.pod<uint64_t>(v.array.size());
-      for (const gguf::Value& e : v.array) hash_value(f, e);
+      for (const gguf::Value& e : v.array) hash_value(f, e);  // one element Value at a time
       break;
     case gguf::ValueType::kFloat32:
     case gguf::ValueType::kFloat64:

@@ -14,11 +14,14 @@ constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 }  // namespace
 
 TokenBytes::TokenBytes(const tokenizer::Tokenizer& tok) {
-  bytes_.resize(static_cast<size_t>(tok.n_vocab()));
+  ends_.reserve(static_cast<size_t>(tok.n_vocab()));
   for (int32_t id = 0; id < tok.n_vocab(); ++id) {
-    bytes_[static_cast<size_t>(id)] = tok.token_to_bytes(id, /*special=*/false);
-    max_len_ = std::max(max_len_, bytes_[static_cast<size_t>(id)].size());
+    const std::string b = tok.token_to_bytes(id, /*special=*/false);
+    bytes_ += b;
+    ends_.push_back(bytes_.size());
+    max_len_ = std::max(max_len_, b.size());
   }
+  bytes_.shrink_to_fit();
 }
 
 StopMatcher::StopMatcher(std::vector<std::string> stops, size_t max_feed)

@@ -18,17 +18,21 @@
 namespace minfer::engine {
 
 // Bytes of every token id (control tokens → empty, as detokenizing without special
-// tokens does). ~n_vocab small strings; built once at the start of a run.
+// tokens does); built once per model. One byte arena plus an end offset per token: a
+// std::string each would cost 32+ bytes a token (8 MiB for a 262k vocabulary).
 class TokenBytes {
  public:
   explicit TokenBytes(const tokenizer::Tokenizer& tok);
   std::string_view operator[](tokenizer::TokenId id) const {
-    return bytes_[static_cast<size_t>(id)];
+    const size_t k = static_cast<size_t>(id);
+    const size_t begin = k == 0 ? 0 : ends_[k - 1];
+    return std::string_view(bytes_).substr(begin, ends_[k] - begin);
   }
   size_t max_len() const { return max_len_; }
 
  private:
-  std::vector<std::string> bytes_;
+  std::string bytes_;           // every token's bytes, back to back
+  std::vector<uint64_t> ends_;  // end of token k in bytes_
   size_t max_len_ = 0;
 };
 

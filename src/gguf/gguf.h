@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <span>
@@ -60,17 +61,86 @@ enum class ValueType : uint32_t {
 };
 std::string_view value_type_name(ValueType t);
 
+struct Value;
+
+// The elements of one array value, stored compactly: a GGUF vocabulary has arrays of
+// 100k-260k tokens, scores and types, and one full Value per element (~100 bytes)
+// would make the metadata cost more than a small model's weights. Scalar elements
+// are kept at their file width, back to back (bool as 0/1); string elements as one
+// byte arena plus an end offset each; nested arrays (which llama.cpp refuses) as
+// Values. Elements read back as Values (`operator[]`, iteration) or, without
+// building one, through the typed accessors.
+class Array {
+ public:
+  Array() = default;  // empty array of u8
+  explicit Array(ValueType elem_type) : type_(elem_type) {}
+
+  ValueType type() const { return type_; }
+  size_t size() const { return static_cast<size_t>(size_); }
+  bool empty() const { return size_ == 0; }
+
+  // Element k as a Value (a copy).
+  Value operator[](size_t k) const;
+  // Typed element access; each checks the element type and the index.
+  std::string_view string_at(size_t k) const;  // kString
+  uint64_t uint_at(size_t k) const;            // u8 / u16 / u32 / u64 / bool (0 or 1)
+  int64_t int_at(size_t k) const;              // i8 / i16 / i32 / i64
+  double float_at(size_t k) const;             // f32 / f64
+  const Value& nested_at(size_t k) const;      // kArray
+  // Scalar elements as stored in the file (little-endian, size() * element width).
+  std::span<const uint8_t> scalar_bytes() const;
+
+  // Appends an element of the array's type (a different type is a broken invariant).
+  void push_back(const Value& e);
+  void push_string(std::string_view s);  // kString
+  void reserve(size_t n);
+
+  class Iterator {
+   public:
+    using value_type = Value;
+    using difference_type = std::ptrdiff_t;
+    using iterator_category = std::input_iterator_tag;
+    Iterator() = default;
+    Iterator(const Array* a, size_t k) : a_(a), k_(k) {}
+    Value operator*() const;
+    Iterator& operator++() {
+      ++k_;
+      return *this;
+    }
+    bool operator==(const Iterator& o) const { return k_ == o.k_; }
+
+   private:
+    const Array* a_ = nullptr;
+    size_t k_ = 0;
+  };
+  Iterator begin() const { return {this, 0}; }
+  Iterator end() const { return {this, size()}; }
+
+  // Element-wise, as Values compare (floats by value: NaN != NaN, 0 == -0).
+  bool operator==(const Array& o) const;
+
+ private:
+  friend class Parser;
+  ValueType type_ = ValueType::kUint8;
+  uint64_t size_ = 0;
+  std::vector<uint8_t> data_;   // scalar elements, or the bytes of every string
+  std::vector<uint64_t> ends_;  // kString: end of element k in data_
+  std::vector<Value> nested_;   // kArray
+};
+
+// Bytes one scalar element takes in a file (and in Array); 0 for string and array.
+size_t scalar_size(ValueType t);
+
 // One metadata value. Scalars keep their exact type; integers are stored widened
 // in `i` (signed types) or `u` (unsigned types and bool), floats in `f`.
-// Arrays hold `array_type` elements (possibly nested arrays).
+// Arrays hold elements of `array.type()` (possibly nested arrays).
 struct Value {
   ValueType type = ValueType::kUint8;
   uint64_t u = 0;
   int64_t i = 0;
   double f = 0;
   std::string str;
-  ValueType array_type = ValueType::kUint8;
-  std::vector<Value> array;
+  Array array;
 
   static Value u8(uint8_t v);
   static Value i8(int8_t v);
@@ -84,7 +154,8 @@ struct Value {
   static Value f64(double v);
   static Value boolean(bool v);
   static Value string(std::string v);
-  static Value arr(ValueType elem_type, std::vector<Value> elems);
+  static Value arr(ValueType elem_type, const std::vector<Value>& elems);
+  static Value arr(Array elems);
   static Value string_array(const std::vector<std::string>& v);
   static Value f32_array(const std::vector<float>& v);
   static Value i32_array(const std::vector<int32_t>& v);

@@ -29,8 +29,34 @@ Json value_to_json(const Value& v) {
     case ValueType::kString:
       return v.str;
     case ValueType::kArray: {
+      // Elements straight from the compact array, without a Value each.
+      const Array& arr = v.array;
       Json a = Json::array();
-      for (const Value& e : v.array) a.push_back(value_to_json<Json>(e));
+      for (size_t k = 0; k < arr.size(); ++k) {
+        switch (arr.type()) {
+          case ValueType::kString:
+            a.push_back(std::string(arr.string_at(k)));
+            break;
+          case ValueType::kArray:
+            a.push_back(value_to_json<Json>(arr.nested_at(k)));
+            break;
+          case ValueType::kFloat32:
+          case ValueType::kFloat64:
+            a.push_back(arr.float_at(k));
+            break;
+          case ValueType::kBool:
+            a.push_back(arr.uint_at(k) != 0);
+            break;
+          case ValueType::kInt8:
+          case ValueType::kInt16:
+          case ValueType::kInt32:
+          case ValueType::kInt64:
+            a.push_back(arr.int_at(k));
+            break;
+          default:
+            a.push_back(arr.uint_at(k));
+        }
+      }
       return a;
     }
   }

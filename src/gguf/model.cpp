@@ -147,7 +147,7 @@ bool is_signed_int(ValueType t) {
 
 Error type_error(const Model& m, std::string_view key, const Value& v, std::string_view want) {
   std::string got(value_type_name(v.type));
-  if (v.type == ValueType::kArray) got += fmt::format(" of {}", value_type_name(v.array_type));
+  if (v.type == ValueType::kArray) got += fmt::format(" of {}", value_type_name(v.array.type()));
   return make_error(fmt::format("{}: metadata key '{}' has type {}, expected {}",
                                 m.primary().name(), key, got, want));
 }
@@ -158,17 +158,6 @@ Result<const Value*> lookup(const Model& m, std::string_view key) {
     return make_error(fmt::format("{}: metadata key '{}' not found", m.primary().name(), key));
   }
   return v;
-}
-
-// Integer `v` as int64 within [lo, hi]; nullopt when it is not an integer or out of range.
-std::optional<int64_t> int_in(const Value& v, int64_t lo, int64_t hi) {
-  if (!v.is_integer()) return std::nullopt;
-  if (is_signed_int(v.type)) {
-    if (v.i < lo || v.i > hi) return std::nullopt;
-    return v.i;
-  }
-  if (v.u > static_cast<uint64_t>(hi)) return std::nullopt;
-  return static_cast<int64_t>(v.u);
 }
 
 }  // namespace
@@ -219,44 +208,49 @@ Result<bool> Model::get_bool(std::string_view key) const {
 
 Result<std::vector<std::string>> Model::get_string_array(std::string_view key) const {
   MINFER_TRY(const Value* v, lookup(*this, key));
-  if (v->type != ValueType::kArray || v->array_type != ValueType::kString) {
+  if (v->type != ValueType::kArray || v->array.type() != ValueType::kString) {
     return type_error(*this, key, *v, "array of string");
   }
   std::vector<std::string> out;
   out.reserve(v->array.size());
-  for (const Value& e : v->array) out.push_back(e.str);
+  for (size_t k = 0; k < v->array.size(); ++k) out.emplace_back(v->array.string_at(k));
   return out;
 }
 
 Result<std::vector<float>> Model::get_f32_array(std::string_view key) const {
   MINFER_TRY(const Value* v, lookup(*this, key));
   if (v->type != ValueType::kArray ||
-      (v->array_type != ValueType::kFloat32 && v->array_type != ValueType::kFloat64)) {
+      (v->array.type() != ValueType::kFloat32 && v->array.type() != ValueType::kFloat64)) {
     return type_error(*this, key, *v, "array of f32");
   }
   std::vector<float> out;
   out.reserve(v->array.size());
-  for (const Value& e : v->array) out.push_back(static_cast<float>(e.f));
+  for (size_t k = 0; k < v->array.size(); ++k) {
+    out.push_back(static_cast<float>(v->array.float_at(k)));
+  }
   return out;
 }
 
 Result<std::vector<int32_t>> Model::get_i32_array(std::string_view key) const {
   MINFER_TRY(const Value* v, lookup(*this, key));
-  if (v->type != ValueType::kArray || v->array_type == ValueType::kArray ||
-      !Value{.type = v->array_type}.is_integer()) {
+  const ValueType et = v->array.type();
+  if (v->type != ValueType::kArray || et == ValueType::kArray || !Value{.type = et}.is_integer()) {
     return type_error(*this, key, *v, "array of integers");
   }
   std::vector<int32_t> out;
   out.reserve(v->array.size());
   for (size_t k = 0; k < v->array.size(); ++k) {
-    auto x = int_in(v->array[k], INT32_MIN, INT32_MAX);
-    if (!x) {
+    const bool fits = is_signed_int(et)
+                          ? v->array.int_at(k) >= INT32_MIN && v->array.int_at(k) <= INT32_MAX
+                          : v->array.uint_at(k) <= INT32_MAX;
+    if (!fits) {
       return make_error(
           fmt::format("{}: metadata key '{}' element #{} is {}, which does not fit "
                       "in int32",
                       primary().name(), key, k, v->array[k].to_display()));
     }
-    out.push_back(static_cast<int32_t>(*x));
+    out.push_back(static_cast<int32_t>(
+        is_signed_int(et) ? v->array.int_at(k) : static_cast<int64_t>(v->array.uint_at(k))));
   }
   return out;
 }

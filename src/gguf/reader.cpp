@@ -114,6 +114,12 @@ class Parser {
   }
 
   Result<Value> read_value(ValueType type, uint32_t depth, const std::string& field);
+  // The `count` elements of array `a` (its type set, the count checked against the
+  // bytes left), stored compactly.
+  Status read_array(Array& a, uint64_t count, uint32_t depth, const std::string& field);
+  // Length and bytes of string element `index` of array `field`, checked as
+  // read_string checks them; the bytes stay in the file.
+  Result<std::string_view> read_element_string(const std::string& field, uint64_t index);
   Status read_header(File& f, uint64_t* n_tensors, uint64_t* n_kv);
   Status read_metadata(File& f, uint64_t n_kv);
   Status read_tensor_infos(File& f, uint64_t n_tensors, std::vector<uint64_t>* info_pos);
@@ -192,7 +198,7 @@ Result<Value> Parser::read_value(ValueType type, uint32_t depth, const std::stri
         return fail(fmt::format("{} array element type {} (at byte {}) is not a GGUF value type",
                                 field, et, type_at));
       }
-      v.array_type = static_cast<ValueType>(et);
+      const auto elem_type = static_cast<ValueType>(et);
       const uint64_t count_at = pos_;
       MINFER_TRY(uint64_t count, read<uint64_t>(field + " array count"));
       if (count > kMaxArrayElements) {
@@ -200,24 +206,88 @@ Result<Value> Parser::read_value(ValueType type, uint32_t depth, const std::stri
                                 count, count_at, kMaxArrayElements));
       }
       uint64_t min_bytes = 0;
-      if (!checked_mul(count, min_encoded_size(v.array_type), &min_bytes) ||
-          min_bytes > remaining()) {
+      if (!checked_mul(count, min_encoded_size(elem_type), &min_bytes) || min_bytes > remaining()) {
         return fail(
             fmt::format("{} array count {} (at byte {}) of {} needs at least {} bytes "
                         "per element but only {} bytes remain (file size {})",
-                        field, count, count_at, value_type_name(v.array_type),
-                        min_encoded_size(v.array_type), remaining(), size_));
+                        field, count, count_at, value_type_name(elem_type),
+                        min_encoded_size(elem_type), remaining(), size_));
       }
-      v.array.reserve(static_cast<size_t>(count));
-      for (uint64_t k = 0; k < count; ++k) {
-        MINFER_TRY(Value e, read_value(v.array_type, depth + 1, fmt::format("{}[{}]", field, k)));
-        v.array.push_back(std::move(e));
-      }
+      v.array = Array(elem_type);
+      MINFER_TRY_STATUS(read_array(v.array, count, depth, field));
       return v;
     }
   }
   return fail(fmt::format("{}: value type {} is not a GGUF value type", field,
                           static_cast<uint32_t>(type)));
+}
+
+Result<std::string_view> Parser::read_element_string(const std::string& field, uint64_t index) {
+  // The field name is formatted only for an error: a vocabulary has 100k+ elements.
+  const uint64_t at = pos_;
+  if (remaining() < sizeof(uint64_t)) {
+    return fail(
+        fmt::format("{}[{}] length at byte {} needs {} bytes but the file ends at byte {} "
+                    "(truncated?)",
+                    field, index, pos_, sizeof(uint64_t), size_));
+  }
+  uint64_t len = 0;
+  std::memcpy(&len, p_ + pos_, sizeof len);
+  pos_ += sizeof len;
+  if (len > kMaxStringLength) {
+    return fail(fmt::format("{}[{}] length {} (at byte {}) exceeds the limit of {} bytes", field,
+                            index, len, at, kMaxStringLength));
+  }
+  if (len > remaining()) {
+    return fail(
+        fmt::format("{}[{}] length {} (at byte {}) runs past end of file: only {} bytes "
+                    "remain (file size {})",
+                    field, index, len, at, remaining(), size_));
+  }
+  std::string_view s(reinterpret_cast<const char*>(p_ + pos_), static_cast<size_t>(len));
+  pos_ += len;
+  return s;
+}
+
+Status Parser::read_array(Array& a, uint64_t count, uint32_t depth, const std::string& field) {
+  const ValueType t = a.type_;
+  if (const uint64_t width = scalar_size(t); width != 0) {
+    // The caller checked count * width <= remaining(); the elements are copied as the
+    // file stores them, bools made 0/1 (llama.cpp reads any nonzero byte as true).
+    const uint64_t n_bytes = count * width;
+    a.data_.assign(p_ + pos_, p_ + pos_ + n_bytes);
+    if (t == ValueType::kBool) {
+      for (uint8_t& b : a.data_) b = b != 0 ? 1 : 0;
+    }
+    pos_ += n_bytes;
+    a.size_ = count;
+    return Ok{};
+  }
+  if (t == ValueType::kString) {
+    // Two passes: check every length and sum them, then copy into one arena of exactly
+    // that size (no regrowth, so no transient copy of a large vocabulary).
+    const uint64_t start = pos_;
+    uint64_t total = 0;
+    for (uint64_t k = 0; k < count; ++k) {
+      MINFER_TRY(std::string_view s, read_element_string(field, k));
+      total += s.size();  // <= the file size, no overflow
+    }
+    pos_ = start;
+    a.data_.reserve(static_cast<size_t>(total));
+    a.ends_.reserve(static_cast<size_t>(count));
+    for (uint64_t k = 0; k < count; ++k) {
+      MINFER_TRY(std::string_view s, read_element_string(field, k));
+      a.push_string(s);
+    }
+    return Ok{};
+  }
+  a.nested_.reserve(static_cast<size_t>(count));
+  for (uint64_t k = 0; k < count; ++k) {
+    MINFER_TRY(Value e, read_value(t, depth + 1, fmt::format("{}[{}]", field, k)));
+    a.nested_.push_back(std::move(e));
+  }
+  a.size_ = count;
+  return Ok{};
 }
 
 Status Parser::read_header(File& f, uint64_t* n_tensors, uint64_t* n_kv) {

@@ -94,15 +94,27 @@ Status put_value(Buf& b, const Value& v, const std::string& where, uint32_t dept
         return make_error(fmt::format("{}: {} elements exceed the limit of {}", where,
                                       v.array.size(), kMaxArrayElements));
       }
-      b.put<uint32_t>(static_cast<uint32_t>(v.array_type));
-      b.put<uint64_t>(v.array.size());
-      for (size_t k = 0; k < v.array.size(); ++k) {
-        const Value& e = v.array[k];
-        if (e.type != v.array_type) {
-          return make_error(fmt::format("{}[{}] has type {} but the array holds {}", where, k,
-                                        value_type_name(e.type), value_type_name(v.array_type)));
+      const Array& a = v.array;
+      b.put<uint32_t>(static_cast<uint32_t>(a.type()));
+      b.put<uint64_t>(a.size());
+      if (scalar_size(a.type()) != 0) {
+        // Stored at file width, little-endian, bools 0/1: the bytes go out as they are.
+        const std::span<const uint8_t> raw = a.scalar_bytes();
+        b.append(raw.data(), raw.size());
+      } else if (a.type() == ValueType::kString) {
+        for (size_t k = 0; k < a.size(); ++k) {
+          const std::string_view s = a.string_at(k);
+          if (s.size() > kMaxStringLength) {
+            return make_error(fmt::format("{}[{}]: string of {} bytes exceeds the limit of {}",
+                                          where, k, s.size(), kMaxStringLength));
+          }
+          b.put_string(s);
         }
-        MINFER_TRY_STATUS(put_value(b, e, fmt::format("{}[{}]", where, k), depth + 1));
+      } else {
+        for (size_t k = 0; k < a.size(); ++k) {
+          MINFER_TRY_STATUS(
+              put_value(b, a.nested_at(k), fmt::format("{}[{}]", where, k), depth + 1));
+        }
       }
       return Ok{};
     }

@@ -1,6 +1,7 @@
 // Stage 4 (text → ids): the one concrete Tokenizer — llama.cpp's SPM, BPE and WPM
 // vocab types over a shared vocabulary (internal header; users see tokenizer.h).
-// Invariants: token_to_id_ and tokens_ are inverse (token texts are unique); attrs_,
+// Invariants: token_to_id_ and tokens_ are inverse (token texts are unique), the map's
+// keys view the texts in tokens_, which never change after load; attrs_,
 // scores_ and types_ have one entry per token; special_cache_ holds every control,
 // user-defined and unknown token, longest text first.
 #pragma once
@@ -37,6 +38,9 @@ struct Fragment {
 class VocabTokenizer final : public Tokenizer {
  public:
   static Result<std::unique_ptr<Tokenizer>> build(VocabData data);
+  // token_to_id_ views tokens_: a copy would view the original's texts.
+  VocabTokenizer(const VocabTokenizer&) = delete;
+  VocabTokenizer& operator=(const VocabTokenizer&) = delete;
 
   Result<std::vector<TokenId>> encode(std::string_view text,
                                       const EncodeOptions& opts) const override;
@@ -65,7 +69,9 @@ class VocabTokenizer final : public Tokenizer {
   TokenId wpm_piece(std::string_view piece, bool word_start, std::string& key) const;
 
   VocabType type_ = VocabType::kSpm;
-  StringMap<TokenId> token_to_id_;
+  // Keyed by views of tokens_ rather than copies: a 262k-token vocabulary then costs
+  // ~48 bytes a node instead of ~64, and no second heap copy of its long texts.
+  std::unordered_map<std::string_view, TokenId, StringHash> token_to_id_;
   // BPE merge ranks keyed "left right" (neither side of a lookup contains a space,
   // so the key is unambiguous; the first occurrence of a pair keeps its rank).
   StringMap<int> bpe_ranks_;

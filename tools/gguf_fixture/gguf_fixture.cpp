@@ -123,7 +123,7 @@ int dump(const std::string& path) {
     e["key"] = kv.key;
     e["type"] = static_cast<uint32_t>(kv.value.type);
     if (kv.value.type == ValueType::kArray)
-      e["array_type"] = static_cast<uint32_t>(kv.value.array_type);
+      e["array_type"] = static_cast<uint32_t>(kv.value.array.type());
     e["value"] = minfer::gguf::value_to_json<nlohmann::json>(kv.value);
     e["display"] = kv.value.to_display();
     kvs.push_back(e);
