@@ -72,8 +72,15 @@ struct Value;
 // building one, through the typed accessors.
 class Array {
  public:
-  Array() = default;  // empty array of u8
-  explicit Array(ValueType elem_type) : type_(elem_type) {}
+  // The special members are defined below Value (nested_ holds Values, complete only
+  // there; clang's libstdc++ instantiation needs it for the inline ones).
+  Array();  // empty array of u8
+  explicit Array(ValueType elem_type);
+  Array(const Array&);
+  Array(Array&&) noexcept;
+  Array& operator=(const Array&);
+  Array& operator=(Array&&) noexcept;
+  ~Array();
 
   ValueType type() const { return type_; }
   size_t size() const { return static_cast<size_t>(size_); }
@@ -167,6 +174,14 @@ struct Value {
   // truncated to `max_elems` with a count.
   std::string to_display(size_t max_elems = 8) const;
 };
+
+inline Array::Array() = default;
+inline Array::Array(ValueType elem_type) : type_(elem_type) {}
+inline Array::Array(const Array&) = default;
+inline Array::Array(Array&&) noexcept = default;
+inline Array& Array::operator=(const Array&) = default;
+inline Array& Array::operator=(Array&&) noexcept = default;
+inline Array::~Array() = default;
 
 struct KeyValue {
   std::string key;
