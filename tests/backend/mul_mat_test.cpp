@@ -253,7 +253,7 @@ TEST(KQuantScales, WordParallelUnpackEqualsPerSubBlock) {
 TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
   if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   for (int64_t hd : {8, 64, 67, 128}) {
-    for (int64_t n_cells : {1, 3, 4, 5, 9, 64}) {
+    for (int64_t n_cells : {1, 3, 4, 5, 9, 16, 17, 33, 64}) {
       const int64_t stride = hd + 5;
       std::vector<float> q = random_floats(static_cast<size_t>(hd), 7);
       std::vector<float> kv = random_floats(static_cast<size_t>(n_cells * stride), 8);
@@ -267,6 +267,11 @@ TEST(VecDotSimd, AttentionChunkKernelsEqualPerCellLoops_bitwise) {
       attn_scores_f32_avx2(n_cells, hd, q.data(), kv.data(), stride, 0.125f, s2.data());
       EXPECT_EQ(0, std::memcmp(loop.data(), s1.data(), loop.size() * 4)) << hd << " " << n_cells;
       EXPECT_EQ(0, std::memcmp(loop.data(), s2.data(), loop.size() * 4)) << hd << " " << n_cells;
+      if (have_avx512()) {  // sixteen cells per step, reduced by the same tree
+        std::vector<float> s3(loop.size(), -1.0f);
+        attn_scores_f32_avx512(n_cells, hd, q.data(), kv.data(), stride, 0.125f, s3.data());
+        EXPECT_EQ(0, std::memcmp(loop.data(), s3.data(), loop.size() * 4)) << hd << " " << n_cells;
+      }
       std::vector<float> y0 = random_floats(static_cast<size_t>(hd), 10), y1 = y0, y2 = y0;
       for (int64_t c = 0; c < n_cells; ++c) {
         axpy_f32_scalar(hd, p[static_cast<size_t>(c)], kv.data() + c * stride, y0.data());
@@ -317,6 +322,41 @@ TEST(VecDotSimd, AttentionTwoHeadScoresEqualTwoSingleHeadPasses_bitwise) {
             << hd << " " << n_cells;
       }
     }
+  }
+}
+
+// The chunk exponentials are std::exp per element, bit for bit: the AVX-512 form runs
+// glibc's expf algorithm (its FMA variant) in double, and sends |x| >= 88, infinities and
+// NaN to std::exp. Every float of [-110, 0] at a stride of 61 (over 18 million, each
+// exponent and every table slot), the edges around the special cases, and m that moves
+// the argument. A libm whose expf is another algorithm fails here (and the kernel must
+// then not be used).
+TEST(VecDotSimd, AttentionExpEqualsStdExp_bitwise) {
+  if (!have_avx512()) GTEST_SKIP() << "CPU lacks AVX512F/BW/VL/VNNI";
+  std::vector<float> x;
+  const uint32_t lo = 0x80000000u, hi = 0xC2DC0000u;  // -0 .. -110
+  for (uint64_t b = lo; b <= hi; b += 61) {
+    float f;
+    const auto u = static_cast<uint32_t>(b);
+    std::memcpy(&f, &u, 4);
+    x.push_back(f);
+  }
+  for (float f : {0.0f, -0.0f, -87.99f, -88.0f, -88.01f, -103.2f, -103.3f, -103.9f, -104.0f,
+                  -1e-30f, -1e-45f, 1e-7f, 0.5f, 3.0f, -INFINITY, NAN}) {
+    x.push_back(f);
+  }
+  std::vector<float> want(x.size()), got(x.size(), -1.0f);
+  for (float m : {0.0f, 1.5f, -2.25f}) {
+    attn_exp_f32_avx512(static_cast<int64_t>(x.size()), x.data(), m, got.data());
+    attn_exp_f32_scalar(static_cast<int64_t>(x.size()), x.data(), m, want.data());
+    size_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::memcmp(&want[i], &got[i], 4) != 0 && bad++ < 5) {
+        ADD_FAILURE() << "expf(" << x[i] << " - " << m << "): std::exp " << want[i] << ", kernel "
+                      << got[i];
+      }
+    }
+    EXPECT_EQ(bad, 0u) << "m " << m;
   }
 }
 

@@ -35,6 +35,8 @@ struct IsaKernels {
                            float* out1) = nullptr;
   void (*attn_axpy_rows_f32)(int64_t n_cells, int64_t n, const float* p, const float* v,
                              int64_t v_stride, float* y) = nullptr;
+  // out[i] = expf(s[i] − m): a chunk's softmax weights (bitwise std::exp per element)
+  void (*attn_exp_f32)(int64_t n, const float* s, float m, float* out) = attn_exp_f32_scalar;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening
   // a quantized KV row → f32 (quant::dequantize's bits); nullptr: quant::dequantize
   void (*q8_0_to_f32)(const void* x, float* y, int64_t n) = nullptr;

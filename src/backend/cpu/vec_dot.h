@@ -162,6 +162,13 @@ void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const f
                             int64_t k_stride, float scale, float* out);
 void attn_scores_f32_avx2(int64_t n_cells, int64_t hd, const float* q, const float* k,
                           int64_t k_stride, float scale, float* out);
+void attn_scores_f32_avx512(int64_t n_cells, int64_t hd, const float* q, const float* k,
+                            int64_t k_stride, float scale, float* out);
+// A chunk's softmax weights: out[i] = expf(s[i] − m) (the subtraction in f32, then
+// glibc's expf; the AVX-512 form is that expf's algorithm, bit for bit, eight lanes in
+// double — attn_f32_avx512.cpp).
+void attn_exp_f32_scalar(int64_t n, const float* s, float m, float* out);
+void attn_exp_f32_avx512(int64_t n, const float* s, float m, float* out);
 // Two query heads that share a KV head over the same cells: bitwise two calls of
 // attn_scores_f32 (out0 for q0, out1 for q1); each cell's K row is loaded once for both.
 void attn_scores2_f32_scalar(int64_t n_cells, int64_t hd, const float* q0, const float* q1,

@@ -345,6 +345,10 @@ void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const f
   for (int64_t c = 0; c < n_cells; ++c) out[c] = dot_f32_scalar(hd, q, k + c * k_stride) * scale;
 }
 
+void attn_exp_f32_scalar(int64_t n, const float* s, float m, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(s[i] - m);
+}
+
 void attn_scores2_f32_scalar(int64_t n_cells, int64_t hd, const float* q0, const float* q1,
                              const float* k, int64_t k_stride, float scale, float* out0,
                              float* out1) {
