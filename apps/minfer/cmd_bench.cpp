@@ -8,6 +8,8 @@
 // `--parallel N` (llama-batched-bench's -npl): tg<M>xN decodes N sequences side by side,
 // one Context::decode of N rows per step, each sequence in its own reserved cells (as
 // the server runs them); its t/s counts every sequence's tokens.
+// `-d/--n-depth N` (llama-bench's): before each rep, N synthetic tokens are prefilled
+// untimed, so pp<N>@d<D> and tg<N>@d<D> measure a prompt or decode over a D-token KV.
 #include <fmt/format.h>
 #include <time.h>
 
@@ -38,6 +40,7 @@ namespace {
 struct BenchResult {
   std::string test;  // "pp512", "tg128"
   int32_t n_prompt = 0, n_gen = 0;
+  int32_t n_depth = 0;  // tokens in the KV before the timed part (untimed prefill)
   int32_t threads = 0;
   std::vector<double> samples;       // tok/s per rep
   std::vector<uint64_t> samples_ns;  // wall time per rep
@@ -112,7 +115,7 @@ Result<std::vector<int32_t>> parse_list(const std::string& v, const char* what, 
 int run_bench(const std::vector<std::string>& args) {
   ArgParser p("minfer bench MODEL [flags]");
   std::string model_arg;
-  std::vector<int32_t> prompts{512}, gens{128}, threads{0}, parallel{1};
+  std::vector<int32_t> prompts{512}, gens{128}, threads{0}, parallel{1}, depths{0};
   int32_t reps = 3;
   std::optional<uint32_t> n_ctx_opt;
   std::string format = "md";
@@ -128,6 +131,9 @@ int run_bench(const std::vector<std::string>& args) {
            list(prompts, "-p", 0));
   p.option("-n,--n-gen", "N[,N...]", "generated tokens of the tg tests; 0 skips (128)",
            list(gens, "-n", 0));
+  p.option("-d,--n-depth", "N[,N...]",
+           "tokens prefilled (untimed) before each rep: the tests run over an N-token KV (0)",
+           list(depths, "--n-depth", 0));
   p.option("-t,--threads", "N[,N...]", "CPU threads; 0: every core (0)", list(threads, "-t", 0));
   p.option("-npl,--parallel", "N[,N...]",
            "tg tests decode N sequences per step, one batch (1); t/s counts all of them",
@@ -164,6 +170,11 @@ int run_bench(const std::vector<std::string>& args) {
   if (!path) return fail(path.error().message);
   const int32_t max_p = *std::max_element(prompts.begin(), prompts.end());
   const int32_t max_n = *std::max_element(gens.begin(), gens.end());
+  const int32_t max_d = *std::max_element(depths.begin(), depths.end());
+  const int32_t max_npl = *std::max_element(parallel.begin(), parallel.end());
+  if (max_d > 0 && max_npl > 1) {
+    return fail("bench: --n-depth and --parallel above 1 do not combine");
+  }
   std::vector<BenchResult> results;
   std::unique_ptr<engine::Engine> last_engine;
   for (const int32_t t : threads) {
@@ -176,15 +187,16 @@ int run_bench(const std::vector<std::string>& args) {
     // Every test must fit the context: a pp or tg longer than it is a usage error, not
     // a silently shorter test.
     const uint32_t model_ctx = e.hparams().n_ctx_train;
-    const uint64_t want = n_ctx_opt ? *n_ctx_opt : static_cast<uint64_t>(max_p) + max_n + 16;
+    const uint64_t want =
+        n_ctx_opt ? *n_ctx_opt : static_cast<uint64_t>(max_d) + max_p + max_n + 16;
     const uint32_t ctx = static_cast<uint32_t>(std::min<uint64_t>(want, model_ctx));
     if (n_ctx_opt && *n_ctx_opt > model_ctx) {
       return fail(
           fmt::format("bench: --n-ctx {} is beyond the model's context {}", *n_ctx_opt, model_ctx));
     }
-    if (static_cast<uint32_t>(std::max(max_p, max_n)) > ctx) {
-      return fail(fmt::format("bench: -p {} / -n {} do not fit the context ({}{})", max_p, max_n,
-                              ctx, n_ctx_opt ? "" : ", the model's context length"));
+    if (static_cast<uint64_t>(max_d) + std::max(max_p, max_n) > ctx) {
+      return fail(fmt::format("bench: -d {} + -p {} / -n {} do not fit the context ({}{})", max_d,
+                              max_p, max_n, ctx, n_ctx_opt ? "" : ", the model's context length"));
     }
     if (auto st = e.set_n_ctx(ctx); !st.ok()) return fail(st.error().message);
     const uint32_t n_vocab = e.hparams().n_vocab;
@@ -193,29 +205,49 @@ int run_bench(const std::vector<std::string>& args) {
     };
     std::vector<engine::TokenId> toks;
     engine::Batch prompt_batch;
+    // An empty KV, then (untimed) `depth` synthetic tokens at positions 0..depth−1.
+    std::vector<engine::TokenId> depth_toks;
+    auto start_rep = [&](int32_t depth) -> Status {
+      e.clear_kv();
+      if (depth == 0) return Ok{};
+      depth_toks.resize(static_cast<size_t>(depth));
+      for (int i = 0; i < depth; ++i) depth_toks[static_cast<size_t>(i)] = synth(i);
+      engine::Batch b;
+      b.add_run(depth_toks, 0, 0);
+      auto out = e.decode(b);
+      if (!out) return out.error();
+      return Ok{};
+    };
+    auto test_name = [](std::string base, int32_t depth) {
+      return depth > 0 ? fmt::format("{}@d{}", base, depth) : base;
+    };
     for (const int32_t n_prompt : prompts) {
       if (n_prompt == 0) continue;
-      toks.resize(static_cast<size_t>(n_prompt));
-      for (int i = 0; i < n_prompt; ++i) {
-        toks[static_cast<size_t>(i)] = synth(i);
-      }
-      BenchResult r{
-          .test = fmt::format("pp{}", n_prompt), .n_prompt = n_prompt, .threads = e.n_threads()};
-      for (int rep = -1; rep < reps; ++rep) {  // rep −1: warm-up
-        e.clear_kv();
-        const auto t0 = Clock::now();
-        prompt_batch.clear();
-        prompt_batch.add_run(toks, 0, 0);
-        auto out = e.decode(prompt_batch);
-        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-        if (!out) return fail(out.error().message);
-        if (rep >= 0) {
-          r.samples.push_back(n_prompt / sec);
-          r.samples_ns.push_back(static_cast<uint64_t>(sec * 1e9));
+      for (const int32_t depth : depths) {
+        toks.resize(static_cast<size_t>(n_prompt));
+        for (int i = 0; i < n_prompt; ++i) {
+          toks[static_cast<size_t>(i)] = synth(depth + i);
         }
+        BenchResult r{.test = test_name(fmt::format("pp{}", n_prompt), depth),
+                      .n_prompt = n_prompt,
+                      .n_depth = depth,
+                      .threads = e.n_threads()};
+        for (int rep = -1; rep < reps; ++rep) {  // rep −1: warm-up
+          if (Status st = start_rep(depth); !st.ok()) return fail(st.error().message);
+          const auto t0 = Clock::now();
+          prompt_batch.clear();
+          prompt_batch.add_run(toks, 0, depth);
+          auto out = e.decode(prompt_batch);
+          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+          if (!out) return fail(out.error().message);
+          if (rep >= 0) {
+            r.samples.push_back(n_prompt / sec);
+            r.samples_ns.push_back(static_cast<uint64_t>(sec * 1e9));
+          }
+        }
+        summarize(r);
+        results.push_back(std::move(r));
       }
-      summarize(r);
-      results.push_back(std::move(r));
     }
     for (const int32_t npl : parallel) {
       if (npl > 1) {
@@ -232,61 +264,65 @@ int run_bench(const std::vector<std::string>& args) {
       }
       for (const int32_t n_gen : gens) {
         if (n_gen == 0) continue;
-        BenchResult r{
-            .test = npl > 1 ? fmt::format("tg{}x{}", n_gen, npl) : fmt::format("tg{}", n_gen),
-            .n_gen = n_gen,
-            .threads = e.n_threads(),
-            .n_parallel = npl};
-        engine::Batch batch(static_cast<size_t>(npl));
-        std::vector<engine::TokenId> next(static_cast<size_t>(npl));
-        for (int rep = -1; rep < reps; ++rep) {
-          e.clear_kv();
-          const uint64_t c0 = process_cpu_ns();
-          const auto t0 = Clock::now();
-          if (npl == 1) {
-            engine::TokenId tok = synth(0);
-            for (int i = 0; i < n_gen; ++i) {
-              batch.clear();
-              batch.add(tok, 0, i, true);
-              auto out = e.decode(batch);
-              if (!out) return fail(out.error().message);
-              // Greedy argmax: the tg rate includes sampling, as a generation would.
-              const std::span<const float> lg = out->row(0);
-              tok =
-                  static_cast<engine::TokenId>(std::max_element(lg.begin(), lg.end()) - lg.begin());
-            }
-          } else {
-            for (int32_t s = 0; s < npl; ++s) {
-              auto range = e.kv_cells()->reserve(s, static_cast<uint32_t>(n_gen));
-              if (!range) return fail(range.error().message);
-              next[static_cast<size_t>(s)] = synth(s);  // a different first token each
-            }
-            for (int i = 0; i < n_gen; ++i) {
-              batch.clear();
-              for (int32_t s = 0; s < npl; ++s) batch.add(next[static_cast<size_t>(s)], s, i, true);
-              auto out = e.decode(batch);
-              if (!out) return fail(out.error().message);
-              for (int32_t s = 0; s < npl; ++s) {
-                const std::span<const float> lg = out->row(static_cast<size_t>(s));
-                next[static_cast<size_t>(s)] = static_cast<engine::TokenId>(
-                    std::max_element(lg.begin(), lg.end()) - lg.begin());
+        for (const int32_t depth : depths) {
+          BenchResult r{.test = npl > 1 ? fmt::format("tg{}x{}", n_gen, npl)
+                                        : test_name(fmt::format("tg{}", n_gen), depth),
+                        .n_gen = n_gen,
+                        .n_depth = depth,
+                        .threads = e.n_threads(),
+                        .n_parallel = npl};
+          engine::Batch batch(static_cast<size_t>(npl));
+          std::vector<engine::TokenId> next(static_cast<size_t>(npl));
+          for (int rep = -1; rep < reps; ++rep) {
+            if (Status st = start_rep(depth); !st.ok()) return fail(st.error().message);
+            const uint64_t c0 = process_cpu_ns();
+            const auto t0 = Clock::now();
+            if (npl == 1) {
+              engine::TokenId tok = synth(depth);
+              for (int i = 0; i < n_gen; ++i) {
+                batch.clear();
+                batch.add(tok, 0, depth + i, true);
+                auto out = e.decode(batch);
+                if (!out) return fail(out.error().message);
+                // Greedy argmax: the tg rate includes sampling, as a generation would.
+                const std::span<const float> lg = out->row(0);
+                tok = static_cast<engine::TokenId>(std::max_element(lg.begin(), lg.end()) -
+                                                   lg.begin());
               }
+            } else {
+              for (int32_t s = 0; s < npl; ++s) {
+                auto range = e.kv_cells()->reserve(s, static_cast<uint32_t>(n_gen));
+                if (!range) return fail(range.error().message);
+                next[static_cast<size_t>(s)] = synth(s);  // a different first token each
+              }
+              for (int i = 0; i < n_gen; ++i) {
+                batch.clear();
+                for (int32_t s = 0; s < npl; ++s)
+                  batch.add(next[static_cast<size_t>(s)], s, i, true);
+                auto out = e.decode(batch);
+                if (!out) return fail(out.error().message);
+                for (int32_t s = 0; s < npl; ++s) {
+                  const std::span<const float> lg = out->row(static_cast<size_t>(s));
+                  next[static_cast<size_t>(s)] = static_cast<engine::TokenId>(
+                      std::max_element(lg.begin(), lg.end()) - lg.begin());
+                }
+              }
+              for (int32_t s = 0; s < npl; ++s) e.kv_cells()->release(s);
             }
-            for (int32_t s = 0; s < npl; ++s) e.kv_cells()->release(s);
+            const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+            const uint64_t cpu = process_cpu_ns() - c0;
+            if (rep >= 0) {
+              r.samples.push_back(static_cast<double>(n_gen) * npl / sec);
+              r.samples_ns.push_back(static_cast<uint64_t>(sec * 1e9));
+              r.cpu_ns.push_back(cpu);
+            }
           }
-          const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-          const uint64_t cpu = process_cpu_ns() - c0;
-          if (rep >= 0) {
-            r.samples.push_back(static_cast<double>(n_gen) * npl / sec);
-            r.samples_ns.push_back(static_cast<uint64_t>(sec * 1e9));
-            r.cpu_ns.push_back(cpu);
-          }
+          summarize(r);
+          // Weight bytes per step are those of one token: the step reads them once.
+          r.gbps = static_cast<double>(weight_bytes_per_token(e.file(), e.hparams())) * r.mean /
+                   npl / 1e9;
+          results.push_back(std::move(r));
         }
-        summarize(r);
-        // Weight bytes per step are those of one token: the step reads them once.
-        r.gbps =
-            static_cast<double>(weight_bytes_per_token(e.file(), e.hparams())) * r.mean / npl / 1e9;
-        results.push_back(std::move(r));
       }
     }
     last_engine = std::move(*eng);
@@ -338,7 +374,7 @@ int run_bench(const std::vector<std::string>& args) {
       j["n_gpu_layers"] = kv.n_gpu_layers;
       j["n_prompt"] = r.n_prompt;
       j["n_gen"] = r.n_gen;
-      j["n_depth"] = 0;
+      j["n_depth"] = r.n_depth;
       j["test_time"] = when;
       j["avg_ns"] = static_cast<uint64_t>(r.mean_ns);
       j["stddev_ns"] = static_cast<uint64_t>(r.stddev_ns);

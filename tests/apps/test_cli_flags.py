@@ -312,6 +312,20 @@ def test_bench_takes_m_and_comma_lists_and_writes_llama_bench_fields():
 
 
 @needs_model
+def test_bench_depth_runs_each_test_over_a_prefilled_kv():
+    r = minfer("bench", MODEL, "-p", 4, "-n", 2, "-d", "0,8", "-t", 1, "-r", 1, "-o", "json")
+    assert r.returncode == 0, r.stderr.decode()
+    rows = json.loads(r.stdout)
+    assert [(x["test"], x["n_depth"], x["n_prompt"], x["n_gen"]) for x in rows] == [
+        ("pp4", 0, 4, 0), ("pp4@d8", 8, 4, 0), ("tg2", 0, 0, 2), ("tg2@d8", 8, 0, 2)]
+    assert all(x["avg_ts"] > 0 for x in rows)
+    usage_error(minfer("bench", MODEL, "-n", 2, "-d", 8, "--parallel", 2, "-r", 1),
+                "--n-depth and --parallel")
+    usage_error(minfer("bench", MODEL, "-p", 8, "-n", 0, "-d", 100000, "-r", 1),
+                "do not fit the context")
+
+
+@needs_model
 def test_bench_prompt_beyond_the_context_is_a_usage_error():
     usage_error(minfer("bench", MODEL, "-p", 100000, "-n", 0, "-r", 1), "do not fit the context")
 

@@ -25,7 +25,6 @@ struct IsaKernels {
   DotKernel (*repack_dot_kernel)(DType weight_type) = nullptr;
   float (*dot_f32)(int64_t n, const float* a, const float* b) = nullptr;
   void (*axpy_f32)(int64_t n, float a, const float* x, float* y) = nullptr;
-  void (*exp_f32)(int64_t n, const float* x, float* y) = nullptr;  // glibc expf's bits
   // attention over a chunk of f32 cells (vec_dot.h): bitwise loops of dot_f32 / axpy_f32
   void (*attn_scores_f32)(int64_t n_cells, int64_t hd, const float* q, const float* k,
                           int64_t k_stride, float scale, float* out) = nullptr;
@@ -36,6 +35,8 @@ struct IsaKernels {
                            float* out1) = nullptr;
   void (*attn_axpy_rows_f32)(int64_t n_cells, int64_t n, const float* p, const float* v,
                              int64_t v_stride, float* y) = nullptr;
+  // out[i] = expf(s[i] − m): a chunk's softmax weights (bitwise std::exp per element)
+  void (*attn_exp_f32)(int64_t n, const float* s, float m, float* out) = attn_exp_f32_scalar;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening
   // a quantized KV row → f32 (quant::dequantize's bits); nullptr: quant::dequantize
   void (*q8_0_to_f32)(const void* x, float* y, int64_t n) = nullptr;

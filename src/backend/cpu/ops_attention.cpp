@@ -41,6 +41,24 @@ constexpr int64_t kTokBlock = 8;
 // decoding is exact, the bits do not depend on it).
 constexpr int64_t kRowCache = 2 * kChunk;
 
+// The largest of a chunk's n scores, −inf for none; as `m = s > m ? s : m` over the cells,
+// 16 running maxima wide so the loop vectorizes. A maximum is exact whatever the order:
+// NaN never wins (the comparison is false), and only the sign of a zero maximum can
+// differ, which cannot change exp(s − m) or the rescale exp(m − m').
+inline float chunk_max(const float* s, int64_t n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -INFINITY);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lane[j] = s[i + j] > lane[j] ? s[i + j] : lane[j];
+  }
+  for (; i < n; ++i) lane[0] = s[i] > lane[0] ? s[i] : lane[0];
+  float m = -INFINITY;
+  for (float v : lane) m = v > m ? v : m;
+  return m;
+}
+
 // AttnNumerics::kGgmlF16: llama.cpp's CPU flash-attention vector path, element for
 // element (ggml-cpu ops.cpp, flash_attn_ext_f16_one_chunk), as its default native build
 // runs it on an x86 CPU with AVX512-FP16; its f16 helpers: attn_ggml_f16.h.
@@ -479,12 +497,6 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
                 } else {
                   k.attn_scores_f32(pc.n, hd, w.qr[0], kr, row_k, scale, s[0] + pc.off);
                 }
-                // fmax, inlined: NaN never wins, and the sign of a zero maximum cannot
-                // change exp(s − m)
-                for (int64_t j = 0; j < nh; ++j) {
-                  const float* sp = s[j] + pc.off;
-                  for (int64_t i = 0; i < pc.n; ++i) mc[j] = sp[i] > mc[j] ? sp[i] : mc[j];
-                }
               } else {
                 for (int64_t i = 0; i < pc.n; ++i) {
                   const float* kr = kcache + cached(pc.cell + i, kvh) * hd;
@@ -496,6 +508,9 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
                 }
               }
             }
+            if constexpr (kF32Cells) {
+              for (int64_t j = 0; j < nh; ++j) mc[j] = chunk_max(s[j], filled);
+            }
             for (int64_t j = 0; j < nh; ++j) {
               if (mc[j] > w.m[j]) {
                 const float f = std::exp(w.m[j] - mc[j]);  // m = −inf on the first chunk: f = 0
@@ -504,24 +519,34 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
                 w.m[j] = mc[j];
               }
             }
-            for (int64_t pi = 0; pi < n_pieces; ++pi) {
-              const Piece& pc = piece[pi];
-              if constexpr (kF32Cells) {  // weights first, then the rows in cell order
-                for (int64_t j = 0; j < nh; ++j) {
-                  float* sp = s[j] + pc.off;
-                  for (int64_t i = 0; i < pc.n; ++i) sp[i] = sp[i] - w.m[j];
-                  k.exp_f32(pc.n, sp, sp);  // expf's bits, several lanes at a time
-                  for (int64_t i = 0; i < pc.n; ++i) w.l[j] += sp[i];
-                  // y = y + p·v per element in cell order: one call per run piece is
-                  // bitwise one call over the chunk
-                  k.attn_axpy_rows_f32(pc.n, hd_v, sp, vc + pc.cell * row_v + kvh * hd_v, row_v,
-                                       w.acc[j]);
+            // the chunk's weights p = expf(s − m) (attn_exp_f32: std::exp's bits per cell),
+            // then l and the rows, cell after cell
+            for (int64_t j = 0; j < nh; ++j) k.attn_exp_f32(filled, s[j], w.m[j], s[j]);
+            if constexpr (kF32Cells) {
+              if (nh == 2) {  // two independent sums in one loop: each keeps its order
+                for (int64_t i = 0; i < filled; ++i) {
+                  w.l[0] += s[0][i];
+                  w.l[1] += s[1][i];
                 }
               } else {
+                for (int64_t i = 0; i < filled; ++i) w.l[0] += s[0][i];
+              }
+              for (int64_t j = 0; j < nh; ++j) {
+                for (int64_t pi = 0; pi < n_pieces; ++pi) {
+                  const Piece& pc = piece[pi];
+                  // y = y + p·v per element in cell order: one call per run piece is
+                  // bitwise one call over the chunk
+                  k.attn_axpy_rows_f32(pc.n, hd_v, s[j] + pc.off, vc + pc.cell * row_v + kvh * hd_v,
+                                       row_v, w.acc[j]);
+                }
+              }
+            } else {
+              for (int64_t pi = 0; pi < n_pieces; ++pi) {
+                const Piece& pc = piece[pi];
                 for (int64_t i = 0; i < pc.n; ++i) {
                   const float* vr = vcache + cached(pc.cell + i, kvh) * hd_v;
                   for (int64_t j = 0; j < nh; ++j) {
-                    const float p = std::exp(s[j][pc.off + i] - w.m[j]);
+                    const float p = s[j][pc.off + i];
                     w.l[j] += p;
                     k.axpy_f32(hd_v, p, vr, w.acc[j]);
                   }

@@ -150,11 +150,6 @@ void gemm_q6_k_q8_k_rows_avx512(const GemmArgs& a);
 // F32 · F32 dot of n elements (attention scores); scalar and AVX2 variants.
 float dot_f32_scalar(int64_t n, const float* a, const float* b);
 float dot_f32_avx2(int64_t n, const float* a, const float* b);
-// y[i] = expf(x[i]) (in place allowed): the scalar form calls glibc's expf; the AVX2 form
-// is that algorithm (glibc 2.27+, its FMA build: a 32-entry 2^(i/32) table and a cubic in
-// double) four lanes at a time, the same bits; |x| >= 88 and NaN lanes call expf.
-void exp_f32_scalar(int64_t n, const float* x, float* y);
-void exp_f32_avx2(int64_t n, const float* x, float* y);
 // y += a · x over n elements; scalar and AVX2 variants (attention V accumulation).
 void axpy_f32_scalar(int64_t n, float a, const float* x, float* y);
 void axpy_f32_avx2(int64_t n, float a, const float* x, float* y);
@@ -167,6 +162,14 @@ void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const f
                             int64_t k_stride, float scale, float* out);
 void attn_scores_f32_avx2(int64_t n_cells, int64_t hd, const float* q, const float* k,
                           int64_t k_stride, float scale, float* out);
+void attn_scores_f32_avx512(int64_t n_cells, int64_t hd, const float* q, const float* k,
+                            int64_t k_stride, float scale, float* out);
+// A chunk's softmax weights: out[i] = expf(s[i] − m) (the subtraction in f32, then
+// glibc's expf; the SIMD forms are that expf's algorithm, bit for bit, in double lanes:
+// expf_glibc.h — four per step on AVX2, eight on AVX-512).
+void attn_exp_f32_scalar(int64_t n, const float* s, float m, float* out);
+void attn_exp_f32_avx2(int64_t n, const float* s, float m, float* out);
+void attn_exp_f32_avx512(int64_t n, const float* s, float m, float* out);
 // Two query heads that share a KV head over the same cells: bitwise two calls of
 // attn_scores_f32 (out0 for q0, out1 for q1); each cell's K row is loaded once for both.
 void attn_scores2_f32_scalar(int64_t n_cells, int64_t hd, const float* q0, const float* q1,

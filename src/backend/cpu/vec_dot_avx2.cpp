@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cpu/attn_ggml_f16.h"
+#include "backend/cpu/expf_glibc.h"
 #include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
@@ -187,65 +188,52 @@ float dot_f32_avx2(int64_t n, const float* a, const float* b) {
 }
 
 namespace {
-// glibc's expf data (sysdeps/ieee754/flt-32, EXP2F_TABLE_BITS 5): entry i holds the bits
-// of 2^(i/32) less i << 47, so adding k << 47 scales it by 2^(k/32) (k's top bits in the
-// exponent); the cubic's coefficients are pre-scaled by 1/32 per power of r.
-alignas(64) constexpr uint64_t kExp2fTab[32] = {
-    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
-    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
-    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
-    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
-    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
-    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
-    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
-    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull};
-constexpr double kExpInvLn2N = 0x1.71547652b82fep+0 * 32;
-constexpr double kExpShift = 0x1.8p+52;  // rounds z to an integer in its low bits
-constexpr double kExpC0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32;
-constexpr double kExpC1 = 0x1.ebfce50fac4f3p-3 / 32 / 32;
-constexpr double kExpC2 = 0x1.62e42ff0c52d6p-1 / 32;
+// glibc's expf (expf_glibc.h) four lanes at a time, in double.
+inline __m256d bits_pd(uint64_t b) {
+  return _mm256_castsi256_pd(_mm256_set1_epi64x(static_cast<long long>(b)));
+}
 
-// x·32/ln2 = k + r with k an integer, |r| <= 1/2: e^x = 2^(k/32) · (1 + C2 r + C1 r² +
-// C0 r³), evaluated as glibc's FMA build compiles it (x·32/ln2 fused into both the shift
-// and r, then three fmas), rounded once to f32.
 inline __m128 expf4(__m128 x) {
   const __m256d xd = _mm256_cvtps_pd(x);
-  const __m256d inv = _mm256_set1_pd(kExpInvLn2N);
-  __m256d kd = _mm256_fmadd_pd(inv, xd, _mm256_set1_pd(kExpShift));
+  const __m256d inv = bits_pd(glibc_expf::kInvLn2N);
+  const __m256d shift = bits_pd(glibc_expf::kShift);
+  __m256d kd = _mm256_fmadd_pd(inv, xd, shift);
   const __m256i ki = _mm256_castpd_si256(kd);
-  kd = _mm256_sub_pd(kd, _mm256_set1_pd(kExpShift));
+  kd = _mm256_sub_pd(kd, shift);
   const __m256d r = _mm256_fmsub_pd(inv, xd, kd);
-  __m256i t = _mm256_i64gather_epi64(reinterpret_cast<const long long*>(kExp2fTab),
+  __m256i t = _mm256_i64gather_epi64(reinterpret_cast<const long long*>(glibc_expf::kTab),
                                      _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
   t = _mm256_add_epi64(t, _mm256_slli_epi64(ki, 47));
-  const __m256d c = _mm256_fmadd_pd(_mm256_set1_pd(kExpC0), r, _mm256_set1_pd(kExpC1));
+  const __m256d c =
+      _mm256_fmadd_pd(bits_pd(glibc_expf::kPoly[0]), r, bits_pd(glibc_expf::kPoly[1]));
   const __m256d r2 = _mm256_mul_pd(r, r);
-  __m256d y = _mm256_fmadd_pd(_mm256_set1_pd(kExpC2), r, _mm256_set1_pd(1.0));
+  __m256d y = _mm256_fmadd_pd(bits_pd(glibc_expf::kPoly[2]), r, _mm256_set1_pd(1.0));
   y = _mm256_fmadd_pd(c, r2, y);
   return _mm256_cvtpd_ps(_mm256_mul_pd(y, _mm256_castsi256_pd(t)));
 }
 }  // namespace
 
-void exp_f32_avx2(int64_t n, const float* x, float* y) {
+void attn_exp_f32_avx2(int64_t n, const float* s, float m, float* out) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 vm = _mm256_set1_ps(m);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 v = _mm256_sub_ps(_mm256_loadu_ps(s + i), vm);
     // glibc's special range: |x| >= 88 (overflow, underflow, ±inf) or NaN
     const int special = _mm256_movemask_ps(
         _mm256_cmp_ps(_mm256_and_ps(v, abs_mask), _mm256_set1_ps(88.0f), _CMP_NLT_UQ));
     const __m256 e =
         _mm256_set_m128(expf4(_mm256_extractf128_ps(v, 1)), expf4(_mm256_castps256_ps128(v)));
     if (special == 0) {
-      _mm256_storeu_ps(y + i, e);
+      _mm256_storeu_ps(out + i, e);
       continue;
     }
-    alignas(32) float in[8], out[8];
+    alignas(32) float in[8], res[8];
     _mm256_store_ps(in, v);
-    _mm256_store_ps(out, e);
-    for (int j = 0; j < 8; ++j) y[i + j] = (special >> j & 1) != 0 ? std::exp(in[j]) : out[j];
+    _mm256_store_ps(res, e);
+    for (int j = 0; j < 8; ++j) out[i + j] = (special >> j & 1) != 0 ? std::exp(in[j]) : res[j];
   }
-  for (; i < n; ++i) y[i] = std::exp(x[i]);
+  for (; i < n; ++i) out[i] = std::exp(s[i] - m);
 }
 
 void axpy_f32_avx2(int64_t n, float a, const float* x, float* y) {

@@ -167,62 +167,6 @@ void gemm_q6_k_q8_k_avx512(const GemmArgs& a) {
 }  // namespace
 
 namespace {
-
-// One cell's pair of 8-lane accumulators: the low half is head 0's, the high half head 1's.
-inline void hsum_pair(__m512 acc, float* s0, float* s1) {
-  *s0 = hsum_f32x8(_mm512_castps512_ps256(acc));
-  *s1 = hsum_f32x8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1)));
-}
-
-// NC cells of the pair kernel: each cell's 8 K values broadcast to both halves, the two
-// query heads' 8 values side by side; per half exactly dot_f32_avx2's lanes and order.
-template <int NC>
-inline void scores2_cells(int64_t hd, const float* q0, const float* q1, const float* k,
-                          int64_t k_stride, float scale, float* out0, float* out1) {
-  const int64_t body = hd / 8 * 8;
-  __m512 acc[NC];
-  for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-  for (int64_t i = 0; i < body; i += 8) {
-    const __m512 qv = _mm512_castpd_ps(
-        _mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(q0 + i))),
-                           _mm256_castps_pd(_mm256_loadu_ps(q1 + i)), 1));
-    for (int c = 0; c < NC; ++c) {
-      const __m512 kv = _mm512_castpd_ps(
-          _mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(k + c * k_stride + i))));
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(qv, kv));
-    }
-  }
-  for (int c = 0; c < NC; ++c) {
-    const float* kc = k + c * k_stride;
-    float s0, s1;
-    hsum_pair(acc[c], &s0, &s1);
-    for (int64_t i = body; i < hd; ++i) {  // the tail after the lane sum, as dot_f32_avx2
-      s0 += q0[i] * kc[i];
-      s1 += q1[i] * kc[i];
-    }
-    out0[c] = s0 * scale;
-    out1[c] = s1 * scale;
-  }
-}
-
-}  // namespace
-
-void attn_scores2_f32_avx512(int64_t n_cells, int64_t hd, const float* q0, const float* q1,
-                             const float* k, int64_t k_stride, float scale, float* out0,
-                             float* out1) {
-  int64_t c = 0;
-  for (; c + 8 <= n_cells; c += 8) {
-    scores2_cells<8>(hd, q0, q1, k + c * k_stride, k_stride, scale, out0 + c, out1 + c);
-  }
-  for (; c + 4 <= n_cells; c += 4) {
-    scores2_cells<4>(hd, q0, q1, k + c * k_stride, k_stride, scale, out0 + c, out1 + c);
-  }
-  for (; c < n_cells; ++c) {
-    scores2_cells<1>(hd, q0, q1, k + c * k_stride, k_stride, scale, out0 + c, out1 + c);
-  }
-}
-
-namespace {
 // kRegs·16 elements of y in registers across the cells: y = y + p·v per element in cell
 // order, whatever the block width.
 template <int kRegs>

@@ -336,10 +336,6 @@ float dot_f32_scalar(int64_t n, const float* a, const float* b) {
   return lanes8_dot(n, [&](int64_t i) { return a[i] * b[i]; });
 }
 
-void exp_f32_scalar(int64_t n, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
-}
-
 void axpy_f32_scalar(int64_t n, float a, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];
 }
@@ -347,6 +343,10 @@ void axpy_f32_scalar(int64_t n, float a, const float* x, float* y) {
 void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const float* k,
                             int64_t k_stride, float scale, float* out) {
   for (int64_t c = 0; c < n_cells; ++c) out[c] = dot_f32_scalar(hd, q, k + c * k_stride) * scale;
+}
+
+void attn_exp_f32_scalar(int64_t n, const float* s, float m, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(s[i] - m);
 }
 
 void attn_scores2_f32_scalar(int64_t n_cells, int64_t hd, const float* q0, const float* q1,
