@@ -23,28 +23,15 @@ namespace {
 // Smallest encoding of one element of each value type, used to reject counts that
 // cannot fit in the bytes left before anything is allocated for them.
 uint64_t min_encoded_size(ValueType t) {
+  if (const size_t n = scalar_size(t); n > 0) return n;  // a scalar: its width
   switch (t) {
-    case ValueType::kUint8:
-    case ValueType::kInt8:
-    case ValueType::kBool:
-      return 1;
-    case ValueType::kUint16:
-    case ValueType::kInt16:
-      return 2;
-    case ValueType::kUint32:
-    case ValueType::kInt32:
-    case ValueType::kFloat32:
-      return 4;
-    case ValueType::kUint64:
-    case ValueType::kInt64:
-    case ValueType::kFloat64:
-      return 8;
     case ValueType::kString:
       return 8;  // u64 length, then the bytes
     case ValueType::kArray:
       return 12;  // u32 element type + u64 count
+    default:
+      return 1;
   }
-  return 1;
 }
 
 bool is_known_value_type(uint32_t t) {
