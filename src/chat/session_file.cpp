@@ -214,7 +214,7 @@ Status check_kv_format(const std::string& what, const SessionData& data, graph::
     if (data.kv_rotated == rotated) return Ok{};
     return make_error(fmt::format(
         "{} holds {} KV rows {} by llama.cpp's Walsh-Hadamard rotation, this run's are {}: "
-        "pass the same --numerics (and MINFER_KV_ROTATION)",
+        "run with the same MINFER_KV_ROTATION (unset or 0)",
         what, graph::kv_formats_name(format), data.kv_rotated ? "rotated" : "not rotated",
         rotated ? "rotated" : "not"));
   }

@@ -245,7 +245,7 @@ TEST(Session, KvCacheTypesAreRecordedAndCheckedAndUnknownCodesRefused) {
   ASSERT_FALSE(basis.ok());
   EXPECT_EQ(basis.error().message,
             "'f' holds q8_0/f16 KV rows rotated by llama.cpp's Walsh-Hadamard rotation, this "
-            "run's are not: pass the same --numerics (and MINFER_KV_ROTATION)");
+            "run's are not: run with the same MINFER_KV_ROTATION (unset or 0)");
   d.kv_rotated = false;
   ASSERT_TRUE(write_session(file.path, d).ok());
   back = read_session(file.path);

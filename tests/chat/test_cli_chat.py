@@ -29,8 +29,9 @@ needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not i
 FACTS = ("--repeat-penalty", "1.1")
 
 
-def minfer(*args, stdin=None):
-    return subprocess.run([BIN, *map(str, args)], capture_output=True, input=stdin, timeout=300)
+def minfer(*args, stdin=None, env=None):
+    return subprocess.run([BIN, *map(str, args)], capture_output=True, input=stdin, timeout=300,
+                          env=None if env is None else {**os.environ, **env})
 
 
 class Term:
@@ -241,16 +242,17 @@ def test_session_records_its_k_and_v_cache_types(tmp_path):
 
 @needs_model
 def test_session_with_rotated_kv_rows_is_refused_by_a_run_that_does_not_rotate(tmp_path):
-    # --numerics llamacpp rotates a q8_0 cache's rows (llama.cpp's Walsh-Hadamard rotation,
-    # head size 64); the default numerics store the same formats unrotated: same sizes,
-    # another basis, so only the recorded flag tells them apart.
+    # A q8_0 cache's rows are rotated by default (llama.cpp's Walsh-Hadamard rotation, head
+    # size 64); with MINFER_KV_ROTATION=0 the same formats are stored unrotated: same
+    # sizes, another basis, so only the recorded flag tells them apart.
     session = tmp_path / "r.session"
     kv = ("-ctk", "q8_0", "-ctv", "q8_0")
     a = minfer(MODEL, "--cnv", "--temp", "0", "-n", "8", "-t", "2", "--numerics", "llamacpp", *kv,
                "--session", session, stdin=b"What is the capital of France?")
     assert a.returncode == 0, a.stderr.decode()
     saved = session.read_bytes()
-    plain = minfer(MODEL, "--cnv", "-t", "2", *kv, "--session", session, stdin=b"")
+    plain = minfer(MODEL, "--cnv", "-t", "2", *kv, "--session", session, stdin=b"",
+                   env={"MINFER_KV_ROTATION": "0"})
     assert plain.returncode == 1
     assert ("holds q8_0 KV rows rotated by llama.cpp's Walsh-Hadamard rotation, this run's are "
             "not" in plain.stderr.decode()), plain.stderr.decode()
