@@ -325,6 +325,53 @@ TEST(VecDotSimd, AttentionTwoHeadScoresEqualTwoSingleHeadPasses_bitwise) {
   }
 }
 
+// The several-query forms (a block's tokens over the same cells) are per-query calls of
+// the single forms bit for bit: query counts around their groups of 3 (scores) and 4 / 8
+// (axpy), head sizes with and without a 16-wide or 8-wide tail, cell counts around 16.
+TEST(VecDotSimd, AttentionMultiQueryKernelsEqualPerQueryCalls_bitwise) {
+  if (!have_avx512()) GTEST_SKIP() << "CPU lacks AVX-512";
+  for (int64_t hd : {8, 20, 32, 64, 67, 96, 128}) {
+    for (int64_t n_cells : {1, 15, 16, 17, 33, 64}) {
+      for (int64_t nq : {1, 2, 3, 4, 5, 7, 8, 9, 16}) {
+        const int64_t stride = hd * 2 + 3;
+        const auto cells = static_cast<size_t>(n_cells);
+        std::vector<float> kv = random_floats(static_cast<size_t>(n_cells * stride), 8);
+        std::vector<std::vector<float>> q, p, want_s, got_s, want_y, got_y;
+        std::vector<const float*> qp, pp;
+        std::vector<float*> sp, yp;
+        for (int64_t j = 0; j < nq; ++j) {
+          q.push_back(random_floats(static_cast<size_t>(hd), 20 + static_cast<uint32_t>(j)));
+          p.push_back(random_floats(cells, 40 + static_cast<uint32_t>(j), 0.0f, 1.0f));
+          want_s.emplace_back(cells);
+          got_s.emplace_back(cells, -1.0f);
+          want_y.push_back(random_floats(static_cast<size_t>(hd), 60 + static_cast<uint32_t>(j)));
+          got_y.push_back(want_y.back());
+        }
+        for (int64_t j = 0; j < nq; ++j) {
+          const auto u = static_cast<size_t>(j);
+          attn_scores_f32_avx512(n_cells, hd, q[u].data(), kv.data(), stride, 0.125f,
+                                 want_s[u].data());
+          attn_axpy_rows_f32_avx512(n_cells, hd, p[u].data(), kv.data(), stride, want_y[u].data());
+          qp.push_back(q[u].data());
+          pp.push_back(p[u].data());
+          sp.push_back(got_s[u].data());
+          yp.push_back(got_y[u].data());
+        }
+        attn_scores_f32_multi_avx512(nq, qp.data(), n_cells, hd, kv.data(), stride, 0.125f,
+                                     sp.data());
+        attn_axpy_rows_f32_multi_avx512(nq, n_cells, hd, pp.data(), kv.data(), stride, yp.data());
+        for (int64_t j = 0; j < nq; ++j) {
+          const auto u = static_cast<size_t>(j);
+          EXPECT_EQ(0, std::memcmp(want_s[u].data(), got_s[u].data(), cells * 4))
+              << hd << " " << n_cells << " " << nq << " q" << j;
+          EXPECT_EQ(0, std::memcmp(want_y[u].data(), got_y[u].data(), want_y[u].size() * 4))
+              << hd << " " << n_cells << " " << nq << " q" << j;
+        }
+      }
+    }
+  }
+}
+
 // The chunk exponentials are std::exp per element, bit for bit: the AVX2 (four lanes) and
 // AVX-512 (eight) forms run glibc's expf algorithm (its FMA variant) in double, and send
 // |x| >= 88, infinities and NaN to std::exp. Every float of [-110, 0] at a stride of 61 (over 18

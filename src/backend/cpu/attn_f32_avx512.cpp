@@ -176,6 +176,51 @@ void attn_scores_f32_avx512(int64_t n_cells, int64_t hd, const float* q, const f
   attn_scores_f32_avx2(n_cells - c, hd, q, k + c * k_stride, k_stride, scale, out + c);
 }
 
+namespace {
+// attn_scores_f32_avx512's sixteen-cell step for NQ queries at once: the same additions
+// per query, each K pair loaded once for all of them (NQ · 8 accumulators).
+template <int NQ>
+inline void scores16_multi(int64_t hd, const float* const* q, const float* kc, int64_t k_stride,
+                           float scale, float* const* out, int64_t c) {
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  __m512 acc[NQ][8];
+  for (int j = 0; j < NQ; ++j)
+    for (int r = 0; r < 8; ++r) acc[j][r] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < hd; i += 8) {
+    __m512 qv[NQ];
+    for (int j = 0; j < NQ; ++j) {
+      qv[j] = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(q[j] + i))));
+    }
+    for (int r = 0; r < 8; ++r) {
+      const __m512 kv = load_pair(kc + 2 * r * k_stride + i, kc + (2 * r + 1) * k_stride + i);
+      for (int j = 0; j < NQ; ++j) acc[j][r] = _mm512_add_ps(acc[j][r], _mm512_mul_ps(qv[j], kv));
+    }
+  }
+  for (int j = 0; j < NQ; ++j) {
+    _mm512_storeu_ps(out[j] + c, _mm512_permutexvar_ps(
+                                     idx, _mm512_mul_ps(hsum8x2(acc[j]), _mm512_set1_ps(scale))));
+  }
+}
+}  // namespace
+
+void attn_scores_f32_multi_avx512(int64_t nq, const float* const* q, int64_t n_cells, int64_t hd,
+                                  const float* k, int64_t k_stride, float scale,
+                                  float* const* out) {
+  int64_t c = 0;
+  if (hd % 8 == 0) {
+    for (; c + 16 <= n_cells; c += 16) {
+      const float* kc = k + c * k_stride;
+      int64_t j = 0;
+      for (; j + 3 <= nq; j += 3) scores16_multi<3>(hd, q + j, kc, k_stride, scale, out + j, c);
+      if (nq - j == 2) scores16_multi<2>(hd, q + j, kc, k_stride, scale, out + j, c);
+      if (nq - j == 1) scores16_multi<1>(hd, q + j, kc, k_stride, scale, out + j, c);
+    }
+  }
+  for (int64_t j = 0; j < nq; ++j) {
+    attn_scores_f32_avx2(n_cells - c, hd, q[j], k + c * k_stride, k_stride, scale, out[j] + c);
+  }
+}
+
 void attn_exp_f32_avx512(int64_t n, const float* s, float m, float* out) {
   const ExpConsts e;
   const __m256 vm = _mm256_set1_ps(m);

@@ -123,6 +123,8 @@ IsaKernels avx512_kernels() {
                     .attn_scores_f32 = attn_scores_f32_avx512,
                     .attn_scores2_f32 = attn_scores2_f32_avx512,
                     .attn_axpy_rows_f32 = attn_axpy_rows_f32_avx512,
+                    .attn_scores_f32_multi = attn_scores_f32_multi_avx512,
+                    .attn_axpy_rows_f32_multi = attn_axpy_rows_f32_multi_avx512,
                     .attn_exp_f32 = attn_exp_f32_avx512,
                     .f16_to_f32 = f16_to_f32_avx2,
                     .q8_0_to_f32 = q8_0_to_f32_avx2,

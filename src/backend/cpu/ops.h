@@ -35,6 +35,13 @@ struct IsaKernels {
                            float* out1) = nullptr;
   void (*attn_axpy_rows_f32)(int64_t n_cells, int64_t n, const float* p, const float* v,
                              int64_t v_stride, float* y) = nullptr;
+  // several query rows over the same cells (vec_dot.h): bitwise loops of the two above;
+  // nullptr: the op loops
+  void (*attn_scores_f32_multi)(int64_t nq, const float* const* q, int64_t n_cells, int64_t hd,
+                                const float* k, int64_t k_stride, float scale,
+                                float* const* out) = nullptr;
+  void (*attn_axpy_rows_f32_multi)(int64_t nq, int64_t n_cells, int64_t n, const float* const* p,
+                                   const float* v, int64_t v_stride, float* const* y) = nullptr;
   // out[i] = expf(s[i] − m): a chunk's softmax weights (bitwise std::exp per element)
   void (*attn_exp_f32)(int64_t n, const float* s, float m, float* out) = attn_exp_f32_scalar;
   void (*f16_to_f32)(int64_t n, const uint16_t* x, float* y) = nullptr;  // exact widening

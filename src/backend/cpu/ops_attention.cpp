@@ -431,10 +431,112 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
         bool done;
       };
       Walk walk[kTokBlock];
+      // A token's next chunk: up to kChunk cells in window order, possibly spanning runs;
+      // its cells (0: the window is walked).
+      auto next_chunk = [&](Walk& w, Piece* pcs, int64_t& n_pieces) -> int64_t {
+        int64_t filled = 0;
+        while (filled < kChunk && w.r < n_runs) {
+          if (w.cur == w.run_end) {
+            if (++w.r < n_runs) {
+              w.cur = w.wrow[2 * w.r];
+              w.run_end = w.cur + w.wrow[2 * w.r + 1];
+            }
+            continue;
+          }
+          const int64_t take = std::min(kChunk - filled, w.run_end - w.cur);
+          pcs[n_pieces++] = {.cell = w.cur, .n = take, .off = filled};
+          filled += take;
+          w.cur += take;
+        }
+        return filled;
+      };
+      // Every token of the block sees the same cells (a non-causal encoder's sequence):
+      // one walk of the chunks for all nb · nh query rows. Each row keeps the arithmetic
+      // of its own walk below, step for step (the multi kernels are bitwise per-row
+      // loops; the sums l run side by side, each in cell order), but a chunk's K and V
+      // rows are read once for all of them and the rows' dependency chains overlap.
+      [[maybe_unused]] auto shared_walk = [&](Walk* wk, int64_t nb, int64_t nh, int64_t h0,
+                                              int64_t kvh, const auto* kc_, const auto* vc_) {
+        if constexpr (kF32Cells) {
+          constexpr int64_t kMaxRows = 2 * kTokBlock;
+          const int64_t nq = nb * nh;
+          const float* qs[kMaxRows];
+          float* accs[kMaxRows];
+          float sbuf[kMaxRows][kChunk];
+          float* sp[kMaxRows];        // the scores / weights of the chunk
+          const float* pp[kMaxRows];  // at a piece's offset
+          float* op[kMaxRows];
+          float m[kMaxRows], l[kMaxRows];
+          for (int64_t b = 0; b < nb; ++b) {
+            for (int64_t j = 0; j < nh; ++j) {
+              qs[b * nh + j] = wk[b].qr[j];
+              accs[b * nh + j] = wk[b].acc[j];
+            }
+          }
+          for (int64_t i = 0; i < nq; ++i) {
+            sp[i] = sbuf[i];
+            m[i] = -INFINITY;
+            l[i] = 0.0f;
+          }
+          for (;;) {
+            int64_t n_pieces = 0;
+            const int64_t filled = next_chunk(wk[0], piece, n_pieces);
+            if (filled == 0) break;
+            for (int64_t pi = 0; pi < n_pieces; ++pi) {
+              const Piece& pc = piece[pi];
+              for (int64_t i = 0; i < nq; ++i) op[i] = sp[i] + pc.off;
+              const float* kr = kc_ + pc.cell * row_k + kvh * hd;
+              if (k.attn_scores_f32_multi != nullptr) {
+                k.attn_scores_f32_multi(nq, qs, pc.n, hd, kr, row_k, scale, op);
+              } else {
+                for (int64_t i = 0; i < nq; ++i) {
+                  k.attn_scores_f32(pc.n, hd, qs[i], kr, row_k, scale, op[i]);
+                }
+              }
+            }
+            for (int64_t i = 0; i < nq; ++i) {
+              const float mc = chunk_max(sp[i], filled);
+              if (mc > m[i]) {
+                const float f = std::exp(m[i] - mc);  // m = −inf on the first chunk: f = 0
+                for (int64_t e = 0; e < hd_v; ++e) accs[i][e] *= f;
+                l[i] *= f;
+                m[i] = mc;
+              }
+              k.attn_exp_f32(filled, sp[i], m[i], sp[i]);
+            }
+            for (int64_t e = 0; e < filled; ++e) {
+              for (int64_t i = 0; i < nq; ++i) l[i] += sp[i][e];
+            }
+            for (int64_t pi = 0; pi < n_pieces; ++pi) {
+              const Piece& pc = piece[pi];
+              for (int64_t i = 0; i < nq; ++i) pp[i] = sp[i] + pc.off;
+              const float* vr = vc_ + pc.cell * row_v + kvh * hd_v;
+              if (k.attn_axpy_rows_f32_multi != nullptr) {
+                k.attn_axpy_rows_f32_multi(nq, pc.n, hd_v, pp, vr, row_v, accs);
+              } else {
+                for (int64_t i = 0; i < nq; ++i) {
+                  k.attn_axpy_rows_f32(pc.n, hd_v, pp[i], vr, row_v, accs[i]);
+                }
+              }
+            }
+          }
+          for (int64_t b = 0; b < nb; ++b) {  // normalise and write the heads
+            for (int64_t j = 0; j < nh; ++j) {
+              const int64_t i = b * nh + j;
+              float* o = out + wk[b].t * (n_head * hd_v) + (h0 + j) * hd_v;
+              const float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];  // 0: a padding row
+              for (int64_t e = 0; e < hd_v; ++e) o[e] = accs[i][e] * inv;
+            }
+          }
+        }
+      };
       for (int64_t item = lo; item < hi; ++item) {
-        const int64_t tb = item / (n_head_kv * sets);
-        const int64_t kvh = item / sets % n_head_kv;
-        const int64_t h0 = kvh * group + item % sets * heads_per_item;
+        // head-major: a thread's consecutive items walk one KV head's slices of the cells
+        // (in L1 / L2 across the token blocks), whatever the number of blocks
+        const int64_t tb = item % n_blocks;
+        const int64_t hs = item / n_blocks;  // KV head · sets + set
+        const int64_t kvh = hs / sets;
+        const int64_t h0 = kvh * group + hs % sets * heads_per_item;
         const int64_t nh = std::min(heads_per_item, (kvh + 1) * group - h0);
         const int64_t t0 = tb * kTokBlock;
         const int64_t nb = std::min(kTokBlock, n_tok - t0);
@@ -455,27 +557,22 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           }
           for (int64_t j = 0; j < nh; ++j) std::fill(w.acc[j], w.acc[j] + hd_v, 0.0f);
         }
+        if constexpr (kF32Cells) {
+          bool shared = nb > 1;
+          for (int64_t b = 1; b < nb && shared; ++b) {
+            shared = std::equal(walk[b].wrow, walk[b].wrow + 2 * n_runs, walk[0].wrow);
+          }
+          if (shared) {
+            shared_walk(walk, nb, nh, h0, kvh, kc, vc);
+            continue;
+          }
+        }
         for (int64_t live = nb; live > 0;) {
           for (int64_t b = 0; b < nb; ++b) {
             Walk& w = walk[b];
             if (w.done) continue;
-            // This token's next chunk: up to kChunk cells in window order, possibly
-            // spanning runs.
             int64_t n_pieces = 0;
-            int64_t filled = 0;
-            while (filled < kChunk && w.r < n_runs) {
-              if (w.cur == w.run_end) {
-                if (++w.r < n_runs) {
-                  w.cur = w.wrow[2 * w.r];
-                  w.run_end = w.cur + w.wrow[2 * w.r + 1];
-                }
-                continue;
-              }
-              const int64_t take = std::min(kChunk - filled, w.run_end - w.cur);
-              piece[n_pieces++] = {.cell = w.cur, .n = take, .off = filled};
-              filled += take;
-              w.cur += take;
-            }
+            const int64_t filled = next_chunk(w, piece, n_pieces);
             if (filled == 0) {  // the window is walked: normalise and write the heads
               w.done = true;
               --live;

@@ -184,6 +184,13 @@ void attn_axpy_rows_f32_avx2(int64_t n_cells, int64_t n, const float* p, const f
                              int64_t v_stride, float* y);
 void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const float* v,
                                int64_t v_stride, float* y);
+// Several query rows (a block's tokens, heads of one KV head) over the same chunk of f32
+// cells: bitwise nq calls of the single-query form above (q[j] → out[j]; p[j], y[j]); each
+// K or V row is loaded once for all of them, and their sums run as independent chains.
+void attn_scores_f32_multi_avx512(int64_t nq, const float* const* q, int64_t n_cells, int64_t hd,
+                                  const float* k, int64_t k_stride, float scale, float* const* out);
+void attn_axpy_rows_f32_multi_avx512(int64_t nq, int64_t n_cells, int64_t n, const float* const* p,
+                                     const float* v, int64_t v_stride, float* const* y);
 
 // llama.cpp's f16 dot orders (its AVX-512 build), each bit-exact:
 //  vec:   ggml_vec_dot_f16 — 4 × 16 f32 lanes fused-multiply-added over 64-element steps,

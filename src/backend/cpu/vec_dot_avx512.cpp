@@ -182,7 +182,60 @@ void axpy_rows_block(int64_t n_cells, const float* p, const float* v, int64_t v_
   }
   for (int r = 0; r < kRegs; ++r) _mm512_storeu_ps(y + 16 * r, acc[r]);
 }
+
+// axpy_rows_block for NQ query rows at once: each cell's V slice loaded once, NQ · kRegs
+// independent y = y + p·v chains.
+template <int kRegs, int NQ>
+void axpy_rows_block_multi(int64_t n_cells, const float* const* p, const float* v, int64_t v_stride,
+                           float* const* y, int64_t i0) {
+  __m512 acc[NQ][kRegs];
+  for (int j = 0; j < NQ; ++j)
+    for (int r = 0; r < kRegs; ++r) acc[j][r] = _mm512_loadu_ps(y[j] + i0 + 16 * r);
+  for (int64_t c = 0; c < n_cells; ++c) {
+    const float* vc = v + c * v_stride + i0;
+    __m512 vv[kRegs];
+    for (int r = 0; r < kRegs; ++r) vv[r] = _mm512_loadu_ps(vc + 16 * r);
+    for (int j = 0; j < NQ; ++j) {
+      const __m512 pc = _mm512_set1_ps(p[j][c]);
+      for (int r = 0; r < kRegs; ++r)
+        acc[j][r] = _mm512_add_ps(acc[j][r], _mm512_mul_ps(pc, vv[r]));
+    }
+  }
+  for (int j = 0; j < NQ; ++j)
+    for (int r = 0; r < kRegs; ++r) _mm512_storeu_ps(y[j] + i0 + 16 * r, acc[j][r]);
+}
+
+// Groups of NQ queries, the remainder in one narrower group.
+template <int kRegs, int NQ>
+void axpy_rows_groups(int64_t nq, int64_t n_cells, const float* const* p, const float* v,
+                      int64_t v_stride, float* const* y, int64_t i0) {
+  int64_t j = 0;
+  for (; j + NQ <= nq; j += NQ)
+    axpy_rows_block_multi<kRegs, NQ>(n_cells, p + j, v, v_stride, y + j, i0);
+  if constexpr (NQ > 1) {
+    if (j < nq) axpy_rows_groups<kRegs, NQ - 1>(nq - j, n_cells, p + j, v, v_stride, y + j, i0);
+  }
+}
 }  // namespace
+
+void attn_axpy_rows_f32_multi_avx512(int64_t nq, int64_t n_cells, int64_t n, const float* const* p,
+                                     const float* v, int64_t v_stride, float* const* y) {
+  int64_t i0 = 0;  // the blocks of attn_axpy_rows_f32_avx512, each element's chain its own
+  for (; i0 + 64 <= n; i0 += 64) axpy_rows_groups<4, 4>(nq, n_cells, p, v, v_stride, y, i0);
+  if (i0 + 32 <= n) {
+    axpy_rows_groups<2, 8>(nq, n_cells, p, v, v_stride, y, i0);
+    i0 += 32;
+  }
+  if (i0 + 16 <= n) {
+    axpy_rows_groups<1, 8>(nq, n_cells, p, v, v_stride, y, i0);
+    i0 += 16;
+  }
+  if (i0 < n) {
+    for (int64_t j = 0; j < nq; ++j)
+      for (int64_t c = 0; c < n_cells; ++c)
+        axpy_f32_avx2(n - i0, p[j][c], v + c * v_stride + i0, y[j] + i0);
+  }
+}
 
 void attn_axpy_rows_f32_avx512(int64_t n_cells, int64_t n, const float* p, const float* v,
                                int64_t v_stride, float* y) {
