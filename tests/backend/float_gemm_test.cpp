@@ -154,6 +154,52 @@ TEST(FloatWeightGemm, EqualsSingleRowDotOverOddShapes_bitwise) {
   EXPECT_GE(n_checked, 3 * 9 * 7 * 7);
 }
 
+// F32 weight rows are read in place when they start on the kernel's load width and packed
+// when they do not (a GGUF's 32-byte tensor alignment): the same bits either way, equal to
+// the single-row dot (rows at byte offsets 0, 16, 32 and 48 from a cache line).
+TEST(FloatWeightGemm, F32RowsOnAndOffCacheLinesGiveTheSameBits_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  const DotKernel ref = scalar_dot_kernel(DType::kF32);
+  for (bool avx512 : {false, true}) {
+    if (avx512 && detect_isa() != CpuIsa::kAvx512) continue;
+    const DotKernel dk = avx512 ? avx512_dot_kernel(DType::kF32) : avx2_dot_kernel(DType::kF32);
+    for (int64_t k : {384, 1536, 1100}) {
+      const int64_t n_w = 9, n_x = 13;
+      const uint64_t row = static_cast<uint64_t>(k) * 4;
+      const std::vector<float> w = random_floats(static_cast<size_t>(k * n_w), 5);
+      std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 6);
+      std::vector<float> first;
+      for (size_t off : {0, 16, 32, 48}) {
+        SCOPED_TRACE((avx512 ? "avx512 k " : "avx2 k ") + std::to_string(k) + " offset " +
+                     std::to_string(off));
+        // a 64-byte-aligned arena, the rows placed `off` bytes past a line
+        std::vector<uint8_t> arena(w.size() * 4 + 128);
+        auto* base = reinterpret_cast<uint8_t*>(
+            (reinterpret_cast<uintptr_t>(arena.data()) + 63) / 64 * 64 + off);
+        std::memcpy(base, w.data(), w.size() * 4);
+        std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
+        dk.gemm(GemmArgs{.k = k,
+                         .w = base,
+                         .w_stride = row,
+                         .n_w = n_w,
+                         .x = x.data(),
+                         .x_stride = row,
+                         .n_x = n_x,
+                         .y = y.data(),
+                         .y_stride = n_w});
+        for (int64_t j = 0; j < n_x; ++j)
+          for (int64_t i = 0; i < n_w; ++i) {
+            const float v = ref.vec_dot(k, base + i * row, x.data() + j * k);
+            ASSERT_EQ(fp32_to_bits(v), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
+                << "i " << i << " j " << j;
+          }
+        if (first.empty()) first = y;
+        EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * 4));
+      }
+    }
+  }
+}
+
 // mul_mat over float weights: the same bits on every ISA column (scalar, AVX2, AVX-512),
 // for 1 and 2 threads, and a row alone equals its row of the batch.
 TEST(FloatWeightGemm, MulMatSameBitsAcrossIsaThreadsAndBatch_bitwise) {

@@ -72,8 +72,14 @@ void float_gemm(const GemmArgs& a) {
   const int64_t body = steps * 16;
   const int64_t group = steps * K::kNW * 16;  // floats per packed weight group
   const int64_t n_groups = (a.n_w + K::kNW - 1) / K::kNW;
+  // f32 rows are read in place when every weight row starts on a load's width (K::kLoadBytes);
+  // rows off it (a GGUF aligns tensor data to 32 bytes, so each zmm load of a row can
+  // straddle two cache lines) are packed as f16 / bf16 rows are: measured faster then,
+  // cold and hot.
+  const bool in_place = Fmt::kInPlace && reinterpret_cast<uintptr_t>(a.w) % K::kLoadBytes == 0 &&
+                        a.w_stride % K::kLoadBytes == 0;
   float* wp = nullptr;
-  if constexpr (!Fmt::kInPlace) {
+  if (!in_place) {
     wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
     for (int64_t g = 0; g < n_groups; ++g) {
       K::template pack<Fmt>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride, a.w_stride,
@@ -81,7 +87,7 @@ void float_gemm(const GemmArgs& a) {
     }
   }
   float* xp = nullptr;
-  if constexpr (!Fmt::kInPlace) {
+  if (!in_place) {
     xp = thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * K::kNX * 16)));
   }
   // partial sums of every weight group against the current activation tile (K blocks)
@@ -92,7 +98,7 @@ void float_gemm(const GemmArgs& a) {
     const int64_t nx = std::min<int64_t>(K::kNX, a.n_x - j0);
     const float* xt = xp;
     int64_t xrs = 16, xss = nx * 16;
-    if constexpr (Fmt::kInPlace) {
+    if (in_place) {
       xt = reinterpret_cast<const float*>(x + static_cast<uint64_t>(j0) * a.x_stride);
       xrs = static_cast<int64_t>(a.x_stride / sizeof(float));
       xss = 16;
@@ -109,7 +115,7 @@ void float_gemm(const GemmArgs& a) {
         const TileCarry carry{.acc = acc != nullptr ? acc + g * K::kNW * K::kNX * 16 : nullptr,
                               .load = s0 > 0,
                               .store = s0 + ns < steps};
-        if constexpr (Fmt::kInPlace) {
+        if (in_place) {
           const auto* wr =
               reinterpret_cast<const float*>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride);
           K::tile(nw, nx, ns, wr + s0 * 16, static_cast<int64_t>(a.w_stride / sizeof(float)), 16,

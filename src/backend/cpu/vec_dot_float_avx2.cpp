@@ -156,6 +156,7 @@ void pack_rows(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, fl
 struct Kernels {
   static constexpr int kNW = ::minfer::backend::cpu::kNW;
   static constexpr int kNX = ::minfer::backend::cpu::kNX;
+  static constexpr uint64_t kLoadBytes = 32;  // a ymm load: rows read in place start on these
   template <class Fmt, int NW>
   static void rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fmt::T* x,
                    float* y) {
