@@ -46,6 +46,20 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void populate_pages(const void* p, size_t n) {
+#ifdef MADV_POPULATE_READ
+  if (p == nullptr || n == 0) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(p) + n;
+  // EINVAL (an older kernel), EFAULT / ENOMEM: the pages fault in on first use instead.
+  (void)::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_READ);
+#else
+  (void)p;
+  (void)n;
+#endif
+}
+
 Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error("cannot open '" + path + "': " + std::strerror(errno));

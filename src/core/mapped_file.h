@@ -31,6 +31,11 @@ class MappedFile {
   std::string path_;
 };
 
+// Maps the pages holding [p, p + n) of a read-only mapping into the process now
+// (madvise MADV_POPULATE_READ, batched by the kernel), so later reads take no page faults;
+// best effort: a kernel without it, or memory that is not a file mapping, changes nothing.
+void populate_pages(const void* p, size_t n);
+
 // Read a whole file into memory (for small inputs: prompts, JSON, templates).
 Result<std::string> read_file(const std::string& path);
 

@@ -18,6 +18,7 @@
 #include "core/check.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "core/mapped_file.h"
 #include "graph/fusion.h"
 #include "graph/input_names.h"
 #include "model/layers.h"
@@ -33,6 +34,35 @@ double ms_since(Clock::time_point t0) {
 
 }  // namespace
 
+namespace {
+
+// The weights every forward reads whole are mapped in at load, as llama.cpp's loader does
+// (MAP_POPULATE), so the first request pays no page faults for them (the kernel maps them
+// in large batches, and threads do not contend for the page tables mid-GEMM). Left to
+// fault in on use: a token embedding that is only gathered row by row (an untied one)
+// and MoE experts (read as routed), whose untouched rows would only add resident memory.
+void populate_weights(const model::ModelWeights& w) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  w.for_each([&](const model::WeightRef& r) {
+    if (!r.present() || r.bytes == 0) return;
+    if (&r == &w.tok_embd && !w.output_tied) return;
+    if (r.name.find("_exps") != std::string::npos) return;
+    const auto lo = reinterpret_cast<uintptr_t>(r.data);
+    ranges.emplace_back(lo, lo + r.bytes);
+  });
+  std::sort(ranges.begin(), ranges.end());
+  constexpr uintptr_t kGap = 1 << 16;  // neighbours this close share one call
+  for (size_t i = 0; i < ranges.size();) {
+    auto [lo, hi] = ranges[i];
+    for (++i; i < ranges.size() && ranges[i].first <= hi + kGap; ++i) {
+      hi = std::max(hi, ranges[i].second);
+    }
+    populate_pages(reinterpret_cast<const void*>(lo), hi - lo);
+  }
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const LoadedModel>> LoadedModel::open(const std::string& path) {
   MINFER_TRY(gguf::Model file, gguf::Model::open(path));
   return create(std::move(file));
@@ -42,6 +72,7 @@ Result<std::shared_ptr<const LoadedModel>> LoadedModel::create(gguf::Model file)
   auto m = std::shared_ptr<LoadedModel>(new LoadedModel());
   m->file_ = std::move(file);
   MINFER_TRY(m->model_, model::Model::load(m->file_));
+  populate_weights(m->model_->weights());
   if (m->file_.has("tokenizer.ggml.model")) {
     MINFER_TRY(m->tokenizer_, tokenizer::Tokenizer::from_gguf(m->file_));
     if (m->tokenizer_->n_vocab() != static_cast<int32_t>(m->model_->hparams().n_vocab)) {
