@@ -450,13 +450,15 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
         }
         return filled;
       };
-      // Every token of the block sees the same cells (a non-causal encoder's sequence):
-      // one walk of the chunks for all nb · nh query rows. Each row keeps the arithmetic
-      // of its own walk below, step for step (the multi kernels are bitwise per-row
+      // The chunks every token of the block reaches alike — all of them when the tokens
+      // see the same cells (a non-causal encoder's sequence), the ones before the
+      // earliest token's last under a causal mask — are walked once for all nb · nh query
+      // rows; the walks then part and go on one by one below. Each row keeps the
+      // arithmetic of its own walk step for step (the multi kernels are bitwise per-row
       // loops; the sums l run side by side, each in cell order), but a chunk's K and V
       // rows are read once for all of them and the rows' dependency chains overlap.
-      [[maybe_unused]] auto shared_walk = [&](Walk* wk, int64_t nb, int64_t nh, int64_t h0,
-                                              int64_t kvh, const auto* kc_, const auto* vc_) {
+      [[maybe_unused]] auto joint_walk = [&](Walk* wk, int64_t nb, int64_t nh, int64_t kvh,
+                                             const auto* kc_, const auto* vc_) {
         if constexpr (kF32Cells) {
           constexpr int64_t kMaxRows = 2 * kTokBlock;
           const int64_t nq = nb * nh;
@@ -469,19 +471,32 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           float m[kMaxRows], l[kMaxRows];
           for (int64_t b = 0; b < nb; ++b) {
             for (int64_t j = 0; j < nh; ++j) {
-              qs[b * nh + j] = wk[b].qr[j];
-              accs[b * nh + j] = wk[b].acc[j];
+              const int64_t i = b * nh + j;
+              qs[i] = wk[b].qr[j];
+              accs[i] = wk[b].acc[j];
+              m[i] = wk[b].m[j];
+              l[i] = wk[b].l[j];
+              sp[i] = sbuf[i];
             }
           }
-          for (int64_t i = 0; i < nq; ++i) {
-            sp[i] = sbuf[i];
-            m[i] = -INFINITY;
-            l[i] = 0.0f;
-          }
+          Walk next[kTokBlock];
+          Piece other[kChunk];
           for (;;) {
+            // every walk's next chunk, taken only if all of them are the same cells
             int64_t n_pieces = 0;
-            const int64_t filled = next_chunk(wk[0], piece, n_pieces);
-            if (filled == 0) break;
+            next[0] = wk[0];
+            const int64_t filled = next_chunk(next[0], piece, n_pieces);
+            bool same = filled > 0;
+            for (int64_t b = 1; b < nb && same; ++b) {
+              next[b] = wk[b];
+              int64_t n_other = 0;
+              same = next_chunk(next[b], other, n_other) == filled && n_other == n_pieces;
+              for (int64_t pi = 0; pi < n_pieces && same; ++pi) {
+                same = other[pi].cell == piece[pi].cell && other[pi].n == piece[pi].n;
+              }
+            }
+            if (!same) break;
+            std::copy(next, next + nb, wk);
             for (int64_t pi = 0; pi < n_pieces; ++pi) {
               const Piece& pc = piece[pi];
               for (int64_t i = 0; i < nq; ++i) op[i] = sp[i] + pc.off;
@@ -520,12 +535,10 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
               }
             }
           }
-          for (int64_t b = 0; b < nb; ++b) {  // normalise and write the heads
+          for (int64_t b = 0; b < nb; ++b) {
             for (int64_t j = 0; j < nh; ++j) {
-              const int64_t i = b * nh + j;
-              float* o = out + wk[b].t * (n_head * hd_v) + (h0 + j) * hd_v;
-              const float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];  // 0: a padding row
-              for (int64_t e = 0; e < hd_v; ++e) o[e] = accs[i][e] * inv;
+              wk[b].m[j] = m[b * nh + j];
+              wk[b].l[j] = l[b * nh + j];
             }
           }
         }
@@ -558,14 +571,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           for (int64_t j = 0; j < nh; ++j) std::fill(w.acc[j], w.acc[j] + hd_v, 0.0f);
         }
         if constexpr (kF32Cells) {
-          bool shared = nb > 1;
-          for (int64_t b = 1; b < nb && shared; ++b) {
-            shared = std::equal(walk[b].wrow, walk[b].wrow + 2 * n_runs, walk[0].wrow);
-          }
-          if (shared) {
-            shared_walk(walk, nb, nh, h0, kvh, kc, vc);
-            continue;
-          }
+          if (nb > 1) joint_walk(walk, nb, nh, kvh, kc, vc);
         }
         for (int64_t live = nb; live > 0;) {
           for (int64_t b = 0; b < nb; ++b) {
