@@ -14,6 +14,9 @@
 // is empty is a padding row of a bucketed batch (src/kv never produces an empty window for a real
 // row): its output is zero.
 #include <fmt/format.h>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -42,21 +45,32 @@ constexpr int64_t kTokBlock = 8;
 constexpr int64_t kRowCache = 2 * kChunk;
 
 // The largest of a chunk's n scores, −inf for none; as `m = s > m ? s : m` over the cells,
-// 16 running maxima wide so the loop vectorizes. A maximum is exact whatever the order:
-// NaN never wins (the comparison is false), and only the sign of a zero maximum can
-// differ, which cannot change exp(s − m) or the rescale exp(m − m').
+// 16 running maxima wide (SSE's maxps is that expression), the lanes then combined
+// pairwise. A maximum is exact whatever the order: no lane is ever NaN (a NaN score
+// never wins the comparison), and only the sign of a zero maximum can differ, which
+// cannot change exp(s − m) or the rescale exp(m − m').
 inline float chunk_max(const float* s, int64_t n) {
   constexpr int kLanes = 16;
-  float lane[kLanes];
-  std::fill(lane, lane + kLanes, -INFINITY);
+  alignas(16) float lane[kLanes];
   int64_t i = 0;
+#if defined(__SSE2__)
+  __m128 v[4];
+  for (__m128& x : v) x = _mm_set1_ps(-INFINITY);
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < 4; ++j) v[j] = _mm_max_ps(_mm_loadu_ps(s + i + 4 * j), v[j]);
+  }
+  for (int j = 0; j < 4; ++j) _mm_store_ps(lane + 4 * j, v[j]);
+#else
+  std::fill(lane, lane + kLanes, -INFINITY);
   for (; i + kLanes <= n; i += kLanes) {
     for (int j = 0; j < kLanes; ++j) lane[j] = s[i + j] > lane[j] ? s[i + j] : lane[j];
   }
+#endif
   for (; i < n; ++i) lane[0] = s[i] > lane[0] ? s[i] : lane[0];
-  float m = -INFINITY;
-  for (float v : lane) m = v > m ? v : m;
-  return m;
+  for (int w = kLanes / 2; w > 0; w /= 2) {
+    for (int j = 0; j < w; ++j) lane[j] = lane[j + w] > lane[j] ? lane[j + w] : lane[j];
+  }
+  return lane[0];
 }
 
 // AttnNumerics::kGgmlF16: llama.cpp's CPU flash-attention vector path, element for
