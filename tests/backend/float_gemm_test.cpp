@@ -155,8 +155,9 @@ TEST(FloatWeightGemm, EqualsSingleRowDotOverOddShapes_bitwise) {
 }
 
 // F32 weight rows are read in place when they start on the kernel's load width and packed
-// when they do not (a GGUF's 32-byte tensor alignment): the same bits either way, equal to
-// the single-row dot (rows at byte offsets 0, 16, 32 and 48 from a cache line).
+// when they do not (a GGUF's 32-byte tensor alignment), activation rows likewise on their
+// own: the same bits every way, equal to the single-row dot (weight rows at byte offsets
+// 0, 16, 32 and 48 from a cache line, activation rows at 0 and 32).
 TEST(FloatWeightGemm, F32RowsOnAndOffCacheLinesGiveTheSameBits_bitwise) {
   if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
   const DotKernel ref = scalar_dot_kernel(DType::kF32);
@@ -167,35 +168,39 @@ TEST(FloatWeightGemm, F32RowsOnAndOffCacheLinesGiveTheSameBits_bitwise) {
       const int64_t n_w = 9, n_x = 13;
       const uint64_t row = static_cast<uint64_t>(k) * 4;
       const std::vector<float> w = random_floats(static_cast<size_t>(k * n_w), 5);
-      std::vector<float> x = random_floats(static_cast<size_t>(k * n_x), 6);
+      const std::vector<float> xv = random_floats(static_cast<size_t>(k * n_x), 6);
       std::vector<float> first;
-      for (size_t off : {0, 16, 32, 48}) {
-        SCOPED_TRACE((avx512 ? "avx512 k " : "avx2 k ") + std::to_string(k) + " offset " +
-                     std::to_string(off));
-        // a 64-byte-aligned arena, the rows placed `off` bytes past a line
-        std::vector<uint8_t> arena(w.size() * 4 + 128);
-        auto* base = reinterpret_cast<uint8_t*>(
-            (reinterpret_cast<uintptr_t>(arena.data()) + 63) / 64 * 64 + off);
-        std::memcpy(base, w.data(), w.size() * 4);
-        std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
-        dk.gemm(GemmArgs{.k = k,
-                         .w = base,
-                         .w_stride = row,
-                         .n_w = n_w,
-                         .x = x.data(),
-                         .x_stride = row,
-                         .n_x = n_x,
-                         .y = y.data(),
-                         .y_stride = n_w});
-        for (int64_t j = 0; j < n_x; ++j)
-          for (int64_t i = 0; i < n_w; ++i) {
-            const float v = ref.vec_dot(k, base + i * row, x.data() + j * k);
-            ASSERT_EQ(fp32_to_bits(v), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
-                << "i " << i << " j " << j;
-          }
-        if (first.empty()) first = y;
-        EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * 4));
-      }
+      for (size_t off : {0, 16, 32, 48})
+        for (size_t x_off : {0, 32}) {
+          SCOPED_TRACE((avx512 ? "avx512 k " : "avx2 k ") + std::to_string(k) + " offset " +
+                       std::to_string(off) + " activation offset " + std::to_string(x_off));
+          // 64-byte-aligned arenas, the rows placed `off` (`x_off`) bytes past a line
+          std::vector<uint8_t> arena(w.size() * 4 + 128), x_arena(xv.size() * 4 + 128);
+          auto* base = reinterpret_cast<uint8_t*>(
+              (reinterpret_cast<uintptr_t>(arena.data()) + 63) / 64 * 64 + off);
+          std::memcpy(base, w.data(), w.size() * 4);
+          auto* x = reinterpret_cast<float*>(
+              (reinterpret_cast<uintptr_t>(x_arena.data()) + 63) / 64 * 64 + x_off);
+          std::memcpy(x, xv.data(), xv.size() * 4);
+          std::vector<float> y(static_cast<size_t>(n_w * n_x), -1.0f);
+          dk.gemm(GemmArgs{.k = k,
+                           .w = base,
+                           .w_stride = row,
+                           .n_w = n_w,
+                           .x = x,
+                           .x_stride = row,
+                           .n_x = n_x,
+                           .y = y.data(),
+                           .y_stride = n_w});
+          for (int64_t j = 0; j < n_x; ++j)
+            for (int64_t i = 0; i < n_w; ++i) {
+              const float v = ref.vec_dot(k, base + i * row, x + j * k);
+              ASSERT_EQ(fp32_to_bits(v), fp32_to_bits(y[static_cast<size_t>(j * n_w + i)]))
+                  << "i " << i << " j " << j;
+            }
+          if (first.empty()) first = y;
+          EXPECT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * 4));
+        }
     }
   }
 }

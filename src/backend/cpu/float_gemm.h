@@ -76,8 +76,13 @@ void float_gemm(const GemmArgs& a) {
   // rows off it (a GGUF aligns tensor data to 32 bytes, so each zmm load of a row can
   // straddle two cache lines) are packed as f16 / bf16 rows are: measured faster then,
   // cold and hot.
-  const bool in_place = Fmt::kInPlace && reinterpret_cast<uintptr_t>(a.w) % K::kLoadBytes == 0 &&
-                        a.w_stride % K::kLoadBytes == 0;
+  // f32 activation rows likewise, on their own (an activation buffer's rows usually are
+  // on the line, so a packed weight call still reads them in place).
+  auto on_width = [](const void* p, uint64_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % K::kLoadBytes == 0 && stride % K::kLoadBytes == 0;
+  };
+  const bool in_place = Fmt::kInPlace && on_width(a.w, a.w_stride);
+  const bool x_in_place = Fmt::kInPlace && on_width(a.x, a.x_stride);
   float* wp = nullptr;
   if (!in_place) {
     wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
@@ -87,7 +92,7 @@ void float_gemm(const GemmArgs& a) {
     }
   }
   float* xp = nullptr;
-  if (!in_place) {
+  if (!x_in_place) {
     xp = thread_scratch<float, 1>(static_cast<size_t>(std::max<int64_t>(1, steps * K::kNX * 16)));
   }
   // partial sums of every weight group against the current activation tile (K blocks)
@@ -98,7 +103,7 @@ void float_gemm(const GemmArgs& a) {
     const int64_t nx = std::min<int64_t>(K::kNX, a.n_x - j0);
     const float* xt = xp;
     int64_t xrs = 16, xss = nx * 16;
-    if (in_place) {
+    if (x_in_place) {
       xt = reinterpret_cast<const float*>(x + static_cast<uint64_t>(j0) * a.x_stride);
       xrs = static_cast<int64_t>(a.x_stride / sizeof(float));
       xss = 16;
