@@ -372,6 +372,31 @@ TEST(VecDotSimd, AttentionMultiQueryKernelsEqualPerQueryCalls_bitwise) {
   }
 }
 
+// The norms' row sums: the AVX2 form (rows side by side, one lane each) gives the scalar
+// chains' bits for every row count up to 8, lengths around its 8-element blocks, each kind
+// of term, rows at odd offsets, and the large and tiny magnitudes where a double sum's
+// order shows.
+TEST(VecDotSimd, RowSumsSideBySideEqualOneRowAtATime_bitwise) {
+  if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
+  for (int64_t n : {1, 7, 8, 9, 64, 384, 897}) {
+    std::vector<float> data = random_floats(static_cast<size_t>(8 * (n + 3)), 77, -3.0f, 3.0f);
+    for (size_t i = 0; i < data.size(); i += 5) data[i] *= 1e7f;
+    for (size_t i = 2; i < data.size(); i += 7) data[i] *= 1e-9f;
+    const float centre[8] = {0.5f, -1.25f, 3e6f, 0.0f, -7e-3f, 1.0f, 2.5f, -4e5f};
+    for (int nr = 1; nr <= 8; ++nr) {
+      const float* rows[8];
+      for (int r = 0; r < nr; ++r) rows[r] = data.data() + r * (n + 3) + r % 3;
+      for (RowSum t : {RowSum::kSum, RowSum::kSquares, RowSum::kCentredSquares}) {
+        double want[8], got[8];
+        row_sums_f64_scalar(rows, nr, n, t, centre, want);
+        row_sums_f64_avx2(rows, nr, n, t, centre, got);
+        EXPECT_EQ(0, std::memcmp(want, got, static_cast<size_t>(nr) * sizeof(double)))
+            << n << " " << nr << " " << static_cast<int>(t);
+      }
+    }
+  }
+}
+
 // The chunk exponentials are std::exp per element, bit for bit: the AVX2 (four lanes) and
 // AVX-512 (eight) forms run glibc's expf algorithm (its FMA variant) in double, and send
 // |x| >= 88, infinities and NaN to std::exp. Every float of [-110, 0] at a stride of 61 (over 18

@@ -113,7 +113,8 @@ IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build) {
                                                      : nullptr,
                     .ggml_fa_scale_f16 = !fa_f16_arith ? ggml_scale_f16_f32arith_avx2
                                          : fp16        ? ggml_scale_f16_avx512fp16
-                                                       : nullptr};
+                                                       : nullptr,
+                    .row_sums_f64 = row_sums_f64_avx2};
 }
 
 IsaKernels avx512_kernels() {
@@ -130,7 +131,8 @@ IsaKernels avx512_kernels() {
                     .q8_0_to_f32 = q8_0_to_f32_avx2,
                     .q4_0_to_f32 = q4_0_to_f32_avx2,
                     .silu_poly = silu_poly_avx2,
-                    .geglu = geglu_avx2};
+                    .geglu = geglu_avx2,
+                    .row_sums_f64 = row_sums_f64_avx2};
 }
 
 IsaKernels avx2_kernels() {
@@ -144,7 +146,8 @@ IsaKernels avx2_kernels() {
                     .q8_0_to_f32 = q8_0_to_f32_avx2,
                     .q4_0_to_f32 = q4_0_to_f32_avx2,
                     .silu_poly = silu_poly_avx2,
-                    .geglu = geglu_avx2};
+                    .geglu = geglu_avx2,
+                    .row_sums_f64 = row_sums_f64_avx2};
 }
 
 // The element types a KV region may hold here (kv::kv_dtype's list).

@@ -61,6 +61,9 @@ struct IsaKernels {
   // the tiled flash attention's softmax as llama.cpp's AVX2 build runs it (8 lanes, its
   // AVX2 expf) instead of its AVX-512 build (16 lanes)
   bool ggml_fa_tiled_lanes8 = false;
+  // norms' per-row sums in double, in element order (vec_dot.h), up to 8 rows a call
+  void (*row_sums_f64)(const float* const* rows, int nr, int64_t n, RowSum t, const float* c,
+                       double* out) = row_sums_f64_scalar;
 };
 IsaKernels scalar_kernels();
 IsaKernels avx2_kernels();
@@ -110,14 +113,18 @@ inline void split_range(int64_t n, int32_t ith, int32_t nth, int64_t* lo, int64_
 
 // Work of [0, n) items in chunks of at least `min_items` (small ops run inline on the
 // caller: waking a worker costs more than they do), at most kChunksPerThread per
-// thread so a preempted worker leaves the rest to the others. body(lo, hi, thread)
-// sees a contiguous item range; which thread runs it never changes what it computes.
+// thread so a preempted worker leaves the rest to the others; split work comes in a
+// multiple of the thread count (3 chunks on 2 threads would leave one thread twice the
+// other's rows). body(lo, hi, thread) sees a contiguous item range; which thread runs it
+// never changes what it computes.
 constexpr int64_t kChunksPerThread = 4;
 template <typename F>
 void parallel_range(ThreadPool& pool, int64_t n, int64_t min_items, F&& body) {
   if (n <= 0) return;
-  const int64_t max_chunks = int64_t{pool.n_threads()} * kChunksPerThread;
-  const int64_t n_chunks = std::clamp<int64_t>(n / std::max<int64_t>(1, min_items), 1, max_chunks);
+  const int64_t nth = pool.n_threads();
+  const int64_t max_chunks = nth * kChunksPerThread;
+  int64_t n_chunks = std::clamp<int64_t>(n / std::max<int64_t>(1, min_items), 1, max_chunks);
+  if (n_chunks > 1) n_chunks = std::min((n_chunks + nth - 1) / nth * nth, std::min(n, max_chunks));
   auto chunk = [&](int64_t i, int32_t thread) {
     int64_t lo, hi;
     split_range(n, static_cast<int32_t>(i), static_cast<int32_t>(n_chunks), &lo, &hi);

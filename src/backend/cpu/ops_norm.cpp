@@ -62,59 +62,71 @@ Status op_norm(const OpCtx& c, NodeId id) {
   const float scale = n.params.scale;
   const Node* wn = op == Op::kRmsNormMul ? &c.graph.node(n.src[1]) : nullptr;
   const float* w = wn ? c.data.as<const float>(n.src[1]) : nullptr;
+  // Norms take their rows' sums 8 rows at a time from the ISA's kernel (the same
+  // sequential chains, side by side); softmax and llama.cpp's norm go row by row.
+  const bool grouped = op != Op::kSoftmax && !(op == Op::kNorm && n.params.ggml_f16 != 0);
   auto body = [&](int64_t lo, int64_t hi, int32_t /*thread*/) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const float* xr = x + r * ne0;
-      float* o = out + r * ne0;
-      if (op == Op::kSoftmax) {
-        float maxv = -INFINITY;
-        for (int64_t i = 0; i < ne0; ++i) maxv = std::fmax(maxv, xr[i] * scale);
-        double sum = 0.0;
-        for (int64_t i = 0; i < ne0; ++i) {
-          const float e = std::exp(xr[i] * scale - maxv);
-          o[i] = e;
-          sum += static_cast<double>(e);
+    for (int64_t g = lo; g < hi; g += 8) {
+      const int nr = static_cast<int>(std::min<int64_t>(8, hi - g));
+      double sums[8];
+      float means[8];
+      if (grouped) {
+        const float* px[8];
+        for (int j = 0; j < nr; ++j) px[j] = x + (g + j) * ne0;
+        if (op == Op::kNorm) {
+          c.k.row_sums_f64(px, nr, ne0, RowSum::kSum, nullptr, sums);
+          for (int j = 0; j < nr; ++j) {
+            means[j] = static_cast<float>(sums[j] / static_cast<double>(ne0));
+          }
+          c.k.row_sums_f64(px, nr, ne0, RowSum::kCentredSquares, means, sums);
+        } else {
+          c.k.row_sums_f64(px, nr, ne0, RowSum::kSquares, nullptr, sums);
         }
-        const float inv = static_cast<float>(1.0 / sum);
-        for (int64_t i = 0; i < ne0; ++i) o[i] *= inv;
-        continue;
       }
-      if (op == Op::kNorm && n.params.ggml_f16 != 0) {
-        norm_ggml(ne0, xr, o, eps);
-        continue;
-      }
-      if (op == Op::kNorm) {
-        // ggml_norm: the mean in double, x − mean rounded to f32, its squares summed in
-        // double, then one scale per row.
-        double sum = 0.0;
-        for (int64_t i = 0; i < ne0; ++i) sum += static_cast<double>(xr[i]);
-        const float mean = static_cast<float>(sum / static_cast<double>(ne0));
-        double sum2 = 0.0;
-        for (int64_t i = 0; i < ne0; ++i) {
-          const float v = xr[i] - mean;
-          o[i] = v;
-          sum2 += static_cast<double>(v * v);
+      for (int j = 0; j < nr; ++j) {
+        const int64_t r = g + j;
+        const float* xr = x + r * ne0;
+        float* o = out + r * ne0;
+        if (op == Op::kSoftmax) {
+          float maxv = -INFINITY;
+          for (int64_t i = 0; i < ne0; ++i) maxv = std::fmax(maxv, xr[i] * scale);
+          double sum = 0.0;
+          for (int64_t i = 0; i < ne0; ++i) {
+            const float e = std::exp(xr[i] * scale - maxv);
+            o[i] = e;
+            sum += static_cast<double>(e);
+          }
+          const float inv = static_cast<float>(1.0 / sum);
+          for (int64_t i = 0; i < ne0; ++i) o[i] *= inv;
+          continue;
         }
-        const float variance = static_cast<float>(sum2 / static_cast<double>(ne0));
-        const float s = 1.0f / std::sqrt(variance + eps);
-        for (int64_t i = 0; i < ne0; ++i) o[i] *= s;
-        continue;
-      }
-      double sum = 0.0;
-      for (int64_t i = 0; i < ne0; ++i) sum += static_cast<double>(xr[i] * xr[i]);
-      const float mean = static_cast<float>(sum / static_cast<double>(ne0));
-      const float s = 1.0f / std::sqrt(mean + eps);
-      if (w == nullptr) {
-        for (int64_t i = 0; i < ne0; ++i) o[i] = xr[i] * s;
-      } else {
-        // rms_norm then mul, rounded separately as the unfused pair would be; w
-        // broadcasts over rows like kMul's b.
-        const auto& eb = wn->shape.ne;
-        const auto& ea = n.shape.ne;
-        const int64_t i1 = r % ea[1], i2 = (r / ea[1]) % ea[2], i3 = r / (ea[1] * ea[2]);
-        const int64_t rb = (i1 % eb[1]) + eb[1] * ((i2 % eb[2]) + eb[2] * (i3 % eb[3]));
-        const float* wr = w + rb * eb[0];
-        for (int64_t i = 0; i < ne0; ++i) o[i] = (xr[i] * s) * wr[eb[0] == 1 ? 0 : i];
+        if (op == Op::kNorm && n.params.ggml_f16 != 0) {
+          norm_ggml(ne0, xr, o, eps);
+          continue;
+        }
+        if (op == Op::kNorm) {
+          // ggml_norm: the mean in double, x − mean rounded to f32, its squares summed in
+          // double, then one scale per row: (x − mean) rounded, then times s.
+          const float mean = means[j];
+          const float variance = static_cast<float>(sums[j] / static_cast<double>(ne0));
+          const float s = 1.0f / std::sqrt(variance + eps);
+          for (int64_t i = 0; i < ne0; ++i) o[i] = (xr[i] - mean) * s;
+          continue;
+        }
+        const float mean = static_cast<float>(sums[j] / static_cast<double>(ne0));
+        const float s = 1.0f / std::sqrt(mean + eps);
+        if (w == nullptr) {
+          for (int64_t i = 0; i < ne0; ++i) o[i] = xr[i] * s;
+        } else {
+          // rms_norm then mul, rounded separately as the unfused pair would be; w
+          // broadcasts over rows like kMul's b.
+          const auto& eb = wn->shape.ne;
+          const auto& ea = n.shape.ne;
+          const int64_t i1 = r % ea[1], i2 = (r / ea[1]) % ea[2], i3 = r / (ea[1] * ea[2]);
+          const int64_t rb = (i1 % eb[1]) + eb[1] * ((i2 % eb[2]) + eb[2] * (i3 % eb[3]));
+          const float* wr = w + rb * eb[0];
+          for (int64_t i = 0; i < ne0; ++i) o[i] = (xr[i] * s) * wr[eb[0] == 1 ? 0 : i];
+        }
       }
     }
   };

@@ -164,6 +164,16 @@ void attn_scores_f32_avx2(int64_t n_cells, int64_t hd, const float* q, const flo
                           int64_t k_stride, float scale, float* out);
 void attn_scores_f32_avx512(int64_t n_cells, int64_t hd, const float* q, const float* k,
                             int64_t k_stride, float scale, float* out);
+// Row sums in double, each row's terms added one by one in element order (ggml_float, as
+// ggml-cpu's rms_norm_f32 and norm_f32): out[r] = Σ_i t(rows[r][i]) for nr ≤ 8 rows of n,
+// t = double(x) (kSum), double(x · x) (kSquares: the product in f32) or
+// double((x − c[r]) · (x − c[r])) (kCentredSquares: difference and product in f32). The
+// SIMD form runs the rows' chains side by side, one lane each, with the scalar's bits.
+enum class RowSum : uint8_t { kSum, kSquares, kCentredSquares };
+void row_sums_f64_scalar(const float* const* rows, int nr, int64_t n, RowSum t, const float* c,
+                         double* out);
+void row_sums_f64_avx2(const float* const* rows, int nr, int64_t n, RowSum t, const float* c,
+                       double* out);
 // A chunk's softmax weights: out[i] = expf(s[i] − m) (the subtraction in f32, then
 // glibc's expf; the SIMD forms are that expf's algorithm, bit for bit, in double lanes:
 // expf_glibc.h — four per step on AVX2, eight on AVX-512).

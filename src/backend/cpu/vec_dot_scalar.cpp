@@ -345,6 +345,19 @@ void attn_scores_f32_scalar(int64_t n_cells, int64_t hd, const float* q, const f
   for (int64_t c = 0; c < n_cells; ++c) out[c] = dot_f32_scalar(hd, q, k + c * k_stride) * scale;
 }
 
+void row_sums_f64_scalar(const float* const* rows, int nr, int64_t n, RowSum t, const float* c,
+                         double* out) {
+  for (int r = 0; r < nr; ++r) {
+    const float* x = rows[r];
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = t == RowSum::kCentredSquares ? x[i] - c[r] : x[i];
+      sum += static_cast<double>(t == RowSum::kSum ? v : v * v);
+    }
+    out[r] = sum;
+  }
+}
+
 void attn_exp_f32_scalar(int64_t n, const float* s, float m, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = std::exp(s[i] - m);
 }
