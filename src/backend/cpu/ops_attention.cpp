@@ -471,6 +471,60 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
       // arithmetic of its own walk step for step (the multi kernels are bitwise per-row
       // loops; the sums l run side by side, each in cell order), but a chunk's K and V
       // rows are read once for all of them and the rows' dependency chains overlap.
+      // One chunk of f32 cells for nq query rows of KV head kvh (a token's heads, or a
+      // block's tokens × heads): the scores sp[i], the running maximum m[i] (acc[i] and
+      // l[i] rescaled when it grows), the weights expf(s − m) in sp[i], l[i] and acc[i]
+      // summed on in cell order. Each row's arithmetic is that of its own loop; the
+      // several-row kernels only read each K / V row once for all of them.
+      [[maybe_unused]] auto chunk_rows_f32 = [&](int64_t nq, const float* const* qs,
+                                                 float* const* accs, float* m, float* l,
+                                                 float* const* sp, int64_t n_pieces, int64_t filled,
+                                                 int64_t kvh, const auto* kc_, const auto* vc_) {
+        float* op[2 * kTokBlock];
+        const float* pp[2 * kTokBlock];
+        for (int64_t pi = 0; pi < n_pieces; ++pi) {  // a run's cells in one call
+          const Piece& pc = piece[pi];
+          for (int64_t i = 0; i < nq; ++i) op[i] = sp[i] + pc.off;
+          const float* kr = kc_ + pc.cell * row_k + kvh * hd;
+          if (nq == 2 && k.attn_scores2_f32 != nullptr) {
+            k.attn_scores2_f32(pc.n, hd, qs[0], qs[1], kr, row_k, scale, op[0], op[1]);
+          } else if (nq > 1 && k.attn_scores_f32_multi != nullptr) {
+            k.attn_scores_f32_multi(nq, qs, pc.n, hd, kr, row_k, scale, op);
+          } else {
+            for (int64_t i = 0; i < nq; ++i) {
+              k.attn_scores_f32(pc.n, hd, qs[i], kr, row_k, scale, op[i]);
+            }
+          }
+        }
+        for (int64_t i = 0; i < nq; ++i) {
+          const float mc = chunk_max(sp[i], filled);
+          if (mc > m[i]) {
+            const float f = std::exp(m[i] - mc);  // m = −inf on the first chunk: f = 0
+            for (int64_t e = 0; e < hd_v; ++e) accs[i][e] *= f;
+            l[i] *= f;
+            m[i] = mc;
+          }
+          // the chunk's weights p = expf(s − m) (std::exp's bits per cell)
+          k.attn_exp_f32(filled, sp[i], m[i], sp[i]);
+        }
+        for (int64_t e = 0; e < filled; ++e) {  // the rows' sums side by side
+          for (int64_t i = 0; i < nq; ++i) l[i] += sp[i][e];
+        }
+        for (int64_t pi = 0; pi < n_pieces; ++pi) {
+          // y = y + p·v per element in cell order: one call per run piece is bitwise
+          // one call over the chunk
+          const Piece& pc = piece[pi];
+          for (int64_t i = 0; i < nq; ++i) pp[i] = sp[i] + pc.off;
+          const float* vr = vc_ + pc.cell * row_v + kvh * hd_v;
+          if (nq > 1 && k.attn_axpy_rows_f32_multi != nullptr) {
+            k.attn_axpy_rows_f32_multi(nq, pc.n, hd_v, pp, vr, row_v, accs);
+          } else {
+            for (int64_t i = 0; i < nq; ++i) {
+              k.attn_axpy_rows_f32(pc.n, hd_v, pp[i], vr, row_v, accs[i]);
+            }
+          }
+        }
+      };
       [[maybe_unused]] auto joint_walk = [&](Walk* wk, int64_t nb, int64_t nh, int64_t kvh,
                                              const auto* kc_, const auto* vc_) {
         if constexpr (kF32Cells) {
@@ -479,9 +533,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           const float* qs[kMaxRows];
           float* accs[kMaxRows];
           float sbuf[kMaxRows][kChunk];
-          float* sp[kMaxRows];        // the scores / weights of the chunk
-          const float* pp[kMaxRows];  // at a piece's offset
-          float* op[kMaxRows];
+          float* sp[kMaxRows];  // the scores / weights of the chunk
           float m[kMaxRows], l[kMaxRows];
           for (int64_t b = 0; b < nb; ++b) {
             for (int64_t j = 0; j < nh; ++j) {
@@ -511,43 +563,7 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
             }
             if (!same) break;
             std::copy(next, next + nb, wk);
-            for (int64_t pi = 0; pi < n_pieces; ++pi) {
-              const Piece& pc = piece[pi];
-              for (int64_t i = 0; i < nq; ++i) op[i] = sp[i] + pc.off;
-              const float* kr = kc_ + pc.cell * row_k + kvh * hd;
-              if (k.attn_scores_f32_multi != nullptr) {
-                k.attn_scores_f32_multi(nq, qs, pc.n, hd, kr, row_k, scale, op);
-              } else {
-                for (int64_t i = 0; i < nq; ++i) {
-                  k.attn_scores_f32(pc.n, hd, qs[i], kr, row_k, scale, op[i]);
-                }
-              }
-            }
-            for (int64_t i = 0; i < nq; ++i) {
-              const float mc = chunk_max(sp[i], filled);
-              if (mc > m[i]) {
-                const float f = std::exp(m[i] - mc);  // m = −inf on the first chunk: f = 0
-                for (int64_t e = 0; e < hd_v; ++e) accs[i][e] *= f;
-                l[i] *= f;
-                m[i] = mc;
-              }
-              k.attn_exp_f32(filled, sp[i], m[i], sp[i]);
-            }
-            for (int64_t e = 0; e < filled; ++e) {
-              for (int64_t i = 0; i < nq; ++i) l[i] += sp[i][e];
-            }
-            for (int64_t pi = 0; pi < n_pieces; ++pi) {
-              const Piece& pc = piece[pi];
-              for (int64_t i = 0; i < nq; ++i) pp[i] = sp[i] + pc.off;
-              const float* vr = vc_ + pc.cell * row_v + kvh * hd_v;
-              if (k.attn_axpy_rows_f32_multi != nullptr) {
-                k.attn_axpy_rows_f32_multi(nq, pc.n, hd_v, pp, vr, row_v, accs);
-              } else {
-                for (int64_t i = 0; i < nq; ++i) {
-                  k.attn_axpy_rows_f32(pc.n, hd_v, pp[i], vr, row_v, accs[i]);
-                }
-              }
-            }
+            chunk_rows_f32(nq, qs, accs, m, l, sp, n_pieces, filled, kvh, kc_, vc_);
           }
           for (int64_t b = 0; b < nb; ++b) {
             for (int64_t j = 0; j < nh; ++j) {
@@ -603,18 +619,15 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
               }
               continue;
             }
-            float mc[2] = {-INFINITY, -INFINITY};
-            for (int64_t pi = 0; pi < n_pieces; ++pi) {
-              const Piece& pc = piece[pi];
-              if constexpr (kF32Cells) {  // a run's cells in one call: bitwise the per-cell loop
-                const float* kr = kc + pc.cell * row_k + kvh * hd;
-                if (nh == 2) {
-                  k.attn_scores2_f32(pc.n, hd, w.qr[0], w.qr[1], kr, row_k, scale, s[0] + pc.off,
-                                     s[1] + pc.off);
-                } else {
-                  k.attn_scores_f32(pc.n, hd, w.qr[0], kr, row_k, scale, s[0] + pc.off);
-                }
-              } else {
+            if constexpr (kF32Cells) {
+              float* const sp[2] = {s[0], s[1]};
+              chunk_rows_f32(nh, w.qr, w.acc, w.m, w.l, sp, n_pieces, filled, kvh, kc, vc);
+            } else {
+              // cells of another type: each cell's K and V rows widened once into the
+              // item's row cache, then the same steps cell by cell
+              float mc[2] = {-INFINITY, -INFINITY};
+              for (int64_t pi = 0; pi < n_pieces; ++pi) {
+                const Piece& pc = piece[pi];
                 for (int64_t i = 0; i < pc.n; ++i) {
                   const float* kr = kcache + cached(pc.cell + i, kvh) * hd;
                   for (int64_t j = 0; j < nh; ++j) {
@@ -624,40 +637,15 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
                   }
                 }
               }
-            }
-            if constexpr (kF32Cells) {
-              for (int64_t j = 0; j < nh; ++j) mc[j] = chunk_max(s[j], filled);
-            }
-            for (int64_t j = 0; j < nh; ++j) {
-              if (mc[j] > w.m[j]) {
-                const float f = std::exp(w.m[j] - mc[j]);  // m = −inf on the first chunk: f = 0
-                for (int64_t i = 0; i < hd_v; ++i) w.acc[j][i] *= f;
-                w.l[j] *= f;
-                w.m[j] = mc[j];
-              }
-            }
-            // the chunk's weights p = expf(s − m) (attn_exp_f32: std::exp's bits per cell),
-            // then l and the rows, cell after cell
-            for (int64_t j = 0; j < nh; ++j) k.attn_exp_f32(filled, s[j], w.m[j], s[j]);
-            if constexpr (kF32Cells) {
-              if (nh == 2) {  // two independent sums in one loop: each keeps its order
-                for (int64_t i = 0; i < filled; ++i) {
-                  w.l[0] += s[0][i];
-                  w.l[1] += s[1][i];
-                }
-              } else {
-                for (int64_t i = 0; i < filled; ++i) w.l[0] += s[0][i];
-              }
               for (int64_t j = 0; j < nh; ++j) {
-                for (int64_t pi = 0; pi < n_pieces; ++pi) {
-                  const Piece& pc = piece[pi];
-                  // y = y + p·v per element in cell order: one call per run piece is
-                  // bitwise one call over the chunk
-                  k.attn_axpy_rows_f32(pc.n, hd_v, s[j] + pc.off, vc + pc.cell * row_v + kvh * hd_v,
-                                       row_v, w.acc[j]);
+                if (mc[j] > w.m[j]) {
+                  const float f = std::exp(w.m[j] - mc[j]);  // m = −inf on the first chunk: f = 0
+                  for (int64_t i = 0; i < hd_v; ++i) w.acc[j][i] *= f;
+                  w.l[j] *= f;
+                  w.m[j] = mc[j];
                 }
               }
-            } else {
+              for (int64_t j = 0; j < nh; ++j) k.attn_exp_f32(filled, s[j], w.m[j], s[j]);
               for (int64_t pi = 0; pi < n_pieces; ++pi) {
                 const Piece& pc = piece[pi];
                 for (int64_t i = 0; i < pc.n; ++i) {
