@@ -16,8 +16,6 @@ namespace minfer::sample {
 
 namespace {
 
-constexpr double kLn2 = 0.69314718055994530942;
-
 float max_logit(const Candidates& c) {
   if (c.sorted && c.size > 0) return c[0].logit;
   float m = -std::numeric_limits<float>::infinity();
