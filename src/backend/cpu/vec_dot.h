@@ -170,6 +170,13 @@ void attn_scores_f32_avx512(int64_t n_cells, int64_t hd, const float* q, const f
 // double((x − c[r]) · (x − c[r])) (kCentredSquares: difference and product in f32). The
 // SIMD form runs the rows' chains side by side, one lane each, with the scalar's bits.
 enum class RowSum : uint8_t { kSum, kSquares, kCentredSquares };
+// One term of such a sum (c: the row's centre, read by kCentredSquares only). Static: each
+// translation unit keeps its own copy, compiled for its own ISA (no AVX2 copy shared by
+// the linker with code that runs before cpuid says AVX2 is there).
+static inline double row_sum_term(RowSum t, float x, float c) {
+  const float v = t == RowSum::kCentredSquares ? x - c : x;
+  return static_cast<double>(t == RowSum::kSum ? v : v * v);
+}
 void row_sums_f64_scalar(const float* const* rows, int nr, int64_t n, RowSum t, const float* c,
                          double* out);
 void row_sums_f64_avx2(const float* const* rows, int nr, int64_t n, RowSum t, const float* c,

@@ -350,10 +350,8 @@ void row_sums_f64_scalar(const float* const* rows, int nr, int64_t n, RowSum t, 
   for (int r = 0; r < nr; ++r) {
     const float* x = rows[r];
     double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = t == RowSum::kCentredSquares ? x[i] - c[r] : x[i];
-      sum += static_cast<double>(t == RowSum::kSum ? v : v * v);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      sum += row_sum_term(t, x[i], t == RowSum::kCentredSquares ? c[r] : 0.0f);
     out[r] = sum;
   }
 }
