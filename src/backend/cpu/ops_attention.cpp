@@ -464,13 +464,6 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
         }
         return filled;
       };
-      // The chunks every token of the block reaches alike — all of them when the tokens
-      // see the same cells (a non-causal encoder's sequence), the ones before the
-      // earliest token's last under a causal mask — are walked once for all nb · nh query
-      // rows; the walks then part and go on one by one below. Each row keeps the
-      // arithmetic of its own walk step for step (the multi kernels are bitwise per-row
-      // loops; the sums l run side by side, each in cell order), but a chunk's K and V
-      // rows are read once for all of them and the rows' dependency chains overlap.
       // One chunk of f32 cells for nq query rows of KV head kvh (a token's heads, or a
       // block's tokens × heads): the scores sp[i], the running maximum m[i] (acc[i] and
       // l[i] rescaled when it grows), the weights expf(s − m) in sp[i], l[i] and acc[i]
@@ -525,6 +518,13 @@ Status op_attention(const OpCtx& c, graph::NodeId id) {
           }
         }
       };
+      // The chunks every token of the block reaches alike — all of them when the tokens
+      // see the same cells (a non-causal encoder's sequence), the ones before the
+      // earliest token's last under a causal mask — are walked once for all nb · nh query
+      // rows; the walks then part and go on one by one below. Each row keeps the
+      // arithmetic of its own walk step for step (the multi kernels are bitwise per-row
+      // loops; the sums l run side by side, each in cell order), but a chunk's K and V
+      // rows are read once for all of them and the rows' dependency chains overlap.
       [[maybe_unused]] auto joint_walk = [&](Walk* wk, int64_t nb, int64_t nh, int64_t kvh,
                                              const auto* kc_, const auto* vc_) {
         if constexpr (kF32Cells) {
