@@ -5,9 +5,11 @@ written by scripts/setup.sh), 8 chunks of 32 tokens:
 - under --numerics llamacpp (exact with llama.cpp for batches under 64 rows) every
   running [i]ppl value, the final estimate and the --kl-divergence-base logits file
   are identical to llama-perplexity's for the weight types where that mode reproduces
-  the AVX-512 reference build's kernels (Q4_1, Q8_0); F16 and F32 agree to within
-  1e-3, Q4_0 and the Q4_K_M mix (which the reference runs in AVX-512 orders of its
-  own) to within 0.5%;
+  the reference build's kernels (Q4_1, Q8_0) — both builds recorded, its AVX-512 build
+  (reference.tsv; checked where the CPU has AVX-512) and its AVX2-only build
+  (reference-avx2.tsv; checked everywhere, under MINFER_CPU_ISA=avx2); on the CPU's own
+  build F16 and F32 agree to within 1e-3, Q4_0 and the Q4_K_M mix (which the reference
+  runs in repacked orders of its own) to within 0.5%;
 - --kl-divergence of the tiny F32 fixture quantized to Q4_1 (by minfer quantize, the
   same bytes as llama-quantize) against the Q8_0 fixture's logits prints
   llama-perplexity's table and statistics (every number to 1e-5);
@@ -35,9 +37,9 @@ def sha256(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def reference():
+def reference(suffix=""):
     text_sha, cases = None, {}
-    for line in (PDATA / "reference.tsv").read_text().splitlines():
+    for line in (PDATA / f"reference{suffix}.tsv").read_text().splitlines():
         f = line.split("\t")
         if f[0] == "text":
             text_sha = f[1]
@@ -48,8 +50,29 @@ def reference():
     return text_sha, cases
 
 
+def cpu_has_avx512_kernels():
+    """detect_isa()'s kAvx512 (AVX-512 F/BW/VL/VNNI): there --numerics llamacpp follows
+    llama.cpp's AVX-512 build unless MINFER_CPU_ISA pins avx2."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return all(f" {f}" in flags for f in ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"))
+
+
+# The two llama.cpp builds recorded: its AVX-512 build (reference.tsv), checked on a CPU
+# with AVX-512, and its AVX2-only build (reference-avx2.tsv, 8-lane float sums), checked
+# everywhere with MINFER_CPU_ISA=avx2 (on an AVX2-only CPU that is also what runs unpinned).
+BUILDS = {"avx512": ("", None), "avx2": ("-avx2", {"MINFER_CPU_ISA": "avx2"})}
+NATIVE = "avx512" if cpu_has_avx512_kernels() else "avx2"
 TEXT_SHA, CASES = reference()
 Q4_1_SHA = CASES.pop("q4_1_sha")
+REFS = {b: reference(suffix)[1] for b, (suffix, _) in BUILDS.items()}
+
+
+def build_params():
+    return [pytest.param(b, marks=pytest.mark.skipif(
+        b == "avx512" and NATIVE != "avx512", reason="no AVX-512 on this CPU")) for b in BUILDS]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +95,9 @@ def model(name):
     return path
 
 
-def run(*args):
-    return subprocess.run([MINFER, "perplexity", *map(str, args)], capture_output=True, text=True)
+def run(*args, env=None):
+    return subprocess.run([MINFER, "perplexity", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, **env} if env else None)
 
 
 @pytest.fixture(scope="module")
@@ -91,16 +115,19 @@ def final_ppl(line):
     return float(line.split()[4])
 
 
+@pytest.mark.parametrize("build", build_params())
 @pytest.mark.parametrize("name", EXACT)
-def test_llamacpp_numerics_give_llama_perplexity_digits(text, logits_dir, name):
+def test_llamacpp_numerics_give_llama_perplexity_digits(text, logits_dir, name, build):
     m = model(name)
-    base = logits_dir / f"{name}.logits"
-    r = run(m, "-f", text, *ARGS, "--numerics", "llamacpp", "--kl-divergence-base", base)
+    ref = REFS[build][name]
+    base = logits_dir / f"{name}-{build}.logits"
+    r = run(m, "-f", text, *ARGS, "--numerics", "llamacpp", "--kl-divergence-base", base,
+            env=BUILDS[build][1])
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines[0] == CASES[name]["ppl"]
-    assert lines[1] == CASES[name]["final"]
-    assert sha256(base) == CASES[name]["logits_sha"]
+    assert lines[0] == ref["ppl"]
+    assert lines[1] == ref["final"]
+    assert sha256(base) == ref["logits_sha"]
 
 
 @pytest.mark.parametrize("name", CLOSE)
@@ -108,27 +135,29 @@ def test_llamacpp_numerics_close_where_the_reference_kernels_differ(text, name):
     m = model(name)
     r = run(m, "-f", text, *ARGS, "--numerics", "llamacpp")
     assert r.returncode == 0, r.stderr
-    ours, ref = final_ppl(r.stdout.splitlines()[1]), final_ppl(CASES[name]["final"])
+    ours, ref = final_ppl(r.stdout.splitlines()[1]), final_ppl(REFS[NATIVE][name]["final"])
     assert abs(ours - ref) / ref < TOLERANCE[name], (ours, ref)
 
 
-def test_kl_divergence_prints_llama_perplexity_statistics(text, logits_dir, tmp_path):
+@pytest.mark.parametrize("build", build_params())
+def test_kl_divergence_prints_llama_perplexity_statistics(text, logits_dir, tmp_path, build):
     q8 = model("minfer-fixture-tiny-qwen2-q8_0")
     f32 = CACHE / "models" / "minfer-fixture-tiny-qwen2-f32.gguf"
     if not f32.exists():
         pytest.skip(f"{f32} missing (tools/make_test_models.sh)")
+    suffix, env = BUILDS[build]
     q4 = tmp_path / "q4_1.gguf"
     r = subprocess.run([MINFER, "quantize", f32, q4, "Q4_1"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert sha256(q4) == Q4_1_SHA
-    base = logits_dir / "q8_0-base.logits"
-    r = run(q8, "-f", text, *ARGS, "--numerics", "llamacpp", "--kl-divergence-base", base)
+    base = logits_dir / f"q8_0-base-{build}.logits"
+    r = run(q8, "-f", text, *ARGS, "--numerics", "llamacpp", "--kl-divergence-base", base, env=env)
     assert r.returncode == 0, r.stderr
     r = run(q4, "--kl-divergence-base", base, "--kl-divergence", "-b", "32", "-t", "2",
-            "--numerics", "llamacpp")
+            "--numerics", "llamacpp", env=env)
     assert r.returncode == 0, r.stderr
     ours = [l for l in r.stdout.splitlines() if l.strip()]
-    want = [l for l in (PDATA / "kl_tiny_qwen2_q4_1_vs_q8_0.txt").read_text().splitlines()
+    want = [l for l in (PDATA / f"kl_tiny_qwen2_q4_1_vs_q8_0{suffix}.txt").read_text().splitlines()
             if l.strip()]
     assert len(ours) == len(want)
     # Same layout and numbers; llama-perplexity adds its threads' partial sums in the

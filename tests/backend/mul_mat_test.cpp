@@ -608,6 +608,88 @@ TEST(VecDotSimd, LlamaCppF32DotsFollowTheirOrder_bitwise) {
   }
 }
 
+// llama.cpp's F32 and F16 dot orders on its AVX2-only build, each against a plain 8-lane
+// emulation: ggml_vec_dot_* for one row — four 8-lane FMA accumulators over steps of 32,
+// folded 0+2, 1+3, 0+1, the halves added, two horizontal adds ((0+1) + (2+3)), the tail
+// fused in f32 (F32) or summed in double (F16) — and tinyBLAS<8> for a batch — one 8-lane
+// FMA accumulator, the halves added, then (0+2) + (1+3); tinyBLAS declines n % 8 != 0.
+TEST(VecDotSimd, LlamaCppAvx2BuildF32F16DotsFollowTheirOrder_bitwise) {
+  if (detect_isa() == CpuIsa::kScalar) GTEST_SKIP() << "no AVX2 on this CPU";
+  for (const DType t : {DType::kF32, DType::kF16}) {
+    const DotKernel k = llamacpp_avx2_build_dot_kernel(t);
+    ASSERT_NE(k.vec_dot_batch, nullptr);
+    EXPECT_EQ(k.batch_w_rows_multiple, t == DType::kF32 ? 4 : 1);
+    for (int64_t n : {8, 12, 37, 64, 100, 128, 384, 1536}) {
+      SCOPED_TRACE(::testing::Message() << (t == DType::kF32 ? "f32 n " : "f16 n ") << n);
+      auto fa = random_floats(static_cast<size_t>(n), 90 + static_cast<uint32_t>(n), -1.0f, 1.0f);
+      auto fb = random_floats(static_cast<size_t>(n), 95 + static_cast<uint32_t>(n), -1.0f, 1.0f);
+      std::vector<uint16_t> ha(fa.size()), hb(fb.size());
+      from_f32_f16(fa.data(), ha.data(), n);
+      from_f32_f16(fb.data(), hb.data(), n);
+      std::vector<float> a(fa.size()), b(fb.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        a[i] = t == DType::kF32 ? fa[i] : fp16_to_fp32(ha[i]);
+        b[i] = t == DType::kF32 ? fb[i] : fp16_to_fp32(hb[i]);
+      }
+      const void* wa = t == DType::kF32 ? static_cast<const void*>(fa.data()) : ha.data();
+      const void* xb = t == DType::kF32 ? static_cast<const void*>(fb.data()) : hb.data();
+      float acc[4][8] = {};
+      const int64_t np = n / 32 * 32;
+      for (int64_t i = 0; i < np; i += 32) {
+        for (int j = 0; j < 4; ++j) {
+          for (int e = 0; e < 8; ++e) {
+            const auto at = static_cast<size_t>(i + j * 8 + e);
+            acc[j][e] = std::fma(a[at], b[at], acc[j][e]);
+          }
+        }
+      }
+      float f8[8];
+      for (int e = 0; e < 8; ++e) f8[e] = (acc[0][e] + acc[2][e]) + (acc[1][e] + acc[3][e]);
+      float f4[4];
+      for (int e = 0; e < 4; ++e) f4[e] = f8[e] + f8[4 + e];
+      const float body = (f4[0] + f4[1]) + (f4[2] + f4[3]);
+      float ref_vec = body;
+      if (t == DType::kF32) {
+        for (int64_t i = np; i < n; ++i) {
+          ref_vec = std::fma(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)], ref_vec);
+        }
+      } else {
+        double d = body;
+        for (int64_t i = np; i < n; ++i) {
+          d += static_cast<double>(a[static_cast<size_t>(i)] * b[static_cast<size_t>(i)]);
+        }
+        ref_vec = static_cast<float>(d);
+      }
+      const float vec = k.vec_dot(n, wa, xb);
+      EXPECT_EQ(fp32_to_bits(vec), fp32_to_bits(ref_vec));
+      const float batch = k.vec_dot_batch(n, wa, xb);
+      if (n % 8 != 0) {
+        EXPECT_EQ(fp32_to_bits(batch), fp32_to_bits(vec));  // tinyBLAS declines: GEMV order
+        continue;
+      }
+      float lane[8] = {};
+      for (int64_t i = 0; i < n; i += 8) {
+        for (int e = 0; e < 8; ++e) {
+          const auto at = static_cast<size_t>(i + e);
+          lane[e] = std::fma(a[at], b[at], lane[e]);
+        }
+      }
+      for (int e = 0; e < 4; ++e) f4[e] = lane[4 + e] + lane[e];
+      EXPECT_EQ(fp32_to_bits(batch), fp32_to_bits((f4[0] + f4[2]) + (f4[1] + f4[3])));
+      double exact = 0.0;
+      for (int64_t i = 0; i < n; ++i)
+        exact += double{a[static_cast<size_t>(i)]} * b[static_cast<size_t>(i)];
+      EXPECT_NEAR(vec, exact, 1e-6 * static_cast<double>(n));
+      EXPECT_NEAR(batch, exact, 1e-6 * static_cast<double>(n));
+      // not the AVX-512 build's orders (n = 384: sixteen-lane sums round otherwise)
+      if (n == 384 && t == DType::kF32) {
+        EXPECT_NE(fp32_to_bits(batch),
+                  fp32_to_bits(llamacpp_dot_kernel(t).vec_dot_batch(n, wa, xb)));
+      }
+    }
+  }
+}
+
 // silu with ggml's polynomial e^x: the AVX2 form equals the scalar one bit for bit, over
 // ordinary values, the ends where 2^n leaves the normal range, and NaN / ±inf; and it
 // stays within 2 ulp-ish of the exact silu.

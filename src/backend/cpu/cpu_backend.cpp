@@ -87,8 +87,11 @@ IsaKernels llamacpp_kernels(bool repack, bool fa_f16_arith, bool avx2_build) {
   const bool fp16 = fa_f16_arith && cpu_has_avx512fp16();
   if (avx2_build) {
     // llama.cpp built without AVX-512: its 8-lane ggml_vec_dot_f16 (the flash attention's
-    // Q·K), its AVX2 expf (silu, the tiled flash attention's softmax) over 8-lane bodies.
+    // Q·K), its AVX2 expf (silu, the tiled flash attention's softmax) over 8-lane bodies,
+    // its 8-lane F32 / F16 matmul orders and LayerNorm variance sums.
     IsaKernels k = llamacpp_kernels(repack, fa_f16_arith, false);
+    k.dot_kernel = llamacpp_avx2_build_dot_kernel;  // its 8-lane F32 / F16 GEMV and sgemm
+    k.ggml_norm_lanes8 = true;
     k.silu_poly = silu_poly8_avx2;
     k.silu_lanes = 8;
     k.ggml_fa_dot_f16 = ggml_dot_f16_vec8_avx2;

@@ -94,6 +94,11 @@ DotKernel llamacpp_dot_kernel(DType t) {
   return k.vec_dot != nullptr ? k : avx2_or_scalar_dot_kernel(t);
 }
 
+DotKernel llamacpp_avx2_build_dot_kernel(DType t) {
+  DotKernel k = join(t, avx2_build_ggml_dot(t), true);
+  return k.vec_dot != nullptr ? k : avx2_or_scalar_dot_kernel(t);
+}
+
 // llama.cpp's CPU_REPACK buffer (llamacpp_repacks): Q4_0 one f32 lane per row (AVX-512
 // rows kernels where the CPU has them, the AVX2 form else: the same bits); Q4_K its GEMV
 // for decode and for the rows after the last whole group of 4, its GEMM order (and 4-row

@@ -61,6 +61,9 @@ struct IsaKernels {
   // the tiled flash attention's softmax as llama.cpp's AVX2 build runs it (8 lanes, its
   // AVX2 expf) instead of its AVX-512 build (16 lanes)
   bool ggml_fa_tiled_lanes8 = false;
+  // ggml_norm's centred squares reduced 8 at a time (its AVX2 build's ggml_vec_cvar_f32)
+  // instead of 16 (its AVX-512 build)
+  bool ggml_norm_lanes8 = false;
   // norms' per-row sums in double, in element order (vec_dot.h), up to 8 rows a call
   void (*row_sums_f64)(const float* const* rows, int nr, int64_t n, RowSum t, const float* c,
                        double* out) = row_sums_f64_scalar;

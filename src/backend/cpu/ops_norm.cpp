@@ -22,23 +22,31 @@ float reduce_add16(const float* v) {
   return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 
-// ggml_norm as llama.cpp's AVX-512 build computes it (ops.cpp norm_f32 + vec.cpp
-// ggml_vec_cvar_f32): the sum in double rounded to f32, the mean divided in f32; the squares
-// of x − mean reduced 16 at a time in f32 (_mm512_reduce_add_ps) into a double, the tail one
-// by one; the variance (double sum / n) rounded to f32.
-void norm_ggml(int64_t n, const float* x, float* o, float eps) {
+// The 8-lane horizontal sum of llama.cpp's AVX2 ggml_vec_cvar_f32: the two halves added,
+// then (0 + 2) + (1 + 3).
+float reduce_add8(const float* v) {
+  float t[4];
+  for (int i = 0; i < 4; ++i) t[i] = v[i + 4] + v[i];
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+// ggml_norm as llama.cpp computes it (ops.cpp norm_f32 + vec.cpp ggml_vec_cvar_f32): the
+// sum in double rounded to f32, the mean divided in f32; the squares of x − mean reduced
+// `lanes` at a time in f32 (16 on its AVX-512 build: _mm512_reduce_add_ps; 8 on its AVX2
+// build) into a double, the tail one by one; the variance (double sum / n) rounded to f32.
+void norm_ggml(int64_t n, const float* x, float* o, float eps, int lanes) {
   double dsum = 0.0;
   for (int64_t i = 0; i < n; ++i) dsum += static_cast<double>(x[i]);
   const float mean = static_cast<float>(dsum) / static_cast<float>(n);
   double sum2 = 0.0;
   int64_t i = 0;
   float sq[16];
-  for (; i + 15 < n; i += 16) {
-    for (int l = 0; l < 16; ++l) {
+  for (; i + lanes <= n; i += lanes) {
+    for (int l = 0; l < lanes; ++l) {
       o[i + l] = x[i + l] - mean;
       sq[l] = o[i + l] * o[i + l];
     }
-    sum2 += static_cast<double>(reduce_add16(sq));
+    sum2 += static_cast<double>(lanes == 16 ? reduce_add16(sq) : reduce_add8(sq));
   }
   for (; i < n; ++i) {
     o[i] = x[i] - mean;
@@ -101,7 +109,7 @@ Status op_norm(const OpCtx& c, NodeId id) {
           continue;
         }
         if (op == Op::kNorm && n.params.ggml_f16 != 0) {
-          norm_ggml(ne0, xr, o, eps);
+          norm_ggml(ne0, xr, o, eps, c.k.ggml_norm_lanes8 ? 8 : 16);
           continue;
         }
         if (op == Op::kNorm) {

@@ -131,6 +131,9 @@ IsaDot avx512_kquant_dot(DType weight_type);  // vec_dot_avx512_kquants.cpp
 // x86 lanes; Q5_K's tiled matmul from 8 rows), Q6_K (its tiled matmul from 8 rows); dot nullptr for
 // the types whose AVX2 kernel already has llama.cpp's order.
 IsaDot avx2_ggml_dot(DType weight_type);
+// The same on llama.cpp's AVX2-only build: F32 and F16 in its 8-lane orders
+// (ggml_vec_dot_* 4 × 8 lanes over steps of 32; tinyBLAS<8>), every other type as above.
+IsaDot avx2_build_ggml_dot(DType weight_type);
 
 // F32 / F16 / BF16 weights (default numerics): 16 fma lanes per output, lanes l and l + 8
 // added, then ((0+4)+(2+6))+((1+5)+(3+7)), the n % 16 tail fma'd on in order — the
@@ -281,6 +284,7 @@ IsaDot avx512_rows_q4_0_repack_dot();
 // types llamacpp_repacks names on this CPU (AVX-512 rows where detect_isa() says so, else
 // AVX2); vec_dot nullptr otherwise.
 DotKernel llamacpp_dot_kernel(DType weight_type);
+DotKernel llamacpp_avx2_build_dot_kernel(DType weight_type);  // avx2_build_ggml_dot's
 DotKernel llamacpp_repack_dot_kernel(DType weight_type);
 
 // y[i] = silu(x[i]) (· up[i] when up is not null) with ggml's vectorised e^x (the Arm

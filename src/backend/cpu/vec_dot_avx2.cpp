@@ -576,27 +576,6 @@ void silu_poly8_avx2(int64_t n, const float* x, const float* up, float* y) {
   if (i < n) silu_poly8_scalar(n - i, x + i, up != nullptr ? up + i : nullptr, y + i);
 }
 
-float ggml_dot_f16_vec8_avx2(int64_t n, const uint16_t* x, const uint16_t* y) {
-  __m256 sum[4];
-  for (int j = 0; j < 4; ++j) sum[j] = _mm256_setzero_ps();
-  const int64_t np = n & ~int64_t{31};
-  for (int64_t i = 0; i < np; i += 32) {
-    for (int j = 0; j < 4; ++j) {
-      sum[j] = _mm256_fmadd_ps(
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i + 8 * j))),
-          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(y + i + 8 * j))),
-          sum[j]);
-    }
-  }
-  const __m256 a = _mm256_add_ps(_mm256_add_ps(sum[0], sum[2]), _mm256_add_ps(sum[1], sum[3]));
-  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 t1 = _mm_hadd_ps(t0, t0);
-  double s = static_cast<double>(_mm_cvtss_f32(_mm_hadd_ps(t1, t1)));
-  for (int64_t i = np; i < n; ++i)
-    s += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
-  return static_cast<float>(s);
-}
-
 void f16_to_f32_avx2(int64_t n, const uint16_t* x, float* y) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -648,6 +627,25 @@ float ggml_vec_body64(int64_t np, const T* w, const T* x) {
   return reduce16(l, h);
 }
 
+// ggml's 4 × 8-lane FMA body over steps of 32 (ggml_vec_dot_f16 / _f32 on its AVX2
+// build), reduced as GGML_F32x8_REDUCE: 0+2, 1+3, then 0+1, the two halves added, two
+// _mm_hadd_ps. T is the element type (f16 widened exactly, or f32); the n % 32 tail is the
+// caller's.
+template <typename T>
+float ggml_vec_body32(int64_t np, const T* w, const T* x) {
+  __m256 sum[4];
+  for (int j = 0; j < 4; ++j) sum[j] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < np; i += 32) {
+    for (int j = 0; j < 4; ++j) {
+      sum[j] = _mm256_fmadd_ps(load8(w + i + 8 * j), load8(x + i + 8 * j), sum[j]);
+    }
+  }
+  const __m256 a = _mm256_add_ps(_mm256_add_ps(sum[0], sum[2]), _mm256_add_ps(sum[1], sum[3]));
+  const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 t1 = _mm_hadd_ps(t0, t0);
+  return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
 // llamafile's tinyBLAS output: one 16-lane FMA accumulator over steps of 16 (n % 16 == 0),
 // then _mm512_reduce_add_ps.
 template <typename T>
@@ -697,6 +695,56 @@ float dot_f32_f32_sgemm_avx2(int64_t n, const void* vw, const void* vx) {
   return tinyblas_dot16(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
 }
 
+// The same two on llama.cpp's AVX2 build (no AVX-512): ggml_vec_dot_f32 as four 8-lane
+// accumulators over steps of 32 (GGML_F32x8_REDUCE, the tail fused into the f32 sum one
+// product at a time); tinyBLAS<8> one 8-lane accumulator per output over steps of 8,
+// reduced by llamafile's hsum — the halves added, then (0+2) + (1+3) — and declining a row
+// length that 8 does not divide. The f16 GEMV is ggml_dot_f16_vec8_avx2.
+float dot_f32_f32_ggml8_avx2(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const float*>(vw);
+  const auto* x = static_cast<const float*>(vx);
+  const int64_t np = n & ~int64_t{31};
+  float sum = ggml_vec_body32(np, w, x);
+  for (int64_t i = np; i < n; ++i) sum = std::fma(w[i], x[i], sum);
+  return sum;
+}
+
+template <typename T>
+float tinyblas_dot8(int64_t n, const T* w, const T* x) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) acc = _mm256_fmadd_ps(load8(w + i), load8(x + i), acc);
+  __m128 s = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+float dot_f32_f32_sgemm8_avx2(int64_t n, const void* vw, const void* vx) {
+  if (n % 8 != 0) return dot_f32_f32_ggml8_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
+  return tinyblas_dot8(n, static_cast<const float*>(vw), static_cast<const float*>(vx));
+}
+
+float dot_f16_f16_ggml8_avx2(int64_t n, const void* vw, const void* vx);
+
+float dot_f16_f16_sgemm8_avx2(int64_t n, const void* vw, const void* vx) {
+  if (n % 8 != 0) return dot_f16_f16_ggml8_avx2(n, vw, vx);  // tinyBLAS declines: GEMV
+  return tinyblas_dot8(n, static_cast<const uint16_t*>(vw), static_cast<const uint16_t*>(vx));
+}
+
+}  // namespace
+
+float ggml_dot_f16_vec8_avx2(int64_t n, const uint16_t* x, const uint16_t* y) {
+  const int64_t np = n & ~int64_t{31};
+  double s = static_cast<double>(ggml_vec_body32(np, x, y));
+  for (int64_t i = np; i < n; ++i)
+    s += static_cast<double>(fp16_to_fp32(x[i]) * fp16_to_fp32(y[i]));
+  return static_cast<float>(s);
+}
+
+namespace {
+float dot_f16_f16_ggml8_avx2(int64_t n, const void* vw, const void* vx) {
+  return ggml_dot_f16_vec8_avx2(n, static_cast<const uint16_t*>(vw),
+                                static_cast<const uint16_t*>(vx));
+}
 }  // namespace
 
 // The Q·K dot of llama.cpp's flash attention (attn_ggml_f16.h) is ggml_vec_dot_f16, the
@@ -726,6 +774,19 @@ IsaDot avx2_ggml_dot(DType t) {
           .dot = dot_q6_k_q8_k_avx2, .dot_batch = dot_q6_k_q8_k_tiled_avx2, .batch_min_rows = 8};
     default:
       return {};
+  }
+}
+
+IsaDot avx2_build_ggml_dot(DType t) {
+  switch (t) {
+    case DType::kF16:
+      return {.dot = dot_f16_f16_ggml8_avx2, .dot_batch = dot_f16_f16_sgemm8_avx2};
+    case DType::kF32:
+      return {.dot = dot_f32_f32_ggml8_avx2,
+              .dot_batch = dot_f32_f32_sgemm8_avx2,
+              .batch_w_rows_multiple = 4};
+    default:
+      return avx2_ggml_dot(t);
   }
 }
 
