@@ -80,8 +80,7 @@ TEST_F(MiniLm, LlamaCppNumericsVectorsEqualLlamaEmbeddingWithin1e6PerComponent) 
       ASSERT_LE(diff, 1e-6) << file << " input " << i << " component " << d;
     }
   }
-  std::printf("%s: largest difference over %zu inputs: %.3g\n", file.c_str(), inputs.size(),
-              worst);
+  std::printf("%s: largest difference over %zu inputs: %.3g\n", file.c_str(), inputs.size(), worst);
 }
 
 }  // namespace
