@@ -92,8 +92,8 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
   }
   const int64_t n_tiles = (n_out + tile_rows - 1) / tile_rows;
   parallel_range(pool, n_tiles, 1, [&](int64_t t_lo, int64_t t_hi, int32_t) {
-    if (dk.gemm != nullptr &&
-        (m_rows == 1 || (m_rows <= dk.gemv_rows_max && dk.vec_dot_batch == nullptr))) {
+    if (dk.gemm != nullptr && m_rows <= dk.gemv_rows_max &&
+        (m_rows == 1 || dk.vec_dot_batch == nullptr)) {
       // Decode (one row, or a small batch the kernel takes in one pass over the
       // weights): the register-blocked GEMV walks the chunk's rows itself (and
       // prefetches them), its activation preparation done once per chunk.
@@ -130,7 +130,7 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
         }
         continue;
       }
-      if (dk.gemm != nullptr) {
+      if (dk.gemm != nullptr && m_rows > 1) {
         dk.gemm(GemmArgs{.k = k_dim,
                          .w = w + r0 * w_row,
                          .w_stride = w_row,

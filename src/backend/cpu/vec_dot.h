@@ -71,7 +71,9 @@ struct DotKernel {
   VecDotFn vec_dot_batch = nullptr;
   // Activation rows `gemm` takes in one pass over the weights, each row's result
   // bitwise its GEMV (a small decode batch reads the weights once): mul_mat hands such
-  // a batch the whole chunk of weight rows, as it does a single decode row.
+  // a batch the whole chunk of weight rows, as it does a single decode row. 0: `gemm`
+  // serves batches only, tile by tile; one decode row takes vec_dot tile by tile, with the
+  // next tile prefetched.
   int64_t gemv_rows_max = 1;
   // Only in the llamacpp-numerics repack table: nonzero, vec_dot_batch (and from_f32_batch,
   // when set) serve only the batch's rows in whole groups of batch_group from its first

@@ -106,6 +106,106 @@ float dot_q8_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
+// The register-blocked form of the three dots above (DotKernel::gemm): kR weight rows ×
+// kC activation rows per pass over the blocks, each output with its own 8-lane
+// accumulator taking its dot's operations in its dot's order — the same integer lanes, the
+// same scale product, the same fma — so every output equals its vec_dot call bit for bit
+// (decode and prefill alike, invariant 8). One dot is a chain of dependent FMAs; kR × kC
+// of them side by side keep the FMA units busy and reuse each decoded weight block across
+// kC activation rows. Batches only (gemv_rows_max 0): one decode row takes vec_dot, tile by
+// tile, with mul_mat's prefetch (4 rows side by side measured slower there).
+struct Q4_0Gemm {
+  using WB = BlockQ4_0;
+  using XB = BlockQ8_0;
+  static constexpr bool kMin = false;
+  static __m256i codes(const WB& b) {
+    return _mm256_sub_epi8(unpack_nibbles(b.qs), _mm256_set1_epi8(8));
+  }
+  static __m256 lanes(__m256i qw, const XB& x) { return dot_ss8_f32(qw, load256(x.qs)); }
+  static float min_term(const WB&, const XB&) { return 0.0f; }
+};
+struct Q8_0Gemm {
+  using WB = BlockQ8_0;
+  using XB = BlockQ8_0;
+  static constexpr bool kMin = false;
+  static __m256i codes(const WB& b) { return load256(b.qs); }
+  static __m256 lanes(__m256i qw, const XB& x) { return dot_ss8_f32(qw, load256(x.qs)); }
+  static float min_term(const WB&, const XB&) { return 0.0f; }
+};
+struct Q4_1Gemm {
+  using WB = BlockQ4_1;
+  using XB = BlockQ8_1;
+  static constexpr bool kMin = true;
+  static __m256i codes(const WB& b) { return unpack_nibbles(b.qs); }
+  static __m256 lanes(__m256i qw, const XB& x) { return dot_us8_f32(qw, load256(x.qs)); }
+  static float min_term(const WB& w, const XB& x) { return h2f(w.m) * h2f(x.s); }
+};
+
+template <class P, int kR, int kC>
+void gemm_tile_avx2(int64_t nb, const typename P::WB* const* w, const typename P::XB* const* x,
+                    int nr, int nc, float* const* y) {
+  __m256 acc[kR][kC];
+  float mins[kR][kC];
+  for (int r = 0; r < kR; ++r) {
+    for (int c = 0; c < kC; ++c) {
+      acc[r][c] = _mm256_setzero_ps();
+      mins[r][c] = 0.0f;
+    }
+  }
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    for (int r = 0; r < kR; ++r) {
+      if (r >= nr) break;
+      const typename P::WB& wb = w[r][ib];
+      const __m256i qw = P::codes(wb);
+      const float dw = h2f(wb.d);
+      for (int c = 0; c < kC; ++c) {
+        if (c >= nc) break;
+        const typename P::XB& xb = x[c][ib];
+        if constexpr (P::kMin) mins[r][c] += P::min_term(wb, xb);
+        const __m256 d = _mm256_set1_ps(dw * h2f(xb.d));
+        acc[r][c] = _mm256_fmadd_ps(d, P::lanes(qw, xb), acc[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < nr; ++r) {
+    for (int c = 0; c < nc; ++c) {
+      y[c][r] = P::kMin ? hsum_f32x8(acc[r][c]) + mins[r][c] : hsum_f32x8(acc[r][c]);
+    }
+  }
+}
+
+template <class P>
+void gemm_rows_avx2(const GemmArgs& a) {
+  constexpr int kR = 4;
+  constexpr int kC = 2;
+  const int64_t nb = a.k / kQK;
+  const auto* wbase = static_cast<const uint8_t*>(a.w);
+  const auto* xbase = static_cast<const uint8_t*>(a.x);
+  for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
+    const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
+    const typename P::XB* xs[kC];
+    for (int c = 0; c < kC; ++c) {
+      xs[c] =
+          reinterpret_cast<const typename P::XB*>(xbase + (c0 + std::min(c, nc - 1)) * a.x_stride);
+    }
+    for (int64_t r0 = 0; r0 < a.n_w; r0 += kR) {
+      const int nr = static_cast<int>(std::min<int64_t>(kR, a.n_w - r0));
+      const typename P::WB* ws[kR];
+      for (int r = 0; r < kR; ++r) {
+        ws[r] = reinterpret_cast<const typename P::WB*>(wbase +
+                                                        (r0 + std::min(r, nr - 1)) * a.w_stride);
+      }
+      float* ys[kC];
+      for (int c = 0; c < kC; ++c) ys[c] = a.y + (c0 + std::min(c, nc - 1)) * a.y_stride + r0;
+      if (nr == kR && nc == kC) {
+        gemm_tile_avx2<P, kR, kC>(nb, ws, xs, kR, kC, ys);
+      } else {
+        gemm_tile_avx2<P, kR, kC>(nb, ws, xs, nr, nc, ys);
+      }
+    }
+  }
+}
+
 // Q6_K: codes 0..63 · y scaled per 16-element sub-block, minus the −32 offset taken per
 // lane from the activation's bsums: 32 · (bsums[2l]·sc[2l] + bsums[2l+1]·sc[2l+1]).
 // bsums: the 16 int16 bsums; sc16: the 16 sub-block scales as int16.
@@ -797,15 +897,15 @@ IsaDot avx2_dot(DType t) {
     case DType::kBF16:
       return float_dot_avx2(t);
     case DType::kQ4_0:
-      return {dot_q4_0_q8_0_avx2};
+      return {.dot = dot_q4_0_q8_0_avx2, .gemm = gemm_rows_avx2<Q4_0Gemm>, .gemv_rows_max = 0};
     case DType::kQ4_1:
-      return {dot_q4_1_q8_1_avx2};
+      return {.dot = dot_q4_1_q8_1_avx2, .gemm = gemm_rows_avx2<Q4_1Gemm>, .gemv_rows_max = 0};
     case DType::kQ5_0:
       return {dot_q5_0_q8_0_avx2};
     case DType::kQ5_1:
       return {dot_q5_1_q8_1_avx2};
     case DType::kQ8_0:
-      return {dot_q8_0_q8_0_avx2};
+      return {.dot = dot_q8_0_q8_0_avx2, .gemm = gemm_rows_avx2<Q8_0Gemm>, .gemv_rows_max = 0};
     case DType::kQ2_K:
       return {dot_q2_k_q8_k_avx2};
     case DType::kQ3_K:
