@@ -12,9 +12,9 @@ written and succeeds.
   checkout, the others in a temporary folder holding the files they name (chat.json).
 - Everything runs in its own network namespace (`unshare -n`, loopback up), so the
   quoted port 8080 is free and nothing leaks to the machine, and with HOME a temporary
-  folder whose ~/.cache/minfer/models links the real models — except the files the
-  quoted commands create (the converted embedding model), so a command that refuses
-  to overwrite its output still runs as written.
+  folder whose ~/.cache/minfer links the real cache (models, text, the routers' venv)
+  — except the files the quoted commands create (the converted embedding model), so a
+  command that refuses to overwrite its output still runs as written.
 - A synopsis (a block naming placeholders such as MODEL, FILE or `[-flag]`) cannot run;
   each of its `minfer SUBCOMMAND` lines is checked instead: every flag it shows is one
   that `minfer SUBCOMMAND --help` lists.
@@ -159,8 +159,16 @@ trap _stop EXIT
 
 
 def fake_home(home):
-    models = home / ".cache" / "minfer" / "models"
+    """The user's cache, set up as scripts/setup.sh leaves it (the models, the text, the
+    routers' venv: setup.sh, which scripts/run.sh runs first, then has nothing to fetch —
+    offline in the namespace it would retry PyPI for minutes), except the files the
+    quoted commands create."""
+    cache = home / ".cache" / "minfer"
+    models = cache / "models"
     models.mkdir(parents=True)
+    for entry in CACHE.iterdir():
+        if entry.name != "models":
+            (cache / entry.name).symlink_to(entry.resolve())
     for entry in (CACHE / "models").iterdir():
         if entry.name not in CREATED:
             (models / entry.name).symlink_to(entry.resolve())

@@ -61,4 +61,34 @@ void gemm_groups(const GemmArgs& a, int64_t nb, PrepW&& prep_w, PrepX&& prep_x, 
   }
 }
 
+// The register-blocked GEMMs' walk (vec_dot_avx2.cpp, vec_dot_avx2_exact.cpp): activation
+// rows in tiles of kC, weight rows in tiles of kR, each tile one pass over the blocks. A
+// partial tile repeats its last row (computed, never stored): tile(ws, xs, nr, nc, ys)
+// stores only y[c][r] for r < nr, c < nc.
+template <class WB, class XB, int kR, int kC, class Tile>
+void register_tiles(const GemmArgs& a, Tile&& tile) {
+  const auto* wbase = static_cast<const uint8_t*>(a.w);
+  const auto* xbase = static_cast<const uint8_t*>(a.x);
+  for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
+    const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
+    const XB* xs[kC];
+    float* ys[kC];
+    for (int c = 0; c < kC; ++c) {
+      const int64_t cc = c0 + std::min(c, nc - 1);
+      xs[c] = reinterpret_cast<const XB*>(xbase + cc * a.x_stride);
+      ys[c] = a.y + cc * a.y_stride;
+    }
+    for (int64_t r0 = 0; r0 < a.n_w; r0 += kR) {
+      const int nr = static_cast<int>(std::min<int64_t>(kR, a.n_w - r0));
+      const WB* ws[kR];
+      for (int r = 0; r < kR; ++r) {
+        ws[r] = reinterpret_cast<const WB*>(wbase + (r0 + std::min(r, nr - 1)) * a.w_stride);
+      }
+      float* yt[kC];
+      for (int c = 0; c < kC; ++c) yt[c] = ys[c] + r0;
+      tile(ws, xs, nr, nc, yt);
+    }
+  }
+}
+
 }  // namespace minfer::backend::cpu

@@ -148,6 +148,14 @@ IsaDot float_dot_avx512(DType weight_type);
 // float expression per block, bitwise equal to it.
 float dot_q5_0_q8_0_avx2(int64_t n, const void* w, const void* x);
 float dot_q5_1_q8_1_avx2(int64_t n, const void* w, const void* x);
+// Their register-blocked GEMM (8 outputs per tile; one activation row takes 8 weight
+// rows), each output bitwise its dot's.
+void gemm_q5_0_q8_0_avx2(const GemmArgs& a);
+void gemm_q5_1_q8_1_avx2(const GemmArgs& a);
+// Q4_K / Q5_K (vec_dot_avx2_exact.cpp): the same tiles over super-blocks, bitwise
+// dot_q4_k_q8_k_avx2 / dot_q5_k_q8_k_avx2.
+void gemm_q4_k_q8_k_avx2(const GemmArgs& a);
+void gemm_q5_k_q8_k_avx2(const GemmArgs& a);
 // AVX-512 VNNI Q6_K batch GEMM (n_x >= 2) with one zmm per x86 lane of 16 rows: bitwise
 // the Q6_K GEMV of avx512_dot (ggml's x86 lane order).
 void gemm_q6_k_q8_k_rows_avx512(const GemmArgs& a);

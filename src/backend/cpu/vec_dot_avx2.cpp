@@ -179,31 +179,15 @@ void gemm_rows_avx2(const GemmArgs& a) {
   constexpr int kR = 4;
   constexpr int kC = 2;
   const int64_t nb = a.k / kQK;
-  const auto* wbase = static_cast<const uint8_t*>(a.w);
-  const auto* xbase = static_cast<const uint8_t*>(a.x);
-  for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
-    const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
-    const typename P::XB* xs[kC];
-    for (int c = 0; c < kC; ++c) {
-      xs[c] =
-          reinterpret_cast<const typename P::XB*>(xbase + (c0 + std::min(c, nc - 1)) * a.x_stride);
-    }
-    for (int64_t r0 = 0; r0 < a.n_w; r0 += kR) {
-      const int nr = static_cast<int>(std::min<int64_t>(kR, a.n_w - r0));
-      const typename P::WB* ws[kR];
-      for (int r = 0; r < kR; ++r) {
-        ws[r] = reinterpret_cast<const typename P::WB*>(wbase +
-                                                        (r0 + std::min(r, nr - 1)) * a.w_stride);
-      }
-      float* ys[kC];
-      for (int c = 0; c < kC; ++c) ys[c] = a.y + (c0 + std::min(c, nc - 1)) * a.y_stride + r0;
-      if (nr == kR && nc == kC) {
-        gemm_tile_avx2<P, kR, kC>(nb, ws, xs, kR, kC, ys);
-      } else {
-        gemm_tile_avx2<P, kR, kC>(nb, ws, xs, nr, nc, ys);
-      }
-    }
-  }
+  register_tiles<typename P::WB, typename P::XB, kR, kC>(
+      a, [nb](const typename P::WB* const* ws, const typename P::XB* const* xs, int nr, int nc,
+              float* const* ys) {
+        if (nr == kR && nc == kC) {
+          gemm_tile_avx2<P, kR, kC>(nb, ws, xs, kR, kC, ys);
+        } else {
+          gemm_tile_avx2<P, kR, kC>(nb, ws, xs, nr, nc, ys);
+        }
+      });
 }
 
 // Q6_K: codes 0..63 · y scaled per 16-element sub-block, minus the −32 offset taken per
@@ -901,9 +885,9 @@ IsaDot avx2_dot(DType t) {
     case DType::kQ4_1:
       return {.dot = dot_q4_1_q8_1_avx2, .gemm = gemm_rows_avx2<Q4_1Gemm>, .gemv_rows_max = 0};
     case DType::kQ5_0:
-      return {dot_q5_0_q8_0_avx2};
+      return {.dot = dot_q5_0_q8_0_avx2, .gemm = gemm_q5_0_q8_0_avx2};
     case DType::kQ5_1:
-      return {dot_q5_1_q8_1_avx2};
+      return {.dot = dot_q5_1_q8_1_avx2, .gemm = gemm_q5_1_q8_1_avx2};
     case DType::kQ8_0:
       return {.dot = dot_q8_0_q8_0_avx2, .gemm = gemm_rows_avx2<Q8_0Gemm>, .gemv_rows_max = 0};
     case DType::kQ2_K:
@@ -911,9 +895,9 @@ IsaDot avx2_dot(DType t) {
     case DType::kQ3_K:
       return {dot_q3_k_q8_k_avx2};
     case DType::kQ4_K:
-      return {dot_q4_k_q8_k_avx2};
+      return {.dot = dot_q4_k_q8_k_avx2, .gemm = gemm_q4_k_q8_k_avx2};
     case DType::kQ5_K:
-      return {dot_q5_k_q8_k_avx2};
+      return {.dot = dot_q5_k_q8_k_avx2, .gemm = gemm_q5_k_q8_k_avx2};
     case DType::kQ6_K:
       return {dot_q6_k_q8_k_avx2};
     default:

@@ -8,7 +8,9 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
+#include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
 #include "quant/blocks.h"
@@ -110,6 +112,173 @@ float dot_q5_1_q8_1_avx2(int64_t n, const void* vw, const void* vx) {
     sumf += (h2f(w[ib].d) * h2f(x[ib].d)) * static_cast<float>(sumi) + h2f(w[ib].m) * h2f(x[ib].s);
   }
   return sumf;
+}
+
+namespace {
+
+// Eight int32x8 vectors to one: lane i holds v[i]'s total (exact, so any order).
+inline __m256i hsum8_i32x8(const __m256i* v) {
+  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                          _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+// The register-blocked forms of the two dots above (DotKernel::gemm), 8 outputs at a time
+// in the 8 f32 lanes of one register. Per block each output's exact integer Σ code·y (its
+// 8 partial lanes summed by one hadd tree for all 8 outputs), minus 16·Σy for Q5_0, then
+// its dot's float expression as lane arithmetic — sumf + (d_w·d_x)·float(sumi)
+// [+ m_w·s_x] — the same IEEE operations in the same order, so every output equals its
+// vec_dot call bit for bit (invariant 8). A dot is a chain of dependent scalar adds, one
+// per block, its weight codes decoded and Σy summed per call.
+//  GEMV (one activation row): 8 weight rows side by side, each block decoded once.
+//  GEMM (a batch): the call's weight rows decoded once into per-thread scratch (codes, d,
+//   m), each tile of 4 activation rows' d, s / Σy gathered once, then 2 × 4 tiles: two code
+//   loads and four activation loads per block for 8 outputs.
+template <class WB, class XB>
+void q5_gemv_avx2(const GemmArgs& a) {
+  constexpr bool kQ5_0 = std::is_same_v<WB, BlockQ5_0>;
+  const int64_t nb = a.k / kQK;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const auto* x = static_cast<const XB*>(a.x);
+  register_tiles<WB, XB, 8, 1>(a, [&](const WB* const* w, const XB* const*, int nr, int,
+                                      float* const* y) {
+    __m256 sumf = _mm256_setzero_ps();
+    for (int64_t ib = 0; ib < nb; ++ib) {
+      const __m256i yv = load256(x[ib].qs);
+      __m256i part[8];
+      alignas(16) uint16_t wd16[8];
+      for (int r = 0; r < 8; ++r) {
+        const __m256i codes = q5_codes(w[r][ib].qs, w[r][ib].qh);
+        part[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, yv), ones16);
+        wd16[r] = w[r][ib].d;
+      }
+      __m256i sumi = hsum8_i32x8(part);
+      if constexpr (kQ5_0) {  // − 16·Σy, exact
+        const int32_t sy =
+            hsum_i32x8(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), yv), ones16));
+        sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(16 * sy));
+      }
+      const __m256 wd = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wd16)));
+      const __m256 d = _mm256_mul_ps(wd, _mm256_set1_ps(h2f(x[ib].d)));
+      __m256 t = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi));
+      if constexpr (!kQ5_0) {
+        alignas(16) uint16_t wm16[8];
+        for (int r = 0; r < 8; ++r) wm16[r] = w[r][ib].m;
+        const __m256 wm = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wm16)));
+        t = _mm256_add_ps(t, _mm256_mul_ps(wm, _mm256_set1_ps(h2f(x[ib].s))));
+      }
+      sumf = _mm256_add_ps(sumf, t);
+    }
+    float out[8];
+    _mm256_storeu_ps(out, sumf);
+    for (int r = 0; r < nr; ++r) y[0][r] = out[r];
+  });
+}
+
+template <class WB, class XB>
+void q5_batch_avx2(const GemmArgs& a) {
+  constexpr bool kQ5_0 = std::is_same_v<WB, BlockQ5_0>;
+  constexpr int kR = 2;
+  constexpr int kC = 4;
+  const int64_t nb = a.k / kQK;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const auto* wbase = static_cast<const uint8_t*>(a.w);
+  const auto* xbase = static_cast<const uint8_t*>(a.x);
+  // weights: row r's block ib at [r * nb + ib]; dm: its d then m (Q5_1) as f32
+  const int64_t n_wb = a.n_w * nb;
+  __m256i* codes = thread_scratch<__m256i, 50>(static_cast<size_t>(n_wb));
+  float* wd = thread_scratch<float, 51>(static_cast<size_t>(2 * n_wb));
+  float* wm = wd + n_wb;
+  for (int64_t r = 0; r < a.n_w; ++r) {
+    const auto* w = reinterpret_cast<const WB*>(wbase + r * a.w_stride);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+      codes[r * nb + ib] = q5_codes(w[ib].qs, w[ib].qh);
+      wd[r * nb + ib] = h2f(w[ib].d);
+      if constexpr (!kQ5_0) wm[r * nb + ib] = h2f(w[ib].m);
+    }
+  }
+  // activation tile: per block the 4 rows' d, and Σy (Q5_0) or s (Q5_1)
+  float* xd = thread_scratch<float, 52>(static_cast<size_t>(kC * nb));
+  int32_t* xsum = thread_scratch<int32_t, 53>(static_cast<size_t>(kC * nb));
+  float* xs = thread_scratch<float, 54>(static_cast<size_t>(kC * nb));
+  for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
+    const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
+    const XB* x[kC];
+    for (int c = 0; c < kC; ++c) {
+      x[c] = reinterpret_cast<const XB*>(xbase + (c0 + std::min(c, nc - 1)) * a.x_stride);
+      for (int64_t ib = 0; ib < nb; ++ib) {
+        xd[ib * kC + c] = h2f(x[c][ib].d);
+        if constexpr (kQ5_0) {
+          xsum[ib * kC + c] = hsum_i32x8(_mm256_madd_epi16(
+              _mm256_maddubs_epi16(_mm256_set1_epi8(1), load256(x[c][ib].qs)), ones16));
+        } else {
+          xs[ib * kC + c] = h2f(x[c][ib].s);
+        }
+      }
+    }
+    for (int64_t r0 = 0; r0 < a.n_w; r0 += kR) {
+      const int nr = static_cast<int>(std::min<int64_t>(kR, a.n_w - r0));
+      const int64_t w0 = r0 * nb;
+      const int64_t w1 = (r0 + nr - 1) * nb;
+      __m256 sumf = _mm256_setzero_ps();
+      for (int64_t ib = 0; ib < nb; ++ib) {
+        const __m256i cw[kR] = {codes[w0 + ib], codes[w1 + ib]};
+        __m256i part[8];
+        for (int c = 0; c < kC; ++c) {
+          const __m256i yv = load256(x[c][ib].qs);
+          for (int r = 0; r < kR; ++r) {
+            part[r * kC + c] = _mm256_madd_epi16(_mm256_maddubs_epi16(cw[r], yv), ones16);
+          }
+        }
+        __m256i sumi = hsum8_i32x8(part);  // lane r·4 + c
+        if constexpr (kQ5_0) {
+          const __m256i sy = _mm256_broadcastsi128_si256(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(xsum + ib * kC)));
+          sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(sy, 4));  // − 16·Σy, exact
+        }
+        const __m256 wdl =
+            _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(wd + w0 + ib)),
+                                 _mm_broadcast_ss(wd + w1 + ib), 1);
+        const __m256 d =
+            _mm256_mul_ps(wdl, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xd + ib * kC)));
+        __m256 t = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi));
+        if constexpr (!kQ5_0) {
+          const __m256 wml =
+              _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(wm + w0 + ib)),
+                                   _mm_broadcast_ss(wm + w1 + ib), 1);
+          t = _mm256_add_ps(
+              t, _mm256_mul_ps(wml,
+                               _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xs + ib * kC))));
+        }
+        sumf = _mm256_add_ps(sumf, t);
+      }
+      float out[8];
+      _mm256_storeu_ps(out, sumf);
+      for (int r = 0; r < nr; ++r) {
+        for (int c = 0; c < nc; ++c) a.y[(c0 + c) * a.y_stride + r0 + r] = out[r * kC + c];
+      }
+    }
+  }
+}
+
+template <class WB, class XB>
+void q5_gemm_avx2(const GemmArgs& a) {
+  if (a.n_x == 1) {
+    q5_gemv_avx2<WB, XB>(a);
+  } else {
+    q5_batch_avx2<WB, XB>(a);
+  }
+}
+
+}  // namespace
+
+void gemm_q5_0_q8_0_avx2(const GemmArgs& a) {
+  q5_gemm_avx2<BlockQ5_0, BlockQ8_0>(a);
+}
+
+void gemm_q5_1_q8_1_avx2(const GemmArgs& a) {
+  q5_gemm_avx2<BlockQ5_1, BlockQ8_1>(a);
 }
 
 float dot_q2_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
@@ -229,6 +398,117 @@ float dot_q5_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
     sumf += d * static_cast<float>(sumi) - dmin * static_cast<float>(summ);
   }
   return sumf;
+}
+
+namespace {
+
+// Q4_K / Q5_K: sub-block k's 32 codes (element 32k + l): nibble k % 2 of qs[32(k/2) + l],
+// for Q5_K with bit k of qh[l] as bit 4.
+inline __m256i kquant_nibbles(const uint8_t* qs, int k) {
+  const __m256i q = load256(qs + 32 * (k / 2));
+  return _mm256_and_si256(_mm256_srli_epi16(q, 4 * (k % 2)), _mm256_set1_epi8(0x0F));
+}
+struct Q4_KCodes {
+  using WB = BlockQ4_K;
+  static __m256i codes(const WB& b, int k) { return kquant_nibbles(b.qs, k); }
+};
+struct Q5_KCodes {
+  using WB = BlockQ5_K;
+  static __m256i codes(const WB& b, int k) {
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(load256(b.qh), k), _mm256_set1_epi8(1));
+    return _mm256_or_si256(kquant_nibbles(b.qs, k), _mm256_slli_epi16(hi, 4));
+  }
+};
+
+// The register-blocked form of the Q4_K / Q5_K dots above, as q5_tile_avx2: kR · kC = 8
+// outputs, (r, c) in lane r·kC + c. Per super-block each output's exact integers Σ_k
+// sc_k·Σ code·y (one hadd tree for all 8) and Σ_j m_j·(bsums[2j] + bsums[2j+1]) (vpmaddwd
+// of the bsums against the mins, each twice; one more tree), then its dot's float
+// expression as lane arithmetic: sumf + ((d_x·d_w)·float(sumi) − (d_x·dmin_w)·float(summ)).
+template <class P, int kR, int kC>
+void kquant_tile_avx2(int64_t nb, const typename P::WB* const* w, const BlockQ8_K* const* x, int nr,
+                      int nc, float* const* y) {
+  static_assert(kR * kC == 8);
+  // bytes 8..15 (the mins) each twice: int16 pairs against the 16 bsums
+  const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  __m256 sumf = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    alignas(16) uint8_t sm[kR][16];
+    __m256i mins16[kR];
+    for (int r = 0; r < kR; ++r) {
+      kquant_scales_mins(w[r][i].scales, sm[r]);
+      const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(sm[r]));
+      mins16[r] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
+    }
+    __m256i acc[8];
+    for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      __m256i codes[kR];
+      __m256i sc[kR];
+      for (int r = 0; r < kR; ++r) {
+        codes[r] = P::codes(w[r][i], k);
+        sc[r] = _mm256_set1_epi16(sm[r][k]);
+      }
+      for (int c = 0; c < kC; ++c) {
+        const __m256i yv = load256(x[c][i].qs + 32 * k);
+        for (int r = 0; r < kR; ++r) {
+          acc[r * kC + c] = _mm256_add_epi32(
+              acc[r * kC + c], _mm256_madd_epi16(_mm256_maddubs_epi16(codes[r], yv), sc[r]));
+        }
+      }
+    }
+    const __m256i sumi = hsum8_i32x8(acc);
+    __m256i mterm[8];
+    for (int c = 0; c < kC; ++c) {
+      const __m256i bsums = load256(x[c][i].bsums);
+      for (int r = 0; r < kR; ++r) mterm[r * kC + c] = _mm256_madd_epi16(bsums, mins16[r]);
+    }
+    const __m256i summ = hsum8_i32x8(mterm);
+    float xd[8], wd[8], wdmin[8];
+    for (int l = 0; l < 8; ++l) {
+      xd[l] = x[l % kC][i].d;
+      wd[l] = h2f(w[l / kC][i].d);
+      wdmin[l] = h2f(w[l / kC][i].dmin);
+    }
+    const __m256 vxd = _mm256_loadu_ps(xd);
+    const __m256 d = _mm256_mul_ps(vxd, _mm256_loadu_ps(wd));
+    const __m256 dmin = _mm256_mul_ps(vxd, _mm256_loadu_ps(wdmin));
+    const __m256 t = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)),
+                                   _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ)));
+    sumf = _mm256_add_ps(sumf, t);
+  }
+  float out[8];
+  _mm256_storeu_ps(out, sumf);
+  for (int r = 0; r < nr; ++r) {
+    for (int c = 0; c < nc; ++c) y[c][r] = out[r * kC + c];
+  }
+}
+
+template <class P>
+void kquant_gemm_avx2(const GemmArgs& a) {
+  using WB = typename P::WB;
+  const int64_t nb = a.k / kQKK;
+  if (a.n_x == 1) {
+    register_tiles<WB, BlockQ8_K, 8, 1>(
+        a, [nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int nc, float* const* ys) {
+          kquant_tile_avx2<P, 8, 1>(nb, ws, xs, nr, nc, ys);
+        });
+  } else {
+    register_tiles<WB, BlockQ8_K, 2, 4>(
+        a, [nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int nc, float* const* ys) {
+          kquant_tile_avx2<P, 2, 4>(nb, ws, xs, nr, nc, ys);
+        });
+  }
+}
+
+}  // namespace
+
+void gemm_q4_k_q8_k_avx2(const GemmArgs& a) {
+  kquant_gemm_avx2<Q4_KCodes>(a);
+}
+
+void gemm_q5_k_q8_k_avx2(const GemmArgs& a) {
+  kquant_gemm_avx2<Q5_KCodes>(a);
 }
 
 }  // namespace minfer::backend::cpu

@@ -28,7 +28,7 @@ float dot_q5_k_q8_k_avx2(int64_t n, const void* w, const void* x);
 // Scales and mins 0-3 are the low 6 bits of bytes 0-3 and 4-7; those of 4-7 take their
 // low nibble (scale) or high nibble (min) from bytes 8-11 and their top 2 bits from the
 // top 2 bits of bytes 0-3 (scale) or 4-7 (min).
-inline void kquant_scales_mins(const uint8_t* q, uint8_t out[16]) {
+static inline void kquant_scales_mins(const uint8_t* q, uint8_t out[16]) {
   uint32_t b0, b1, b2;
   std::memcpy(&b0, q, 4);
   std::memcpy(&b1, q + 4, 4);
@@ -40,7 +40,7 @@ inline void kquant_scales_mins(const uint8_t* q, uint8_t out[16]) {
 }
 
 // Q4_K / Q5_K packed 6-bit scale and min of sub-block j (ggml get_scale_min_k4).
-inline void kquant_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+static inline void kquant_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
