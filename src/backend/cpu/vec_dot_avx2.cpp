@@ -240,6 +240,74 @@ float dot_q6_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
+// The Q6_K batch GEMM (DotKernel::gemm; batches only, gemv_rows_max 0): one weight row
+// against up to 8 activation rows per pass. Per super-block the row's 8 code vectors and
+// sub-block scale pairs (q6_k_lanes' terms) are decoded once and dotted against each
+// activation row; each output then takes its dot's fma into its own 8 f32 lanes, reduced
+// once at the end by the same hsum, so it equals dot_q6_k_q8_k_avx2 bit for bit.
+void gemm_q6_k_q8_k_avx2(const GemmArgs& a) {
+  constexpr int kC = 8;
+  const int64_t nb = a.k / kQKK;
+  const auto* wbase = static_cast<const uint8_t*>(a.w);
+  const auto* xbase = static_cast<const uint8_t*>(a.x);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i m2 = _mm256_set1_epi8(0x03);
+  for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
+    const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
+    const BlockQ8_K* x[kC];
+    for (int c = 0; c < kC; ++c) {
+      x[c] = reinterpret_cast<const BlockQ8_K*>(xbase + (c0 + std::min(c, nc - 1)) * a.x_stride);
+    }
+    for (int64_t r = 0; r < a.n_w; ++r) {
+      const auto* w = reinterpret_cast<const BlockQ6_K*>(wbase + r * a.w_stride);
+      __m256 acc[kC];
+      for (int c = 0; c < kC; ++c) acc[c] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        const BlockQ6_K& b = w[i];
+        __m256i q[8];
+        __m256i sc[8];
+        for (int h = 0; h < 2; ++h) {
+          const __m256i ql0 = load256(b.ql + 64 * h);
+          const __m256i ql1 = load256(b.ql + 64 * h + 32);
+          const __m256i qh = load256(b.qh + 32 * h);
+          q[4 * h] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                     _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+          q[4 * h + 1] =
+              _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+          q[4 * h + 2] =
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+          q[4 * h + 3] =
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+          for (int k = 0; k < 4; ++k) {
+            const int s = 8 * h + 2 * k;
+            sc[4 * h + k] =
+                _mm256_set_m128i(_mm_set1_epi16(b.scales[s + 1]), _mm_set1_epi16(b.scales[s]));
+          }
+        }
+        const __m256i sc16 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+        const float wd = h2f(b.d);
+        for (int c = 0; c < kC; ++c) {
+          const BlockQ8_K& xb = x[c][i];
+          __m256i sumi = _mm256_setzero_si256();
+          for (int j = 0; j < 8; ++j) {
+            sumi = _mm256_add_epi32(
+                sumi,
+                _mm256_madd_epi16(_mm256_maddubs_epi16(q[j], load256(xb.qs + 32 * j)), sc[j]));
+          }
+          sumi = _mm256_sub_epi32(sumi,
+                                  _mm256_slli_epi32(_mm256_madd_epi16(load256(xb.bsums), sc16), 5));
+          acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(xb.d * wd), _mm256_cvtepi32_ps(sumi), acc[c]);
+        }
+      }
+      for (int c = 0; c < nc; ++c) a.y[(c0 + c) * a.y_stride + r] = hsum_f32x8(acc[c]);
+    }
+  }
+}
+
 }  // namespace
 
 // llama.cpp's tiled K-quant matmul order for Q6_K (vec_dot.h): the same exact integers as
@@ -899,7 +967,7 @@ IsaDot avx2_dot(DType t) {
     case DType::kQ5_K:
       return {.dot = dot_q5_k_q8_k_avx2, .gemm = gemm_q5_k_q8_k_avx2};
     case DType::kQ6_K:
-      return {dot_q6_k_q8_k_avx2};
+      return {.dot = dot_q6_k_q8_k_avx2, .gemm = gemm_q6_k_q8_k_avx2, .gemv_rows_max = 0};
     default:
       return {};
   }
