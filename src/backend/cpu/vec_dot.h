@@ -144,15 +144,11 @@ IsaDot avx2_build_ggml_dot(DType weight_type);
 // tile, 2 × 3 per AVX2 tile) give those bits (vec_dot_float_avx2.cpp, _avx512.cpp).
 IsaDot float_dot_avx2(DType weight_type);
 IsaDot float_dot_avx512(DType weight_type);
-// AVX2 Q5_0 / Q5_1 (vec_dot_avx2_exact.cpp): the scalar reference's exact integers and
-// float expression per block, bitwise equal to it.
-float dot_q5_0_q8_0_avx2(int64_t n, const void* w, const void* x);
-float dot_q5_1_q8_1_avx2(int64_t n, const void* w, const void* x);
-// Their register-blocked GEMM (8 outputs per tile; one activation row takes 8 weight
-// rows), each output bitwise its dot's.
-void gemm_q5_0_q8_0_avx2(const GemmArgs& a);
-void gemm_q5_1_q8_1_avx2(const GemmArgs& a);
-// Q4_K / Q5_K (vec_dot_avx2_exact.cpp): the same tiles over super-blocks, bitwise
+// AVX2 Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 for the default numerics (vec_dot_avx2_exact.cpp):
+// the scalar reference's exact integers and float expression per block, bitwise equal to
+// it (and to the AVX-512 rows kernels); the dot, and a GEMV / GEMM of 8 outputs per tile.
+IsaDot avx2_ref_legacy_dot(DType weight_type);
+// Q4_K / Q5_K (vec_dot_avx2_exact.cpp): such tiles over super-blocks, bitwise
 // dot_q4_k_q8_k_avx2 / dot_q5_k_q8_k_avx2.
 void gemm_q4_k_q8_k_avx2(const GemmArgs& a);
 void gemm_q5_k_q8_k_avx2(const GemmArgs& a);

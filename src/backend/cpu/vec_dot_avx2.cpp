@@ -70,7 +70,11 @@ inline __m256i load256(const void* p) {
   return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
-float dot_q4_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
+// ggml's x86 order for Q4_0, Q4_1 and Q8_0 (--numerics llamacpp, avx2_ggml_dot): 8 f32
+// lanes, an fma per block of the block's integer lanes scaled by d_w·d_x, one horizontal
+// sum at the end (Q4_1's m·s terms summed apart and added last). The default numerics
+// take the scalar reference's order instead (avx2_ref_legacy_dot).
+float dot_q4_0_q8_0_lanes_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -82,7 +86,7 @@ float dot_q4_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
-float dot_q4_1_q8_1_avx2(int64_t n, const void* vw, const void* vx) {
+float dot_q4_1_q8_1_lanes_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ4_1*>(vw);
   const auto* x = static_cast<const BlockQ8_1*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -95,7 +99,7 @@ float dot_q4_1_q8_1_avx2(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc) + summs;
 }
 
-float dot_q8_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
+float dot_q8_0_q8_0_lanes_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ8_0*>(vw);
   const auto* x = static_cast<const BlockQ8_0*>(vx);
   __m256 acc = _mm256_setzero_ps();
@@ -106,7 +110,7 @@ float dot_q8_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
   return hsum_f32x8(acc);
 }
 
-// The register-blocked form of the three dots above (DotKernel::gemm): kR weight rows ×
+// The register-blocked form of the three lane-order dots above (DotKernel::gemm): kR weight rows ×
 // kC activation rows per pass over the blocks, each output with its own 8-lane
 // accumulator taking its dot's operations in its dot's order — the same integer lanes, the
 // same scale product, the same fma — so every output equals its vec_dot call bit for bit
@@ -917,6 +921,15 @@ IsaDot avx2_ggml_dot(DType t) {
               .batch_w_rows_multiple = 4};
     case DType::kQ5_0:  // ggml's x86 lanes (Q5_0 is not repacked on x86)
       return {.dot = dot_q5_0_q8_0_ggml_avx2};
+    case DType::kQ4_0:  // ggml's x86 lanes (the repacked form: llamacpp_repack_dot_kernel)
+      return {
+          .dot = dot_q4_0_q8_0_lanes_avx2, .gemm = gemm_rows_avx2<Q4_0Gemm>, .gemv_rows_max = 0};
+    case DType::kQ4_1:
+      return {
+          .dot = dot_q4_1_q8_1_lanes_avx2, .gemm = gemm_rows_avx2<Q4_1Gemm>, .gemv_rows_max = 0};
+    case DType::kQ8_0:
+      return {
+          .dot = dot_q8_0_q8_0_lanes_avx2, .gemm = gemm_rows_avx2<Q8_0Gemm>, .gemv_rows_max = 0};
     case DType::kQ5_K:  // ggml's x86 lanes; its tiled K-quant matmul from 8 rows
       return {.dot = dot_q5_k_q8_k_ggml_avx2,
               .dot_batch = dot_q5_k_q8_k_tiled_avx2,
@@ -949,15 +962,11 @@ IsaDot avx2_dot(DType t) {
     case DType::kBF16:
       return float_dot_avx2(t);
     case DType::kQ4_0:
-      return {.dot = dot_q4_0_q8_0_avx2, .gemm = gemm_rows_avx2<Q4_0Gemm>, .gemv_rows_max = 0};
     case DType::kQ4_1:
-      return {.dot = dot_q4_1_q8_1_avx2, .gemm = gemm_rows_avx2<Q4_1Gemm>, .gemv_rows_max = 0};
     case DType::kQ5_0:
-      return {.dot = dot_q5_0_q8_0_avx2, .gemm = gemm_q5_0_q8_0_avx2};
     case DType::kQ5_1:
-      return {.dot = dot_q5_1_q8_1_avx2, .gemm = gemm_q5_1_q8_1_avx2};
     case DType::kQ8_0:
-      return {.dot = dot_q8_0_q8_0_avx2, .gemm = gemm_rows_avx2<Q8_0Gemm>, .gemv_rows_max = 0};
+      return avx2_ref_legacy_dot(t);
     case DType::kQ2_K:
       return {dot_q2_k_q8_k_avx2};
     case DType::kQ3_K:

@@ -20,6 +20,8 @@ namespace {
 
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
+using quant::BlockQ4_0;
+using quant::BlockQ4_1;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
 using quant::BlockQ5_1;
@@ -71,12 +73,6 @@ inline __m256i q5_codes(const uint8_t* qs, const uint8_t* qh) {
   return _mm256_or_si256(nib, _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10)));
 }
 
-// Σ of 32 u8 codes · s8 activations, exact.
-inline int32_t isum32(__m256i codes, const int8_t* y) {
-  return hsum_i32x8(
-      _mm256_madd_epi16(_mm256_maddubs_epi16(codes, load256(y)), _mm256_set1_epi16(1)));
-}
-
 // A Q4_K / Q5_K super-block's 8 sub-block scales and Σ_j m_j·(bsums[2j] + bsums[2j+1]).
 inline int32_t scales_and_summ(const uint8_t* packed, const int16_t* bsums, int16_t sc[8]) {
   alignas(16) uint8_t sm[16];
@@ -90,30 +86,6 @@ inline int32_t scales_and_summ(const uint8_t* packed, const int16_t* bsums, int1
 
 }  // namespace
 
-float dot_q5_0_q8_0_avx2(int64_t n, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ5_0*>(vw);
-  const auto* x = static_cast<const BlockQ8_0*>(vx);
-  float sumf = 0.0f;
-  for (int64_t ib = 0; ib < n / kQK; ++ib) {
-    int32_t sx = 0;  // the codes are dotted as q (0..31), the values are q − 16
-    for (int j = 0; j < kQK; ++j) sx += x[ib].qs[j];
-    const int32_t sumi = isum32(q5_codes(w[ib].qs, w[ib].qh), x[ib].qs) - 16 * sx;
-    sumf += (h2f(w[ib].d) * h2f(x[ib].d)) * static_cast<float>(sumi);
-  }
-  return sumf;
-}
-
-float dot_q5_1_q8_1_avx2(int64_t n, const void* vw, const void* vx) {
-  const auto* w = static_cast<const BlockQ5_1*>(vw);
-  const auto* x = static_cast<const BlockQ8_1*>(vx);
-  float sumf = 0.0f;
-  for (int64_t ib = 0; ib < n / kQK; ++ib) {
-    const int32_t sumi = isum32(q5_codes(w[ib].qs, w[ib].qh), x[ib].qs);
-    sumf += (h2f(w[ib].d) * h2f(x[ib].d)) * static_cast<float>(sumi) + h2f(w[ib].m) * h2f(x[ib].s);
-  }
-  return sumf;
-}
-
 namespace {
 
 // Eight int32x8 vectors to one: lane i holds v[i]'s total (exact, so any order).
@@ -124,22 +96,126 @@ inline __m256i hsum8_i32x8(const __m256i* v) {
                           _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-// The register-blocked forms of the two dots above (DotKernel::gemm), 8 outputs at a time
-// in the 8 f32 lanes of one register. Per block each output's exact integer Σ code·y (its
-// 8 partial lanes summed by one hadd tree for all 8 outputs), minus 16·Σy for Q5_0, then
-// its dot's float expression as lane arithmetic — sumf + (d_w·d_x)·float(sumi)
-// [+ m_w·s_x] — the same IEEE operations in the same order, so every output equals its
-// vec_dot call bit for bit (invariant 8). A dot is a chain of dependent scalar adds, one
-// per block, its weight codes decoded and Σy summed per call.
+// A Q4 block's 32 codes (0..15) in element order: the low nibbles, then the high.
+inline __m256i q4_codes(const uint8_t* qs) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+// The legacy types as the scalar reference computes them (vec_dot_scalar.cpp): per block
+// an exact integer Σ code·y, minus offset·Σy where the codes are stored offset (Q4_0: 8,
+// Q5_0: 16), then its float expression —
+//   Q4_0  sumf += (float(sumi) · d_w) · d_x
+//   Q8_0  sumf += float(sumi) · (d_w · d_x)
+//   Q5_0  sumf += (d_w · d_x) · float(sumi)
+//   Q4_1, Q5_1  sumf += (d_w · d_x) · float(sumi) + m_w · s_x
+// (a·b = b·a exactly, so Q8_0's and Q5_0's are one form). Codes are unsigned except Q8_0's
+// (signed: vpmaddubsw takes |w| and y with w's sign).
+struct Q4_0Ref {
+  using WB = BlockQ4_0;
+  using XB = BlockQ8_0;
+  static constexpr int kShift = 3;  // Σ code·y − 8·Σy
+  static constexpr bool kSigned = false, kMin = false, kSumFirst = true;
+  static __m256i codes(const WB& b) { return q4_codes(b.qs); }
+};
+struct Q4_1Ref {
+  using WB = BlockQ4_1;
+  using XB = BlockQ8_1;
+  static constexpr int kShift = -1;
+  static constexpr bool kSigned = false, kMin = true, kSumFirst = false;
+  static __m256i codes(const WB& b) { return q4_codes(b.qs); }
+};
+struct Q5_0Ref {
+  using WB = BlockQ5_0;
+  using XB = BlockQ8_0;
+  static constexpr int kShift = 4;  // Σ code·y − 16·Σy
+  static constexpr bool kSigned = false, kMin = false, kSumFirst = false;
+  static __m256i codes(const WB& b) { return q5_codes(b.qs, b.qh); }
+};
+struct Q5_1Ref {
+  using WB = BlockQ5_1;
+  using XB = BlockQ8_1;
+  static constexpr int kShift = -1;
+  static constexpr bool kSigned = false, kMin = true, kSumFirst = false;
+  static __m256i codes(const WB& b) { return q5_codes(b.qs, b.qh); }
+};
+struct Q8_0Ref {
+  using WB = BlockQ8_0;
+  using XB = BlockQ8_0;
+  static constexpr int kShift = -1;
+  static constexpr bool kSigned = true, kMin = false, kSumFirst = false;
+  static __m256i codes(const WB& b) { return load256(b.qs); }
+};
+
+// Σ code·y of one block in 8 int32 lanes (exact); for signed codes a = |w|.
+template <class P>
+inline __m256i block_lanes(__m256i codes, __m256i abs_codes, __m256i y) {
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  if constexpr (P::kSigned) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_codes, _mm256_sign_epi8(y, codes)), ones16);
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, y), ones16);
+  }
+}
+
+inline int32_t sum_y(__m256i y) {  // Σ of 32 s8, exact
+  return hsum_i32x8(
+      _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1)));
+}
+
+// One dot (DotKernel::vec_dot), the scalar reference's operations.
+template <class P>
+float legacy_dot(int64_t n, const void* vw, const void* vx) {
+  const auto* w = static_cast<const typename P::WB*>(vw);
+  const auto* x = static_cast<const typename P::XB*>(vx);
+  float sumf = 0.0f;
+  for (int64_t ib = 0; ib < n / kQK; ++ib) {
+    const __m256i codes = P::codes(w[ib]);
+    const __m256i y = load256(x[ib].qs);
+    int32_t sumi = hsum_i32x8(block_lanes<P>(codes, _mm256_abs_epi8(codes), y));
+    if constexpr (P::kShift >= 0) sumi -= sum_y(y) * (1 << P::kShift);
+    const float dw = h2f(w[ib].d);
+    const float dx = h2f(x[ib].d);
+    if constexpr (P::kSumFirst) {
+      sumf += static_cast<float>(sumi) * dw * dx;
+    } else if constexpr (P::kMin) {
+      sumf += (dw * dx) * static_cast<float>(sumi) + h2f(w[ib].m) * h2f(x[ib].s);
+    } else {
+      sumf += (dw * dx) * static_cast<float>(sumi);
+    }
+  }
+  return sumf;
+}
+
+// The float step for 8 outputs at once (lane l): sumf + the type's expression, the same
+// IEEE operations as legacy_dot's scalar line, lane by lane.
+template <class P>
+inline __m256 legacy_step(__m256 sumf, __m256i sumi, __m256 wd, __m256 xd, __m256 wm, __m256 xs) {
+  const __m256 s = _mm256_cvtepi32_ps(sumi);
+  if constexpr (P::kSumFirst) return _mm256_add_ps(sumf, _mm256_mul_ps(_mm256_mul_ps(s, wd), xd));
+  __m256 t = _mm256_mul_ps(_mm256_mul_ps(wd, xd), s);
+  if constexpr (P::kMin) t = _mm256_add_ps(t, _mm256_mul_ps(wm, xs));
+  return _mm256_add_ps(sumf, t);
+}
+
+inline __m256 cvt_halves8(const uint16_t* h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
+// The register-blocked forms (DotKernel::gemm), 8 outputs in the 8 f32 lanes of one
+// register: per block each output's exact integer sum (one hadd tree for all 8), then
+// legacy_step — so every output equals legacy_dot, and the scalar reference, bit for bit
+// (invariant 8, and one result on every x86 CPU: the AVX-512 rows kernels give the same).
+// A dot is a chain of dependent scalar adds, one per block.
 //  GEMV (one activation row): 8 weight rows side by side, each block decoded once.
 //  GEMM (a batch): the call's weight rows decoded once into per-thread scratch (codes, d,
-//   m), each tile of 4 activation rows' d, s / Σy gathered once, then 2 × 4 tiles: two code
-//   loads and four activation loads per block for 8 outputs.
-template <class WB, class XB>
-void q5_gemv_avx2(const GemmArgs& a) {
-  constexpr bool kQ5_0 = std::is_same_v<WB, BlockQ5_0>;
+//   m), each tile of 4 activation rows' d, s and Σy gathered once, then 2 × 4 tiles: two
+//   code loads and four activation loads per block for 8 outputs.
+template <class P>
+void legacy_gemv_avx2(const GemmArgs& a) {
+  using WB = typename P::WB;
+  using XB = typename P::XB;
   const int64_t nb = a.k / kQK;
-  const __m256i ones16 = _mm256_set1_epi16(1);
   const auto* x = static_cast<const XB*>(a.x);
   register_tiles<WB, XB, 8, 1>(a, [&](const WB* const* w, const XB* const*, int nr, int,
                                       float* const* y) {
@@ -148,27 +224,24 @@ void q5_gemv_avx2(const GemmArgs& a) {
       const __m256i yv = load256(x[ib].qs);
       __m256i part[8];
       alignas(16) uint16_t wd16[8];
+      alignas(16) uint16_t wm16[8];
       for (int r = 0; r < 8; ++r) {
-        const __m256i codes = q5_codes(w[r][ib].qs, w[r][ib].qh);
-        part[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, yv), ones16);
+        const __m256i codes = P::codes(w[r][ib]);
+        part[r] = block_lanes<P>(codes, _mm256_abs_epi8(codes), yv);
         wd16[r] = w[r][ib].d;
+        if constexpr (P::kMin) wm16[r] = w[r][ib].m;
       }
       __m256i sumi = hsum8_i32x8(part);
-      if constexpr (kQ5_0) {  // − 16·Σy, exact
-        const int32_t sy =
-            hsum_i32x8(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), yv), ones16));
-        sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(16 * sy));
+      if constexpr (P::kShift >= 0) {
+        sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(sum_y(yv) * (1 << P::kShift)));
       }
-      const __m256 wd = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wd16)));
-      const __m256 d = _mm256_mul_ps(wd, _mm256_set1_ps(h2f(x[ib].d)));
-      __m256 t = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi));
-      if constexpr (!kQ5_0) {
-        alignas(16) uint16_t wm16[8];
-        for (int r = 0; r < 8; ++r) wm16[r] = w[r][ib].m;
-        const __m256 wm = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wm16)));
-        t = _mm256_add_ps(t, _mm256_mul_ps(wm, _mm256_set1_ps(h2f(x[ib].s))));
+      __m256 wm = _mm256_setzero_ps();
+      __m256 xs = _mm256_setzero_ps();
+      if constexpr (P::kMin) {
+        wm = cvt_halves8(wm16);
+        xs = _mm256_set1_ps(h2f(x[ib].s));
       }
-      sumf = _mm256_add_ps(sumf, t);
+      sumf = legacy_step<P>(sumf, sumi, cvt_halves8(wd16), _mm256_set1_ps(h2f(x[ib].d)), wm, xs);
     }
     float out[8];
     _mm256_storeu_ps(out, sumf);
@@ -176,16 +249,16 @@ void q5_gemv_avx2(const GemmArgs& a) {
   });
 }
 
-template <class WB, class XB>
-void q5_batch_avx2(const GemmArgs& a) {
-  constexpr bool kQ5_0 = std::is_same_v<WB, BlockQ5_0>;
+template <class P>
+void legacy_batch_avx2(const GemmArgs& a) {
+  using WB = typename P::WB;
+  using XB = typename P::XB;
   constexpr int kR = 2;
   constexpr int kC = 4;
   const int64_t nb = a.k / kQK;
-  const __m256i ones16 = _mm256_set1_epi16(1);
   const auto* wbase = static_cast<const uint8_t*>(a.w);
   const auto* xbase = static_cast<const uint8_t*>(a.x);
-  // weights: row r's block ib at [r * nb + ib]; dm: its d then m (Q5_1) as f32
+  // weights: row r's block ib at [r * nb + ib]; its d and m as f32
   const int64_t n_wb = a.n_w * nb;
   __m256i* codes = thread_scratch<__m256i, 50>(static_cast<size_t>(n_wb));
   float* wd = thread_scratch<float, 51>(static_cast<size_t>(2 * n_wb));
@@ -193,15 +266,15 @@ void q5_batch_avx2(const GemmArgs& a) {
   for (int64_t r = 0; r < a.n_w; ++r) {
     const auto* w = reinterpret_cast<const WB*>(wbase + r * a.w_stride);
     for (int64_t ib = 0; ib < nb; ++ib) {
-      codes[r * nb + ib] = q5_codes(w[ib].qs, w[ib].qh);
+      codes[r * nb + ib] = P::codes(w[ib]);
       wd[r * nb + ib] = h2f(w[ib].d);
-      if constexpr (!kQ5_0) wm[r * nb + ib] = h2f(w[ib].m);
+      if constexpr (P::kMin) wm[r * nb + ib] = h2f(w[ib].m);
     }
   }
-  // activation tile: per block the 4 rows' d, and Σy (Q5_0) or s (Q5_1)
-  float* xd = thread_scratch<float, 52>(static_cast<size_t>(kC * nb));
-  int32_t* xsum = thread_scratch<int32_t, 53>(static_cast<size_t>(kC * nb));
-  float* xs = thread_scratch<float, 54>(static_cast<size_t>(kC * nb));
+  // activation tile: per block the 4 rows' d, s (Q8_1) and offset·Σy
+  float* xd = thread_scratch<float, 52>(static_cast<size_t>(2 * kC * nb));
+  float* xs = xd + kC * nb;
+  int32_t* xoff = thread_scratch<int32_t, 53>(static_cast<size_t>(kC * nb));
   for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
     const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
     const XB* x[kC];
@@ -209,11 +282,9 @@ void q5_batch_avx2(const GemmArgs& a) {
       x[c] = reinterpret_cast<const XB*>(xbase + (c0 + std::min(c, nc - 1)) * a.x_stride);
       for (int64_t ib = 0; ib < nb; ++ib) {
         xd[ib * kC + c] = h2f(x[c][ib].d);
-        if constexpr (kQ5_0) {
-          xsum[ib * kC + c] = hsum_i32x8(_mm256_madd_epi16(
-              _mm256_maddubs_epi16(_mm256_set1_epi8(1), load256(x[c][ib].qs)), ones16));
-        } else {
-          xs[ib * kC + c] = h2f(x[c][ib].s);
+        if constexpr (P::kMin) xs[ib * kC + c] = h2f(x[c][ib].s);
+        if constexpr (P::kShift >= 0) {
+          xoff[ib * kC + c] = sum_y(load256(x[c][ib].qs)) * (1 << P::kShift);
         }
       }
     }
@@ -224,34 +295,32 @@ void q5_batch_avx2(const GemmArgs& a) {
       __m256 sumf = _mm256_setzero_ps();
       for (int64_t ib = 0; ib < nb; ++ib) {
         const __m256i cw[kR] = {codes[w0 + ib], codes[w1 + ib]};
+        __m256i aw[kR];
+        for (int r = 0; r < kR; ++r) aw[r] = P::kSigned ? _mm256_abs_epi8(cw[r]) : cw[r];
         __m256i part[8];
         for (int c = 0; c < kC; ++c) {
           const __m256i yv = load256(x[c][ib].qs);
-          for (int r = 0; r < kR; ++r) {
-            part[r * kC + c] = _mm256_madd_epi16(_mm256_maddubs_epi16(cw[r], yv), ones16);
-          }
+          for (int r = 0; r < kR; ++r) part[r * kC + c] = block_lanes<P>(cw[r], aw[r], yv);
         }
         __m256i sumi = hsum8_i32x8(part);  // lane r·4 + c
-        if constexpr (kQ5_0) {
-          const __m256i sy = _mm256_broadcastsi128_si256(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(xsum + ib * kC)));
-          sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(sy, 4));  // − 16·Σy, exact
+        if constexpr (P::kShift >= 0) {
+          sumi = _mm256_sub_epi32(sumi, _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                            reinterpret_cast<const __m128i*>(xoff + ib * kC))));
         }
-        const __m256 wdl =
-            _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(wd + w0 + ib)),
-                                 _mm_broadcast_ss(wd + w1 + ib), 1);
-        const __m256 d =
-            _mm256_mul_ps(wdl, _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xd + ib * kC)));
-        __m256 t = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi));
-        if constexpr (!kQ5_0) {
-          const __m256 wml =
-              _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(wm + w0 + ib)),
-                                   _mm_broadcast_ss(wm + w1 + ib), 1);
-          t = _mm256_add_ps(
-              t, _mm256_mul_ps(wml,
-                               _mm256_broadcast_ps(reinterpret_cast<const __m128*>(xs + ib * kC))));
+        const auto pair = [&](const float* v) {  // [v(row 0) ×4, v(row 1) ×4]
+          return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(v + w0 + ib)),
+                                      _mm_broadcast_ss(v + w1 + ib), 1);
+        };
+        const auto quad = [&](const float* v) {  // [v(col 0..3), v(col 0..3)]
+          return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(v + ib * kC));
+        };
+        __m256 wml = _mm256_setzero_ps();
+        __m256 xsl = _mm256_setzero_ps();
+        if constexpr (P::kMin) {
+          wml = pair(wm);
+          xsl = quad(xs);
         }
-        sumf = _mm256_add_ps(sumf, t);
+        sumf = legacy_step<P>(sumf, sumi, pair(wd), quad(xd), wml, xsl);
       }
       float out[8];
       _mm256_storeu_ps(out, sumf);
@@ -262,23 +331,37 @@ void q5_batch_avx2(const GemmArgs& a) {
   }
 }
 
-template <class WB, class XB>
-void q5_gemm_avx2(const GemmArgs& a) {
+template <class P>
+void legacy_gemm_avx2(const GemmArgs& a) {
   if (a.n_x == 1) {
-    q5_gemv_avx2<WB, XB>(a);
+    legacy_gemv_avx2<P>(a);
   } else {
-    q5_batch_avx2<WB, XB>(a);
+    legacy_batch_avx2<P>(a);
   }
+}
+
+template <class P>
+IsaDot legacy_ref() {
+  return {.dot = legacy_dot<P>, .gemm = legacy_gemm_avx2<P>};
 }
 
 }  // namespace
 
-void gemm_q5_0_q8_0_avx2(const GemmArgs& a) {
-  q5_gemm_avx2<BlockQ5_0, BlockQ8_0>(a);
-}
-
-void gemm_q5_1_q8_1_avx2(const GemmArgs& a) {
-  q5_gemm_avx2<BlockQ5_1, BlockQ8_1>(a);
+IsaDot avx2_ref_legacy_dot(DType t) {
+  switch (t) {
+    case DType::kQ4_0:
+      return legacy_ref<Q4_0Ref>();
+    case DType::kQ4_1:
+      return legacy_ref<Q4_1Ref>();
+    case DType::kQ5_0:
+      return legacy_ref<Q5_0Ref>();
+    case DType::kQ5_1:
+      return legacy_ref<Q5_1Ref>();
+    case DType::kQ8_0:
+      return legacy_ref<Q8_0Ref>();
+    default:
+      return {};
+  }
 }
 
 float dot_q2_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
