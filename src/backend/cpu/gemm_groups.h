@@ -91,4 +91,20 @@ void register_tiles(const GemmArgs& a, Tile&& tile) {
   }
 }
 
+// Decode streams every weight once, and a GEMV tile's interleaved rows defeat the hardware
+// prefetcher: the tile two ahead (rows r0 + 2·rows .. of the call's weights, `w_bytes`
+// in all) is asked for a slice per block, block ib of nb. Static: the ISA files each get
+// their own copy.
+static inline void prefetch_tile_ahead(const GemmArgs& a, const void* tile_row0, int rows,
+                                       int64_t ib, int64_t nb) {
+  const auto* base = static_cast<const uint8_t*>(a.w);
+  const int64_t w_bytes = a.n_w * static_cast<int64_t>(a.w_stride);
+  const int64_t tile_bytes = rows * static_cast<int64_t>(a.w_stride);
+  const int64_t lines = (tile_bytes + 63) / 64;
+  const int64_t ahead = (static_cast<const uint8_t*>(tile_row0) - base) + 2 * tile_bytes;
+  for (int64_t l = ib * lines / nb; l < (ib + 1) * lines / nb; ++l) {
+    if (ahead + 64 * l < w_bytes) __builtin_prefetch(base + ahead + 64 * l, 0, 3);
+  }
+}
+
 }  // namespace minfer::backend::cpu

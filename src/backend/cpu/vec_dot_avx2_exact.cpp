@@ -221,6 +221,7 @@ void legacy_gemv_avx2(const GemmArgs& a) {
                                       float* const* y) {
     __m256 sumf = _mm256_setzero_ps();
     for (int64_t ib = 0; ib < nb; ++ib) {
+      prefetch_tile_ahead(a, w[0], 8, ib, nb);
       const __m256i yv = load256(x[ib].qs);
       __m256i part[8];
       alignas(16) uint16_t wd16[8];
@@ -509,13 +510,14 @@ struct Q5_KCodes {
 // of the bsums against the mins, each twice; one more tree), then its dot's float
 // expression as lane arithmetic: sumf + ((d_x·d_w)·float(sumi) − (d_x·dmin_w)·float(summ)).
 template <class P, int kR, int kC>
-void kquant_tile_avx2(int64_t nb, const typename P::WB* const* w, const BlockQ8_K* const* x, int nr,
-                      int nc, float* const* y) {
+void kquant_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const* w,
+                      const BlockQ8_K* const* x, int nr, int nc, float* const* y) {
   static_assert(kR * kC == 8);
   // bytes 8..15 (the mins) each twice: int16 pairs against the 16 bsums
   const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
   __m256 sumf = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
+    if constexpr (kC == 1) prefetch_tile_ahead(a, w[0], kR, i, nb);  // decode
     alignas(16) uint8_t sm[kR][16];
     __m256i mins16[kR];
     for (int r = 0; r < kR; ++r) {
@@ -573,14 +575,12 @@ void kquant_gemm_avx2(const GemmArgs& a) {
   const int64_t nb = a.k / kQKK;
   if (a.n_x == 1) {
     register_tiles<WB, BlockQ8_K, 8, 1>(
-        a, [nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int nc, float* const* ys) {
-          kquant_tile_avx2<P, 8, 1>(nb, ws, xs, nr, nc, ys);
-        });
+        a, [&a, nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int nc,
+                    float* const* ys) { kquant_tile_avx2<P, 8, 1>(a, nb, ws, xs, nr, nc, ys); });
   } else {
     register_tiles<WB, BlockQ8_K, 2, 4>(
-        a, [nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int nc, float* const* ys) {
-          kquant_tile_avx2<P, 2, 4>(nb, ws, xs, nr, nc, ys);
-        });
+        a, [&a, nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int nc,
+                    float* const* ys) { kquant_tile_avx2<P, 2, 4>(a, nb, ws, xs, nr, nc, ys); });
   }
 }
 
