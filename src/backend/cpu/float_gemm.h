@@ -6,6 +6,9 @@
 //   template <class Fmt> static void pack(src, stride, n, steps, dst)    rows → f32
 //   static void tile(nw, nx, steps, wp, xp, y, ys)                      an nw × nx tile
 //   static constexpr int kNW, kNX                                         the largest tile
+//   static constexpr bool kWidensX: true where the ISA also has
+//   template <class Fmt> static void tile_narrow(...)  the tile on Fmt::T activation rows
+//                                                       read in place (no activation packing)
 // and its element format Fmt (T, one()). Invariant: every output is the single-row dot's
 // (the kernels keep the 16-lane order; the k % 16 tail is fma'd on here in order).
 #pragma once
@@ -82,7 +85,10 @@ void float_gemm(const GemmArgs& a) {
     return reinterpret_cast<uintptr_t>(p) % K::kLoadBytes == 0 && stride % K::kLoadBytes == 0;
   };
   const bool in_place = Fmt::kInPlace && on_width(a.w, a.w_stride);
-  const bool x_in_place = Fmt::kInPlace && on_width(a.x, a.x_stride);
+  // f16 / bf16 activations: read in place by tiles that widen them (K::kWidensX), else
+  // widened once per call into the packed tile.
+  constexpr bool kNarrowX = !Fmt::kInPlace && K::kWidensX;
+  const bool x_in_place = kNarrowX || (Fmt::kInPlace && on_width(a.x, a.x_stride));
   float* wp = nullptr;
   if (!in_place) {
     wp = thread_scratch<float, 0>(static_cast<size_t>(std::max<int64_t>(1, n_groups * group)));
@@ -103,7 +109,12 @@ void float_gemm(const GemmArgs& a) {
     const int64_t nx = std::min<int64_t>(K::kNX, a.n_x - j0);
     const float* xt = xp;
     int64_t xrs = 16, xss = nx * 16;
-    if (x_in_place) {
+    const auto* xn =
+        reinterpret_cast<const typename Fmt::T*>(x + static_cast<uint64_t>(j0) * a.x_stride);
+    if (kNarrowX) {
+      xrs = static_cast<int64_t>(a.x_stride / sizeof(typename Fmt::T));
+      xss = 16;
+    } else if (x_in_place) {
       xt = reinterpret_cast<const float*>(x + static_cast<uint64_t>(j0) * a.x_stride);
       xrs = static_cast<int64_t>(a.x_stride / sizeof(float));
       xss = 16;
@@ -120,14 +131,19 @@ void float_gemm(const GemmArgs& a) {
         const TileCarry carry{.acc = acc != nullptr ? acc + g * K::kNW * K::kNX * 16 : nullptr,
                               .load = s0 > 0,
                               .store = s0 + ns < steps};
+        const float* wt = wp + g * group + s0 * nw * 16;
+        int64_t wrs = 16, wss = nw * 16;
         if (in_place) {
-          const auto* wr =
-              reinterpret_cast<const float*>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride);
-          K::tile(nw, nx, ns, wr + s0 * 16, static_cast<int64_t>(a.w_stride / sizeof(float)), 16,
-                  xt + s0 * xss, xrs, xss, yt, a.y_stride, carry);
+          wt = reinterpret_cast<const float*>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride) +
+               s0 * 16;
+          wrs = static_cast<int64_t>(a.w_stride / sizeof(float));
+          wss = 16;
+        }
+        if constexpr (kNarrowX) {
+          K::template tile_narrow<Fmt>(nw, nx, ns, wt, wrs, wss, xn + s0 * xss, xrs, xss, yt,
+                                       a.y_stride, carry);
         } else {
-          K::tile(nw, nx, ns, wp + g * group + s0 * nw * 16, 16, nw * 16, xt + s0 * xss, xrs, xss,
-                  yt, a.y_stride, carry);
+          K::tile(nw, nx, ns, wt, wrs, wss, xt + s0 * xss, xrs, xss, yt, a.y_stride, carry);
         }
       }
     }

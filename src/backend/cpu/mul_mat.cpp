@@ -6,6 +6,7 @@
 // activation rows, never a dot product, so results are bitwise independent of the
 // thread count and of the batch.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string_view>
@@ -21,10 +22,22 @@ constexpr int64_t kTileRows = 16;
 // ... and for a batch of at least kBatchRows activation rows.
 constexpr int64_t kTileRowsBatch = 64;
 constexpr int64_t kBatchRows = 6;
-// A float-weight (F32/F16/BF16) GEMM call packs its weight rows once and every activation
-// row once per call, and the activation rows of a long batch come from L3: so each thread
-// takes as few calls as keep its packed f32 weight panel within this (half its L2).
-constexpr int64_t kFloatPanelBytes = 1 << 20;
+// A float-weight (F32/F16/BF16) GEMM call packs its weight rows once (and, but where the
+// AVX2 tiles read f16 / bf16 ones in place, every activation row once per call), and the activation
+// rows of a long batch come from L3: so each thread takes as few calls as keep its packed f32
+// weight panel within half the L2 that cpuid reports (glibc's sysconf reads it; 1 MiB where it says
+// nothing). On a 512 KiB L2 (AMD Zen 3, one core, F16 GEMM of 512 activation rows) 1 MiB panels ran
+// at 64 GFLOP/s on 4,864-wide rows and 72 on 896-wide ones, 256 KiB panels at 76 and 84.
+int64_t float_panel_bytes() {
+  static const int64_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? std::clamp<int64_t>(l2 / 2, 64 << 10, 4 << 20) : int64_t{1} << 20;
+  }();
+  return bytes;
+}
+// The fewest weight rows a float GEMM call takes (its packing of activation rows is then
+// shared by at least these).
+constexpr int64_t kFloatCallRowsMin = 16;
 // Decode: prefetch the weights this many tiles ahead of the one computing.
 constexpr int64_t kPrefetchTiles = 1;  // 2 measured no better
 // Activation rows quantized per chunk (each costs about a microsecond).
@@ -86,9 +99,10 @@ Status op_mul_mat(const OpCtx& c, graph::NodeId id) {
       wn.dtype == DType::kF32 || wn.dtype == DType::kF16 || wn.dtype == DType::kBF16;
   if (float_w && m_rows >= kBatchRows && dk.gemm != nullptr && dk.vec_dot_batch == nullptr) {
     const int64_t per_thread = (n_out + pool.n_threads() - 1) / pool.n_threads();
-    const int64_t fits = std::max(kTileRowsBatch, kFloatPanelBytes / (k_dim * 4));
+    const int64_t fits = std::max(kFloatCallRowsMin, float_panel_bytes() / (k_dim * 4));
     const int64_t calls = (per_thread + fits - 1) / fits;
-    tile_rows = std::max<int64_t>(16, ((per_thread + calls - 1) / calls + 15) / 16 * 16);
+    tile_rows =
+        std::max<int64_t>(kFloatCallRowsMin, ((per_thread + calls - 1) / calls + 15) / 16 * 16);
   }
   const int64_t n_tiles = (n_out + tile_rows - 1) / tile_rows;
   parallel_range(pool, n_tiles, 1, [&](int64_t t_lo, int64_t t_hi, int32_t) {

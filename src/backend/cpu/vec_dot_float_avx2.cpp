@@ -90,14 +90,23 @@ float dot16(int64_t n, const void* w, const void* x) {
   return y;
 }
 
+// A loaded vector kept in a register: the compiler otherwise folds the load into each fma
+// that reads it (one load per use, which makes the tile load-bound).
+inline __m256 in_register(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
 // Prefill tile: NW weight rows × NX activation rows over `steps` 16-element steps, row r
-// of step s at wp + s·wss + r·wrs (xp likewise): packed step-major ([step][row][16] f32,
-// two sequential streams) or f32 rows read in place, two accumulators per
-// output (2 × 3 × 2 = 12 of the 16 ymm registers); y gets each output's reduced body,
-// the caller fma's a k % 16 tail onto it.
-template <int NW, int NX>
-void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const float* xp, int64_t xrs,
-            int64_t xss, float* y, int64_t ys, TileCarry carry) {
+// of step s at wp + s·wss + r·wrs (xp likewise, in elements of XFmt): weights packed
+// step-major ([step][row][16] f32, a sequential stream) or f32 rows read in place;
+// activations f32 (packed or in place) or f16 / bf16 rows read in place and widened as
+// loaded (exact), so a call never packs them. Two accumulators per output (2 × 3 × 2 = 12
+// of the 16 ymm registers); y gets each output's reduced body, the caller fma's a k % 16
+// tail onto it.
+template <class XFmt, int NW, int NX>
+void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const typename XFmt::T* xp,
+            int64_t xrs, int64_t xss, float* y, int64_t ys, TileCarry carry) {
   __m256 lo[NW][NX], hi[NW][NX];
   for (int r = 0; r < NW; ++r)
     for (int c = 0; c < NX; ++c) {
@@ -107,15 +116,20 @@ void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const floa
         hi[r][c] = _mm256_loadu_ps(carry.acc + (r * NX + c) * 16 + 8);
       }
     }
+  // Each half step (lanes 0-7, then 8-15) loads the NX activation vectors once and each
+  // weight vector once: NX + NW loads for NW x NX fmas (12 accumulators, NX + 1 more
+  // registers), where a whole 16-element step per weight row reloads every activation.
   for (int64_t s = 0; s < steps; ++s) {
+    __m256 xv[NX];
+    for (int c = 0; c < NX; ++c) xv[c] = in_register(XFmt::load8(xp + s * xss + c * xrs));
     for (int r = 0; r < NW; ++r) {
-      const __m256 wl = _mm256_loadu_ps(wp + s * wss + r * wrs);
-      const __m256 wh = _mm256_loadu_ps(wp + s * wss + r * wrs + 8);
-      for (int c = 0; c < NX; ++c) {
-        const float* xc = xp + s * xss + c * xrs;
-        lo[r][c] = _mm256_fmadd_ps(wl, _mm256_loadu_ps(xc), lo[r][c]);
-        hi[r][c] = _mm256_fmadd_ps(wh, _mm256_loadu_ps(xc + 8), hi[r][c]);
-      }
+      const __m256 wl = in_register(_mm256_loadu_ps(wp + s * wss + r * wrs));
+      for (int c = 0; c < NX; ++c) lo[r][c] = _mm256_fmadd_ps(wl, xv[c], lo[r][c]);
+    }
+    for (int c = 0; c < NX; ++c) xv[c] = in_register(XFmt::load8(xp + s * xss + c * xrs + 8));
+    for (int r = 0; r < NW; ++r) {
+      const __m256 wh = in_register(_mm256_loadu_ps(wp + s * wss + r * wrs + 8));
+      for (int c = 0; c < NX; ++c) hi[r][c] = _mm256_fmadd_ps(wh, xv[c], hi[r][c]);
     }
   }
   if (carry.store) {  // a K block of a longer row: the lanes go on in the next call
@@ -130,13 +144,15 @@ void tile16(int64_t steps, const float* wp, int64_t wrs, int64_t wss, const floa
     for (int c = 0; c < NX; ++c) y[c * ys + r] = tree16(lo[r][c], hi[r][c]);
 }
 
-using TileFn = void (*)(int64_t, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
-                        float*, int64_t, TileCarry);
+template <class XFmt>
+using TileFn = void (*)(int64_t, const float*, int64_t, int64_t, const typename XFmt::T*, int64_t,
+                        int64_t, float*, int64_t, TileCarry);
 constexpr int kNW = 2;
 constexpr int kNX = 3;
-constexpr std::array<std::array<TileFn, kNX>, kNW> kTiles = {{
-    {&tile16<1, 1>, &tile16<1, 2>, &tile16<1, 3>},
-    {&tile16<2, 1>, &tile16<2, 2>, &tile16<2, 3>},
+template <class XFmt>
+constexpr std::array<std::array<TileFn<XFmt>, kNX>, kNW> kTiles = {{
+    {&tile16<XFmt, 1, 1>, &tile16<XFmt, 1, 2>, &tile16<XFmt, 1, 3>},
+    {&tile16<XFmt, 2, 1>, &tile16<XFmt, 2, 2>, &tile16<XFmt, 2, 3>},
 }};
 
 // n rows (stride bytes apart) of `steps` 16-element steps → [step][row][16] f32.
@@ -166,11 +182,20 @@ struct Kernels {
   static void pack(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, float* dst) {
     pack_rows<Fmt>(src, stride, n, steps, dst);
   }
+  // f16 / bf16 activation rows are read in place by the tiles (tile_narrow).
+  static constexpr bool kWidensX = true;
   static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, int64_t wrs, int64_t wss,
                    const float* xp, int64_t xrs, int64_t xss, float* y, int64_t ys,
                    TileCarry carry) {
-    kTiles[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, wrs, wss, xp, xrs,
-                                                                     xss, y, ys, carry);
+    kTiles<F32Fmt>[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](
+        steps, wp, wrs, wss, xp, xrs, xss, y, ys, carry);
+  }
+  template <class Fmt>
+  static void tile_narrow(int64_t nw, int64_t nx, int64_t steps, const float* wp, int64_t wrs,
+                          int64_t wss, const typename Fmt::T* xp, int64_t xrs, int64_t xss,
+                          float* y, int64_t ys, TileCarry carry) {
+    kTiles<Fmt>[static_cast<size_t>(nw - 1)][static_cast<size_t>(nx - 1)](steps, wp, wrs, wss, xp,
+                                                                          xrs, xss, y, ys, carry);
   }
 };
 

@@ -178,6 +178,7 @@ struct Kernels {
   static constexpr int kNW = ::minfer::backend::cpu::kNW;
   static constexpr int kNX = ::minfer::backend::cpu::kNX;
   static constexpr uint64_t kLoadBytes = 64;  // a zmm load: rows read in place start on these
+  static constexpr bool kWidensX = false;     // f16 / bf16 activations are packed to f32 per call
   template <class Fmt, int NW>
   static void rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fmt::T* x,
                    float* y) {
