@@ -32,19 +32,20 @@ struct TileCarry {
   bool store = false;
 };
 
-// Decode: 4 weight rows at a time, the rows 8 ahead prefetched.
-template <class K, class Fmt>
-void float_gemv(const GemmArgs& a) {
-  constexpr int64_t kRows = 4;
+// Decode: kRows weight rows at a time; with kPrefetch, the rows 8 ahead asked for.
+template <class K, class Fmt, int64_t kRows, bool kPrefetch>
+void float_gemv_pass(const GemmArgs& a) {
   constexpr int64_t kAhead = 8;  // rows prefetched ahead of the ones computing
   const auto* w = static_cast<const uint8_t*>(a.w);
   const auto* x = static_cast<const typename Fmt::T*>(a.x);
   const auto row_bytes = static_cast<int64_t>(a.k * sizeof(typename Fmt::T));
   int64_t r = 0;
   for (; r + kRows <= a.n_w; r += kRows) {
-    for (int64_t p = r + kAhead; p < std::min(a.n_w, r + kAhead + kRows); ++p) {
-      const uint8_t* pr = w + static_cast<uint64_t>(p) * a.w_stride;
-      for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(pr + off, 0, 3);
+    if constexpr (kPrefetch) {
+      for (int64_t p = r + kAhead; p < std::min(a.n_w, r + kAhead + kRows); ++p) {
+        const uint8_t* pr = w + static_cast<uint64_t>(p) * a.w_stride;
+        for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(pr + off, 0, 3);
+      }
     }
     K::template rows<Fmt, kRows>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x,
                                  a.y + r);
@@ -52,6 +53,25 @@ void float_gemv(const GemmArgs& a) {
   for (; r < a.n_w; ++r) {
     K::template rows<Fmt, 1>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.w_stride, x,
                              a.y + r);
+  }
+}
+
+// Decode. Where the ISA says so (K::kGemvShortRowBytes > 0), rows up to that many bytes go
+// one at a time with the rows 8 ahead prefetched (a sequential stream: interleaved short
+// rows defeat the hardware prefetcher), longer ones 4 at a time unprefetched (the hardware
+// prefetcher follows 4 long streams, and prefetching 8 of them ahead evicts L1); else
+// 4 rows at a time, prefetched.
+template <class K, class Fmt>
+void float_gemv(const GemmArgs& a) {
+  const auto row_bytes = static_cast<int64_t>(a.k * sizeof(typename Fmt::T));
+  if constexpr (K::kGemvShortRowBytes > 0) {
+    if (row_bytes <= K::kGemvShortRowBytes) {
+      float_gemv_pass<K, Fmt, 1, true>(a);
+    } else {
+      float_gemv_pass<K, Fmt, 4, false>(a);
+    }
+  } else {
+    float_gemv_pass<K, Fmt, 4, true>(a);
   }
 }
 

@@ -183,6 +183,7 @@ struct Kernels {
     pack_rows<Fmt>(src, stride, n, steps, dst);
   }
   // f16 / bf16 activation rows are read in place by the tiles (tile_narrow).
+  static constexpr int64_t kGemvShortRowBytes = 4096;  // float_gemv
   static constexpr bool kWidensX = true;
   static void tile(int64_t nw, int64_t nx, int64_t steps, const float* wp, int64_t wrs, int64_t wss,
                    const float* xp, int64_t xrs, int64_t xss, float* y, int64_t ys,

@@ -177,8 +177,9 @@ void pack_rows(const uint8_t* src, uint64_t stride, int64_t n, int64_t steps, fl
 struct Kernels {
   static constexpr int kNW = ::minfer::backend::cpu::kNW;
   static constexpr int kNX = ::minfer::backend::cpu::kNX;
-  static constexpr uint64_t kLoadBytes = 64;  // a zmm load: rows read in place start on these
-  static constexpr bool kWidensX = false;     // f16 / bf16 activations are packed to f32 per call
+  static constexpr uint64_t kLoadBytes = 64;        // a zmm load: rows read in place start on these
+  static constexpr int64_t kGemvShortRowBytes = 0;  // float_gemv
+  static constexpr bool kWidensX = false;  // f16 / bf16 activations are packed to f32 per call
   template <class Fmt, int NW>
   static void rows(int64_t k, const uint8_t* w, uint64_t w_stride, const typename Fmt::T* x,
                    float* y) {
