@@ -140,8 +140,9 @@ IsaDot avx2_build_ggml_dot(DType weight_type);
 // F32 / F16 / BF16 weights (default numerics): 16 fma lanes per output, lanes l and l + 8
 // added, then ((0+4)+(2+6))+((1+5)+(3+7)), the n % 16 tail fma'd on in order — the
 // scalar column's lanes16_fma_dot. Each ISA's dot, GEMV (n_x 1: four rows' fma chains
-// at once) and GEMM (weights widened to f32 once per call, 4 × 6 outputs per AVX-512
-// tile, 2 × 3 per AVX2 tile) give those bits (vec_dot_float_avx2.cpp, _avx512.cpp).
+// at once, or on AVX2 one short row at a time) and GEMM (weights widened to f32 once per call, 4 ×
+// 6 outputs per AVX-512 tile, 2 × 3 per AVX2 tile) give those bits (vec_dot_float_avx2.cpp,
+// _avx512.cpp).
 IsaDot float_dot_avx2(DType weight_type);
 IsaDot float_dot_avx512(DType weight_type);
 // AVX2 Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 for the default numerics (vec_dot_avx2_exact.cpp):
@@ -152,6 +153,11 @@ IsaDot avx2_ref_legacy_dot(DType weight_type);
 // dot_q4_k_q8_k_avx2 / dot_q5_k_q8_k_avx2.
 void gemm_q4_k_q8_k_avx2(const GemmArgs& a);
 void gemm_q5_k_q8_k_avx2(const GemmArgs& a);
+// AVX2 Q6_K (vec_dot_avx2_q6k.cpp): ggml's x86 lane order (8 exact integer lanes per
+// super-block, an fma each into 8 f32 lanes, one tree at the end), the scalar twin's
+// bits; the batch GEMM (n_x >= 2) decodes each super-block once for 8 activation rows.
+float dot_q6_k_q8_k_avx2(int64_t n, const void* w, const void* x);
+void gemm_q6_k_q8_k_avx2(const GemmArgs& a);
 // AVX-512 VNNI Q6_K batch GEMM (n_x >= 2) with one zmm per x86 lane of 16 rows: bitwise
 // the Q6_K GEMV of avx512_dot (ggml's x86 lane order).
 void gemm_q6_k_q8_k_rows_avx512(const GemmArgs& a);
@@ -266,7 +272,7 @@ float dot_q5_0_q8_0_ggml_scalar(int64_t n, const void* w, const void* x);
 // microkernel adds, per super-block in order, acc = fma(float(Σ sc·(q − 32)·y) · d_w, d_x, acc)
 // for Q6_K (its add of the product to the tile compiles to an fma).
 float dot_q6_k_q8_k_tiled_scalar(int64_t n, const void* w, const void* x);
-float dot_q6_k_q8_k_tiled_avx2(int64_t n, const void* w, const void* x);  // vec_dot_avx2.cpp
+float dot_q6_k_q8_k_tiled_avx2(int64_t n, const void* w, const void* x);  // vec_dot_avx2_q6k.cpp
 // Q5_K (not repacked on x86), per super-block from exact s1 = Σ_j sc_j·Σq·y and
 // s2 = Σ_j m_j·bsum_j:
 //  GEMV (ggml_vec_dot_q5_K_q8_K's x86 form, the same in its AVX2 and AVX-512 builds): 8 f32
