@@ -116,6 +116,7 @@ struct Q4_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = 3;  // Σ code·y − 8·Σy
   static constexpr bool kSigned = false, kMin = false, kSumFirst = true;
+  static constexpr bool kSequentialGemv = false;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return q4_codes(b.qs); }
 };
 struct Q4_1Ref {
@@ -123,6 +124,7 @@ struct Q4_1Ref {
   using XB = BlockQ8_1;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = false, kMin = true, kSumFirst = false;
+  static constexpr bool kSequentialGemv = false;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return q4_codes(b.qs); }
 };
 struct Q5_0Ref {
@@ -130,6 +132,7 @@ struct Q5_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = 4;  // Σ code·y − 16·Σy
   static constexpr bool kSigned = false, kMin = false, kSumFirst = false;
+  static constexpr bool kSequentialGemv = true;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return q5_codes(b.qs, b.qh); }
 };
 struct Q5_1Ref {
@@ -137,6 +140,7 @@ struct Q5_1Ref {
   using XB = BlockQ8_1;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = false, kMin = true, kSumFirst = false;
+  static constexpr bool kSequentialGemv = false;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return q5_codes(b.qs, b.qh); }
 };
 struct Q8_0Ref {
@@ -144,6 +148,7 @@ struct Q8_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = true, kMin = false, kSumFirst = false;
+  static constexpr bool kSequentialGemv = true;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return load256(b.qs); }
 };
 
@@ -163,9 +168,10 @@ inline int32_t sum_y(__m256i y) {  // Σ of 32 s8, exact
       _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1)));
 }
 
-// One dot (DotKernel::vec_dot), the scalar reference's operations.
+// One dot, the scalar reference's operations; y_offsets (offset · Σy per block, where the
+// codes are stored offset) computed here when null, else taken (a GEMV's rows share them).
 template <class P>
-float legacy_dot(int64_t n, const void* vw, const void* vx) {
+float legacy_dot_offsets(int64_t n, const void* vw, const void* vx, const int32_t* y_offsets) {
   const auto* w = static_cast<const typename P::WB*>(vw);
   const auto* x = static_cast<const typename P::XB*>(vx);
   float sumf = 0.0f;
@@ -173,7 +179,9 @@ float legacy_dot(int64_t n, const void* vw, const void* vx) {
     const __m256i codes = P::codes(w[ib]);
     const __m256i y = load256(x[ib].qs);
     int32_t sumi = hsum_i32x8(block_lanes<P>(codes, _mm256_abs_epi8(codes), y));
-    if constexpr (P::kShift >= 0) sumi -= sum_y(y) * (1 << P::kShift);
+    if constexpr (P::kShift >= 0) {
+      sumi -= y_offsets != nullptr ? y_offsets[ib] : sum_y(y) * (1 << P::kShift);
+    }
     const float dw = h2f(w[ib].d);
     const float dx = h2f(x[ib].d);
     if constexpr (P::kSumFirst) {
@@ -185,6 +193,12 @@ float legacy_dot(int64_t n, const void* vw, const void* vx) {
     }
   }
   return sumf;
+}
+
+// One dot (DotKernel::vec_dot).
+template <class P>
+float legacy_dot(int64_t n, const void* vw, const void* vx) {
+  return legacy_dot_offsets<P>(n, vw, vx, nullptr);
 }
 
 // The float step for 8 outputs at once (lane l): sumf + the type's expression, the same
@@ -332,26 +346,36 @@ void legacy_batch_avx2(const GemmArgs& a) {
   }
 }
 
-// Decode of short Q8_0 rows (at most kSeqBlocks blocks): one row after another through
-// legacy_dot, the row 8 ahead prefetched — a sequential stream. The 8-row tile reads 8
-// interleaved short streams, which the hardware prefetcher follows poorly: on the AMD
-// EPYC (Zen 3, one core, weights from DRAM) 896-wide rows ran at 8.6 GB/s in tiles and
-// 11.4 one at a time, 640-wide ones 7.0 and 11.8; from 1,920 elements on the tile is as
-// fast or faster. Q4_0 / Q5_0 dots cost more per block (a second sum for the code offset)
-// than the stream saves, so they keep the tile. Same legacy_dot bits either way.
+// Decode of short Q8_0 and Q5_0 rows (P::kSequentialGemv, at most kSeqBlocks blocks): one
+// row after another through the dot (the code offsets' Σy taken once per call), the row
+// 8 ahead prefetched — a sequential stream. The 8-row tile reads 8 interleaved short
+// streams, which the hardware prefetcher follows poorly: on the AMD EPYC (Zen 3, one
+// core, weights from DRAM) 896-wide Q8_0 rows ran at 8.6 GB/s in tiles and 11.4 one at a
+// time, 640-wide ones 7.0 and 11.8, 896-wide Q5_0 4.9 and 5.7; from 1,920 elements on the
+// Q8_0 tile is as fast or faster. Q4_0's dot costs more per block than the stream saves
+// (6.7 GB/s tiled, 5.6 one at a time); Q4_1 / Q5_1 keep the tile, unmeasured. The same
+// legacy_dot bits either way.
 constexpr int64_t kSeqBlocks = 48;
 
 template <class P>
 void legacy_gemm_avx2(const GemmArgs& a) {
-  if (P::kSigned && a.n_x == 1 && a.k / kQK <= kSeqBlocks) {
+  if (P::kSequentialGemv && a.n_x == 1 && a.k / kQK <= kSeqBlocks) {
     constexpr int64_t kAhead = 8;
     const auto* w = static_cast<const uint8_t*>(a.w);
+    int32_t* offsets = nullptr;
+    if constexpr (P::kShift >= 0) {
+      const auto* x = static_cast<const typename P::XB*>(a.x);
+      offsets = thread_scratch<int32_t, 56>(static_cast<size_t>(a.k / kQK));
+      for (int64_t ib = 0; ib < a.k / kQK; ++ib) {
+        offsets[ib] = sum_y(load256(x[ib].qs)) * (1 << P::kShift);
+      }
+    }
     for (int64_t r = 0; r < a.n_w; ++r) {
       if (r + kAhead < a.n_w) {
         const uint8_t* p = w + static_cast<uint64_t>(r + kAhead) * a.w_stride;
         for (uint64_t off = 0; off < a.w_stride; off += 64) __builtin_prefetch(p + off, 0, 3);
       }
-      a.y[r] = legacy_dot<P>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.x);
+      a.y[r] = legacy_dot_offsets<P>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.x, offsets);
     }
     return;
   }
