@@ -11,17 +11,12 @@
 
 #include "backend/cpu/expf_glibc.h"
 #include "backend/cpu/vec_dot.h"
+#include "backend/cpu/x86_simd.h"
 
 namespace minfer::backend::cpu {
 namespace {
 
-// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): the AVX2 twin's horizontal tree.
-inline float hsum_f32x8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using x86::hsum_f32x8;
 
 // Eight registers, each two 8-lane dot accumulators (low half "a", high half "b"), summed
 // by hsum_f32x8's tree — the same additions of the same lanes, done for all sixteen dots

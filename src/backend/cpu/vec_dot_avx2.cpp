@@ -21,11 +21,16 @@
 #include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
+#include "backend/cpu/x86_simd.h"
 #include "core/check.h"
 #include "core/fp16.h"
 
 namespace minfer::backend::cpu {
 namespace {
+
+using x86::h2f;
+using x86::hsum_f32x8;
+using x86::load256;
 
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
@@ -33,18 +38,6 @@ using quant::BlockQ8_0;
 using quant::BlockQ8_K;
 using quant::kQK;
 using quant::kQKK;
-
-inline float h2f(quant::Half h) {
-  return _cvtsh_ss(h);  // F16C: exact, equal to core/fp16.h's software conversion
-}
-
-// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): the tree the scalar lanes8 twin uses.
-inline float hsum_f32x8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // 16 packed bytes → 32 bytes: low nibbles in the low lane, high nibbles in the high.
 inline __m256i unpack_nibbles(const uint8_t* p) {
@@ -62,10 +55,6 @@ inline __m256 dot_us8_f32(__m256i u, __m256i s) {
 // Σ pairs of s8·s8 (sign moved onto the second operand, as maddubs needs u8 first).
 inline __m256 dot_ss8_f32(__m256i a, __m256i b) {
   return dot_us8_f32(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
 }
 
 // ggml's x86 order for Q4_0, Q4_1 and Q8_0 (--numerics llamacpp, avx2_ggml_dot): 8 f32

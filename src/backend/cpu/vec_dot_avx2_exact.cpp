@@ -13,10 +13,14 @@
 #include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
+#include "backend/cpu/x86_simd.h"
 #include "quant/blocks.h"
 
 namespace minfer::backend::cpu {
 namespace {
+
+using x86::h2f;
+using x86::load256;
 
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
@@ -30,14 +34,6 @@ using quant::BlockQ8_0;
 using quant::BlockQ8_K;
 using quant::kQK;
 using quant::kQKK;
-
-inline float h2f(quant::Half h) {
-  return _cvtsh_ss(h);
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
 
 inline int32_t hsum_i32x8(__m256i v) {  // exact: any order
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));

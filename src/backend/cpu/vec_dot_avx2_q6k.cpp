@@ -9,30 +9,19 @@
 #include <cmath>
 
 #include "backend/cpu/vec_dot.h"
+#include "backend/cpu/x86_simd.h"
 #include "quant/blocks.h"
 
 namespace minfer::backend::cpu {
 namespace {
 
+using x86::h2f;
+using x86::hsum_f32x8;
+using x86::load256;
+
 using quant::BlockQ6_K;
 using quant::BlockQ8_K;
 using quant::kQKK;
-
-inline float h2f(quant::Half h) {
-  return _cvtsh_ss(h);  // F16C: exact, equal to core/fp16.h's software conversion
-}
-
-// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): the tree the scalar lanes8 twin uses.
-inline float hsum_f32x8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
 
 // Q6_K: codes 0..63 · y scaled per 16-element sub-block, minus the −32 offset taken per
 // lane from the activation's bsums: 32 · (bsums[2l]·sc[2l] + bsums[2l+1]·sc[2l+1]).

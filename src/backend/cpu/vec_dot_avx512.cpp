@@ -15,29 +15,18 @@
 #include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
+#include "backend/cpu/x86_simd.h"
 
 namespace minfer::backend::cpu {
 namespace {
 
+using x86::h2f;
+using x86::hsum_f32x8;
+using x86::load256;
+
 using quant::BlockQ6_K;
 using quant::BlockQ8_K;
 using quant::kQKK;
-
-inline float h2f(quant::Half h) {
-  return _cvtsh_ss(h);  // exact, like the software conversion of core/fp16.h
-}
-
-// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): the AVX2 twin's horizontal tree.
-inline float hsum_f32x8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
 
 // x86::q6_k_lanes with both 128-element halves of the super-block in one zmm (half 0 in
 // the low 256 bits, half 1 in the high): the same 8 exact integer lanes once the two

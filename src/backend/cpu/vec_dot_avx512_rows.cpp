@@ -28,9 +28,12 @@
 
 #include "backend/cpu/gemm_groups.h"
 #include "backend/cpu/vec_dot.h"
+#include "backend/cpu/x86_simd.h"
 
 namespace minfer::backend::cpu {
 namespace {
+
+using x86::h2f;
 
 using quant::BlockQ4_0;
 using quant::BlockQ4_1;
@@ -44,10 +47,6 @@ constexpr int64_t kG = 16;  // weight rows per group = f32 lanes of a zmm
 inline __m128i load128(const void* p) {
   return _mm_loadu_si128(static_cast<const __m128i*>(p));
 }
-inline float h2f(quant::Half h) {
-  return _cvtsh_ss(h);
-}
-
 inline int32_t sum_q8(const int8_t* q) {  // Σ of 32 signed bytes, exact
   const __m256i u = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q)),
                                      _mm256_set1_epi8(static_cast<char>(0x80)));

@@ -10,9 +10,14 @@
 
 #include "backend/cpu/vec_dot.h"
 #include "backend/cpu/vec_dot_kquants.h"
+#include "backend/cpu/x86_simd.h"
 
 namespace minfer::backend::cpu {
 namespace {
+
+using x86::h2f;
+using x86::hsum_f32x8;
+using x86::load256;
 
 using quant::BlockQ4_0;
 using quant::BlockQ4_K;
@@ -23,12 +28,6 @@ using quant::BlockQ8_K;
 using quant::kQK;
 using quant::kQKK;
 
-inline float h2f(quant::Half h) {
-  return _cvtsh_ss(h);
-}
-inline __m256i load256(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
-}
 inline int32_t hsum_i32x8(__m256i v) {  // exact: any order
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
@@ -49,14 +48,6 @@ inline __m256i dot_ss8(__m256i a, __m256i b) {
 inline __m256i dot_us8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
-// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)): ggml's hsum_float_8.
-inline float hsum_f32x8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // The Q4_K super-block's exact pieces per sub-block pair c (sub-blocks 2c, 2c + 1):
 // sumi[c] = sc·Σq·y over both, summ[c] = m·Σy over both.
 inline void q4_k_pair_sums(const BlockQ4_K& w, const BlockQ8_K& x, int32_t sumi[4],
