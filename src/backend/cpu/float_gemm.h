@@ -151,13 +151,15 @@ void float_gemm(const GemmArgs& a) {
         const TileCarry carry{.acc = acc != nullptr ? acc + g * K::kNW * K::kNX * 16 : nullptr,
                               .load = s0 > 0,
                               .store = s0 + ns < steps};
-        const float* wt = wp + g * group + s0 * nw * 16;
+        const float* wt = nullptr;  // wp is null where the weights are read in place
         int64_t wrs = 16, wss = nw * 16;
         if (in_place) {
           wt = reinterpret_cast<const float*>(w + static_cast<uint64_t>(g * K::kNW) * a.w_stride) +
                s0 * 16;
           wrs = static_cast<int64_t>(a.w_stride / sizeof(float));
           wss = 16;
+        } else {
+          wt = wp + g * group + s0 * nw * 16;
         }
         if constexpr (kNarrowX) {
           K::template tile_narrow<Fmt>(nw, nx, ns, wt, wrs, wss, xn + s0 * xss, xrs, xss, yt,
