@@ -241,6 +241,18 @@ float ggml_v_expf_lane(float x);
 //  scaling steps, |n| > 192 to 0 / inf.
 float ggml_dot_f16_vec8_scalar(int64_t n, const uint16_t* x, const uint16_t* y);
 float ggml_dot_f16_vec8_avx2(int64_t n, const uint16_t* x, const uint16_t* y);
+// llama.cpp's F16 / F32 weight dots as AVX2 code (vec_dot_ggml_float_avx2.cpp): ggml_vec_dot
+// and tinyBLAS's output order of its AVX-512 build (…_ggml / …_sgemm) and of its AVX2
+// build (…_ggml8 / …_sgemm8); a tinyBLAS form falls back to its GEMV where tinyBLAS
+// declines the row length.
+float dot_f16_f16_ggml_avx2(int64_t n, const void* w, const void* x);
+float dot_f16_f16_sgemm_avx2(int64_t n, const void* w, const void* x);
+float dot_f32_f32_ggml_avx2(int64_t n, const void* w, const void* x);
+float dot_f32_f32_sgemm_avx2(int64_t n, const void* w, const void* x);
+float dot_f16_f16_ggml8_avx2(int64_t n, const void* w, const void* x);
+float dot_f16_f16_sgemm8_avx2(int64_t n, const void* w, const void* x);
+float dot_f32_f32_ggml8_avx2(int64_t n, const void* w, const void* x);
+float dot_f32_f32_sgemm8_avx2(int64_t n, const void* w, const void* x);
 float ggml_v_expf8_lane(float x);
 // llama.cpp's CPU "repack" extra buffer (on by default, x86 with AVX2): at load it re-lays
 // the MUL_MAT weights of some types whose row count is a multiple of 8 into 8-row
