@@ -2,8 +2,8 @@
 // the one-lane-per-row GEMMs (vec_dot_avx512_rows.cpp, vec_dot_avx512_kquants.cpp): the
 // call's weight rows re-laid once, in 16-row groups, then per tile of activation rows
 // their blocks prepared and every group (or pair of groups) computed against them.
-// Invariant: scratch only grows, on a thread's first batch of a size; the decode step
-// (one activation row) never comes here, so it allocates nothing.
+// Invariant: scratch only grows, on a thread's first call of a size, so a decode step
+// allocates nothing after the first.
 #pragma once
 
 #include <algorithm>
@@ -92,19 +92,36 @@ void register_tiles(const GemmArgs& a, Tile&& tile) {
 }
 
 // Decode streams every weight once, and a GEMV tile's interleaved rows defeat the hardware
-// prefetcher: the tile two ahead (rows r0 + 2·rows .. of the call's weights, `w_bytes`
-// in all) is asked for a slice per block, block ib of nb. Static: the ISA files each get
-// their own copy.
-static inline void prefetch_tile_ahead(const GemmArgs& a, const void* tile_row0, int rows,
-                                       int64_t ib, int64_t nb) {
-  const auto* base = static_cast<const uint8_t*>(a.w);
-  const int64_t w_bytes = a.n_w * static_cast<int64_t>(a.w_stride);
-  const int64_t tile_bytes = rows * static_cast<int64_t>(a.w_stride);
-  const int64_t lines = (tile_bytes + 63) / 64;
-  const int64_t ahead = (static_cast<const uint8_t*>(tile_row0) - base) + 2 * tile_bytes;
-  for (int64_t l = ib * lines / nb; l < (ib + 1) * lines / nb; ++l) {
-    if (ahead + 64 * l < w_bytes) __builtin_prefetch(base + ahead + 64 * l, 0, 3);
+// prefetcher: while a tile of `rows` weight rows computes, the tile `kTilesAhead` later (within
+// the call's weights) is asked for, a slice of it per block: step() once per block, nb
+// blocks. A small static helper holding only __builtin_prefetch is what GCC 12 deletes:
+// its IPA marks it const (the builtin has no side effect to it) and drops every call,
+// so the cursor here is state the calls must update, and always_inline keeps it inline.
+class TilePrefetch {
+ public:
+  static constexpr int kTilesAhead = 2;
+  [[gnu::always_inline]] TilePrefetch(const GemmArgs& a, const void* tile_row0, int rows,
+                                      int64_t nb)
+      : base_(static_cast<const uint8_t*>(a.w)) {
+    const int64_t tile_bytes = rows * static_cast<int64_t>(a.w_stride);
+    const int64_t w_bytes = a.n_w * static_cast<int64_t>(a.w_stride);
+    // byte offsets in the call's weights (no pointer is formed past them)
+    next_ = std::min(w_bytes,
+                     (static_cast<const uint8_t*>(tile_row0) - base_) + kTilesAhead * tile_bytes);
+    stop_ = std::min(w_bytes, next_ + tile_bytes);
+    // bytes per block, whole lines, so the last block reaches the tile's end
+    step_ = ((tile_bytes + nb - 1) / std::max<int64_t>(1, nb) + 63) / 64 * 64;
   }
-}
+  [[gnu::always_inline]] void step() {
+    const int64_t e = std::min(stop_, next_ + step_);
+    for (; next_ < e; next_ += 64) __builtin_prefetch(base_ + next_, 0, 3);
+  }
+
+ private:
+  const uint8_t* base_;
+  int64_t next_ = 0;
+  int64_t stop_ = 0;
+  int64_t step_ = 0;
+};
 
 }  // namespace minfer::backend::cpu

@@ -55,9 +55,10 @@ inline __m256i scales_16_16(int16_t a, int16_t b) {
 
 // A Q5 block's 32 codes (0..31) in element order: nibbles plus bit j of qh as bit 4.
 inline __m256i q5_codes(const uint8_t* qs, const uint8_t* qh) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m256i nib =
-      _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+  const __m256i t =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  const __m256i nib = _mm256_and_si256(_mm256_srlv_epi64(t, _mm256_setr_epi64x(0, 0, 4, 4)),
+                                       _mm256_set1_epi8(0x0F));
   uint32_t h;
   std::memcpy(&h, qh, 4);
   // byte j: qh byte j / 8 (each 128-bit lane holds all four), tested for bit j % 8
@@ -94,8 +95,12 @@ inline __m256i hsum8_i32x8(const __m256i* v) {
 
 // A Q4 block's 32 codes (0..15) in element order: the low nibbles, then the high.
 inline __m256i q4_codes(const uint8_t* qs) {
-  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+  // both lanes load the 16 bytes; the high lane's 64-bit words shift by 4 (one shuffle-
+  // free shift instead of a shift and a lane insert)
+  const __m256i t =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  return _mm256_and_si256(_mm256_srlv_epi64(t, _mm256_setr_epi64x(0, 0, 4, 4)),
+                          _mm256_set1_epi8(0x0F));
 }
 
 // The legacy types as the scalar reference computes them (vec_dot_scalar.cpp): per block
@@ -112,7 +117,6 @@ struct Q4_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = 3;  // Σ code·y − 8·Σy
   static constexpr bool kSigned = false, kMin = false, kSumFirst = true;
-  static constexpr bool kSequentialGemv = false;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return q4_codes(b.qs); }
 };
 struct Q4_1Ref {
@@ -120,7 +124,6 @@ struct Q4_1Ref {
   using XB = BlockQ8_1;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = false, kMin = true, kSumFirst = false;
-  static constexpr bool kSequentialGemv = false;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return q4_codes(b.qs); }
 };
 struct Q5_0Ref {
@@ -128,7 +131,6 @@ struct Q5_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = 4;  // Σ code·y − 16·Σy
   static constexpr bool kSigned = false, kMin = false, kSumFirst = false;
-  static constexpr bool kSequentialGemv = true;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return q5_codes(b.qs, b.qh); }
 };
 struct Q5_1Ref {
@@ -136,7 +138,6 @@ struct Q5_1Ref {
   using XB = BlockQ8_1;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = false, kMin = true, kSumFirst = false;
-  static constexpr bool kSequentialGemv = false;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return q5_codes(b.qs, b.qh); }
 };
 struct Q8_0Ref {
@@ -144,7 +145,6 @@ struct Q8_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = true, kMin = false, kSumFirst = false;
-  static constexpr bool kSequentialGemv = true;  // legacy_gemm_avx2
   static __m256i codes(const WB& b) { return load256(b.qs); }
 };
 
@@ -164,10 +164,9 @@ inline int32_t sum_y(__m256i y) {  // Σ of 32 s8, exact
       _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), y), _mm256_set1_epi16(1)));
 }
 
-// One dot, the scalar reference's operations; y_offsets (offset · Σy per block, where the
-// codes are stored offset) computed here when null, else taken (a GEMV's rows share them).
+// One dot (DotKernel::vec_dot), the scalar reference's operations.
 template <class P>
-float legacy_dot_offsets(int64_t n, const void* vw, const void* vx, const int32_t* y_offsets) {
+float legacy_dot(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const typename P::WB*>(vw);
   const auto* x = static_cast<const typename P::XB*>(vx);
   float sumf = 0.0f;
@@ -175,9 +174,7 @@ float legacy_dot_offsets(int64_t n, const void* vw, const void* vx, const int32_
     const __m256i codes = P::codes(w[ib]);
     const __m256i y = load256(x[ib].qs);
     int32_t sumi = hsum_i32x8(block_lanes<P>(codes, _mm256_abs_epi8(codes), y));
-    if constexpr (P::kShift >= 0) {
-      sumi -= y_offsets != nullptr ? y_offsets[ib] : sum_y(y) * (1 << P::kShift);
-    }
+    if constexpr (P::kShift >= 0) sumi -= sum_y(y) * (1 << P::kShift);
     const float dw = h2f(w[ib].d);
     const float dx = h2f(x[ib].d);
     if constexpr (P::kSumFirst) {
@@ -189,12 +186,6 @@ float legacy_dot_offsets(int64_t n, const void* vw, const void* vx, const int32_
     }
   }
   return sumf;
-}
-
-// One dot (DotKernel::vec_dot).
-template <class P>
-float legacy_dot(int64_t n, const void* vw, const void* vx) {
-  return legacy_dot_offsets<P>(n, vw, vx, nullptr);
 }
 
 // The float step for 8 outputs at once (lane l): sumf + the type's expression, the same
@@ -212,12 +203,32 @@ inline __m256 cvt_halves8(const uint16_t* h) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
+// Eight f16 fields (row r's at p[r]) as 8 f32 lanes, without a store and reload (eight
+// 16-bit stores read back as one vector never forward: each block would wait on them).
+inline __m256 halves8(const uint16_t* const* p, int64_t ib, int64_t stride) {
+  const auto ld = [&](int r) {
+    uint16_t h;
+    std::memcpy(&h, reinterpret_cast<const uint8_t*>(p[r]) + ib * stride, 2);
+    return _mm_cvtsi32_si128(h);
+  };
+  const __m128i a =
+      _mm_unpacklo_epi32(_mm_unpacklo_epi16(ld(0), ld(1)), _mm_unpacklo_epi16(ld(2), ld(3)));
+  const __m128i b =
+      _mm_unpacklo_epi32(_mm_unpacklo_epi16(ld(4), ld(5)), _mm_unpacklo_epi16(ld(6), ld(7)));
+  return _mm256_cvtph_ps(_mm_unpacklo_epi64(a, b));
+}
+
 // The register-blocked forms (DotKernel::gemm), 8 outputs in the 8 f32 lanes of one
 // register: per block each output's exact integer sum (one hadd tree for all 8), then
 // legacy_step — so every output equals legacy_dot, and the scalar reference, bit for bit
 // (invariant 8, and one result on every x86 CPU: the AVX-512 rows kernels give the same).
 // A dot is a chain of dependent scalar adds, one per block.
-//  GEMV (one activation row): 8 weight rows side by side, each block decoded once.
+//  GEMV (one activation row): 8 weight rows side by side, each block decoded once; the
+//   activation's d and code offsets' Σy taken once per call; the tile two ahead
+//   prefetched a slice per block (TilePrefetch: it is what lets the 8 interleaved rows
+//   stream from DRAM — on the AMD EPYC (Zen 3), one core, 896-wide rows: Q4_0 6.8 →
+//   11 GB/s, Q5_0 4.7 → 9.6, and faster than one row after another, which Q8_0 and
+//   Q5_0 took before: Q8_0 7.6 → 12.4, Q5_0 5.7 → 9.6).
 //  GEMM (a batch): the call's weight rows decoded once into per-thread scratch (codes, d,
 //   m), each tile of 4 activation rows' d, s and Σy gathered once, then 2 × 4 tiles: two
 //   code loads and four activation loads per block for 8 outputs.
@@ -227,37 +238,47 @@ void legacy_gemv_avx2(const GemmArgs& a) {
   using XB = typename P::XB;
   const int64_t nb = a.k / kQK;
   const auto* x = static_cast<const XB*>(a.x);
-  register_tiles<WB, XB, 8, 1>(a, [&](const WB* const* w, const XB* const*, int nr, int,
-                                      float* const* y) {
-    __m256 sumf = _mm256_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ++ib) {
-      prefetch_tile_ahead(a, w[0], 8, ib, nb);
-      const __m256i yv = load256(x[ib].qs);
-      __m256i part[8];
-      alignas(16) uint16_t wd16[8];
-      alignas(16) uint16_t wm16[8];
-      for (int r = 0; r < 8; ++r) {
-        const __m256i codes = P::codes(w[r][ib]);
-        part[r] = block_lanes<P>(codes, _mm256_abs_epi8(codes), yv);
-        wd16[r] = w[r][ib].d;
-        if constexpr (P::kMin) wm16[r] = w[r][ib].m;
-      }
-      __m256i sumi = hsum8_i32x8(part);
-      if constexpr (P::kShift >= 0) {
-        sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(sum_y(yv) * (1 << P::kShift)));
-      }
-      __m256 wm = _mm256_setzero_ps();
-      __m256 xs = _mm256_setzero_ps();
-      if constexpr (P::kMin) {
-        wm = cvt_halves8(wm16);
-        xs = _mm256_set1_ps(h2f(x[ib].s));
-      }
-      sumf = legacy_step<P>(sumf, sumi, cvt_halves8(wd16), _mm256_set1_ps(h2f(x[ib].d)), wm, xs);
-    }
-    float out[8];
-    _mm256_storeu_ps(out, sumf);
-    for (int r = 0; r < nr; ++r) y[0][r] = out[r];
-  });
+  // the code offsets' Σy, and x's d as f32, once per call (every tile shares them)
+  int32_t* offsets = thread_scratch<int32_t, 56>(static_cast<size_t>(nb));
+  float* xd = thread_scratch<float, 57>(static_cast<size_t>(nb));
+  for (int64_t ib = 0; ib < nb; ++ib) {
+    if constexpr (P::kShift >= 0) offsets[ib] = sum_y(load256(x[ib].qs)) * (1 << P::kShift);
+    xd[ib] = h2f(x[ib].d);
+  }
+  register_tiles<WB, XB, 8, 1>(
+      a, [&](const WB* const* w, const XB* const*, int nr, int, float* const* y) {
+        const uint16_t* dp[8];
+        const uint16_t* mp[8];
+        for (int r = 0; r < 8; ++r) {
+          dp[r] = &w[r][0].d;
+          if constexpr (P::kMin) mp[r] = &w[r][0].m;
+        }
+        TilePrefetch prefetch(a, w[0], 8, nb);
+        __m256 sumf = _mm256_setzero_ps();
+        for (int64_t ib = 0; ib < nb; ++ib) {
+          prefetch.step();
+          const __m256i yv = load256(x[ib].qs);
+          __m256i part[8];
+          for (int r = 0; r < 8; ++r) {
+            const __m256i codes = P::codes(w[r][ib]);
+            part[r] = block_lanes<P>(codes, _mm256_abs_epi8(codes), yv);
+          }
+          __m256i sumi = hsum8_i32x8(part);
+          if constexpr (P::kShift >= 0)
+            sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(offsets[ib]));
+          __m256 wmv = _mm256_setzero_ps();
+          __m256 xs = _mm256_setzero_ps();
+          if constexpr (P::kMin) {
+            wmv = halves8(mp, ib, sizeof(WB));
+            xs = _mm256_set1_ps(h2f(x[ib].s));
+          }
+          sumf = legacy_step<P>(sumf, sumi, halves8(dp, ib, sizeof(WB)), _mm256_set1_ps(xd[ib]),
+                                wmv, xs);
+        }
+        float out[8];
+        _mm256_storeu_ps(out, sumf);
+        for (int r = 0; r < nr; ++r) y[0][r] = out[r];
+      });
 }
 
 template <class P>
@@ -342,39 +363,8 @@ void legacy_batch_avx2(const GemmArgs& a) {
   }
 }
 
-// Decode of short Q8_0 and Q5_0 rows (P::kSequentialGemv, at most kSeqBlocks blocks): one
-// row after another through the dot (the code offsets' Σy taken once per call), the row
-// 8 ahead prefetched — a sequential stream. The 8-row tile reads 8 interleaved short
-// streams, which the hardware prefetcher follows poorly: on the AMD EPYC (Zen 3, one
-// core, weights from DRAM) 896-wide Q8_0 rows ran at 8.6 GB/s in tiles and 11.4 one at a
-// time, 640-wide ones 7.0 and 11.8, 896-wide Q5_0 4.9 and 5.7; from 1,920 elements on the
-// Q8_0 tile is as fast or faster. Q4_0's dot costs more per block than the stream saves
-// (6.7 GB/s tiled, 5.6 one at a time); Q4_1 / Q5_1 keep the tile, unmeasured. The same
-// legacy_dot bits either way.
-constexpr int64_t kSeqBlocks = 48;
-
 template <class P>
 void legacy_gemm_avx2(const GemmArgs& a) {
-  if (P::kSequentialGemv && a.n_x == 1 && a.k / kQK <= kSeqBlocks) {
-    constexpr int64_t kAhead = 8;
-    const auto* w = static_cast<const uint8_t*>(a.w);
-    int32_t* offsets = nullptr;
-    if constexpr (P::kShift >= 0) {
-      const auto* x = static_cast<const typename P::XB*>(a.x);
-      offsets = thread_scratch<int32_t, 56>(static_cast<size_t>(a.k / kQK));
-      for (int64_t ib = 0; ib < a.k / kQK; ++ib) {
-        offsets[ib] = sum_y(load256(x[ib].qs)) * (1 << P::kShift);
-      }
-    }
-    for (int64_t r = 0; r < a.n_w; ++r) {
-      if (r + kAhead < a.n_w) {
-        const uint8_t* p = w + static_cast<uint64_t>(r + kAhead) * a.w_stride;
-        for (uint64_t off = 0; off < a.w_stride; off += 64) __builtin_prefetch(p + off, 0, 3);
-      }
-      a.y[r] = legacy_dot_offsets<P>(a.k, w + static_cast<uint64_t>(r) * a.w_stride, a.x, offsets);
-    }
-    return;
-  }
   if (a.n_x == 1) {
     legacy_gemv_avx2<P>(a);
   } else {
@@ -556,9 +546,16 @@ void kquant_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const
   static_assert(kR * kC == 8);
   // bytes 8..15 (the mins) each twice: int16 pairs against the 16 bsums
   const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  TilePrefetch prefetch(a, w[0], kR, nb);
+  const uint16_t* dp[kR];
+  const uint16_t* dminp[kR];
+  for (int r = 0; r < kR; ++r) {
+    dp[r] = &w[r][0].d;
+    dminp[r] = &w[r][0].dmin;
+  }
   __m256 sumf = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    if constexpr (kC == 1) prefetch_tile_ahead(a, w[0], kR, i, nb);  // decode
+    if constexpr (kC == 1) prefetch.step();  // decode
     alignas(16) uint8_t sm[kR][16];
     __m256i mins16[kR];
     for (int r = 0; r < kR; ++r) {
@@ -590,15 +587,24 @@ void kquant_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const
       for (int r = 0; r < kR; ++r) mterm[r * kC + c] = _mm256_madd_epi16(bsums, mins16[r]);
     }
     const __m256i summ = hsum8_i32x8(mterm);
-    float xd[8], wd[8], wdmin[8];
-    for (int l = 0; l < 8; ++l) {
-      xd[l] = x[l % kC][i].d;
-      wd[l] = h2f(w[l / kC][i].d);
-      wdmin[l] = h2f(w[l / kC][i].dmin);
+    __m256 vxd, vwd, vwdmin;
+    if constexpr (kC == 1) {  // decode: no store and reload of the 8 rows' fields
+      vxd = _mm256_set1_ps(x[0][i].d);
+      vwd = halves8(dp, i, sizeof(typename P::WB));
+      vwdmin = halves8(dminp, i, sizeof(typename P::WB));
+    } else {
+      float xd[8], wd[8], wdmin[8];
+      for (int l = 0; l < 8; ++l) {
+        xd[l] = x[l % kC][i].d;
+        wd[l] = h2f(w[l / kC][i].d);
+        wdmin[l] = h2f(w[l / kC][i].dmin);
+      }
+      vxd = _mm256_loadu_ps(xd);
+      vwd = _mm256_loadu_ps(wd);
+      vwdmin = _mm256_loadu_ps(wdmin);
     }
-    const __m256 vxd = _mm256_loadu_ps(xd);
-    const __m256 d = _mm256_mul_ps(vxd, _mm256_loadu_ps(wd));
-    const __m256 dmin = _mm256_mul_ps(vxd, _mm256_loadu_ps(wdmin));
+    const __m256 d = _mm256_mul_ps(vxd, vwd);
+    const __m256 dmin = _mm256_mul_ps(vxd, vwdmin);
     const __m256 t = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)),
                                    _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ)));
     sumf = _mm256_add_ps(sumf, t);
