@@ -546,7 +546,13 @@ void kquant_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const
   static_assert(kR * kC == 8);
   // bytes 8..15 (the mins) each twice: int16 pairs against the 16 bsums
   const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  TilePrefetch prefetch(a, w[0], kR, nb);
+  auto prefetch = [&] {  // decode only
+    if constexpr (kC == 1) {
+      return TilePrefetch(a, w[0], kR, nb);
+    } else {
+      return NoPrefetch{};
+    }
+  }();
   const uint16_t* dp[kR];
   const uint16_t* dminp[kR];
   for (int r = 0; r < kR; ++r) {
@@ -555,7 +561,7 @@ void kquant_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const
   }
   __m256 sumf = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
-    if constexpr (kC == 1) prefetch.step();  // decode
+    prefetch.step();
     alignas(16) uint8_t sm[kR][16];
     __m256i mins16[kR];
     for (int r = 0; r < kR; ++r) {
