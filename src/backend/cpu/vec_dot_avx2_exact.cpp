@@ -206,16 +206,20 @@ inline __m256 cvt_halves8(const uint16_t* h) {
 // Eight f16 fields (row r's at p[r]) as 8 f32 lanes, without a store and reload (eight
 // 16-bit stores read back as one vector never forward: each block would wait on them).
 inline __m256 halves8(const uint16_t* const* p, int64_t ib, int64_t stride) {
-  const auto ld = [&](int r) {
+  const auto at = [&](int r) {
     uint16_t h;
     std::memcpy(&h, reinterpret_cast<const uint8_t*>(p[r]) + ib * stride, 2);
-    return _mm_cvtsi32_si128(h);
+    return h;
   };
-  const __m128i a =
-      _mm_unpacklo_epi32(_mm_unpacklo_epi16(ld(0), ld(1)), _mm_unpacklo_epi16(ld(2), ld(3)));
-  const __m128i b =
-      _mm_unpacklo_epi32(_mm_unpacklo_epi16(ld(4), ld(5)), _mm_unpacklo_epi16(ld(6), ld(7)));
-  return _mm256_cvtph_ps(_mm_unpacklo_epi64(a, b));
+  __m128i v = _mm_cvtsi32_si128(at(0));
+  v = _mm_insert_epi16(v, at(1), 1);
+  v = _mm_insert_epi16(v, at(2), 2);
+  v = _mm_insert_epi16(v, at(3), 3);
+  v = _mm_insert_epi16(v, at(4), 4);
+  v = _mm_insert_epi16(v, at(5), 5);
+  v = _mm_insert_epi16(v, at(6), 6);
+  v = _mm_insert_epi16(v, at(7), 7);
+  return _mm256_cvtph_ps(v);
 }
 
 // The register-blocked forms (DotKernel::gemm), 8 outputs in the 8 f32 lanes of one
