@@ -567,10 +567,12 @@ void kquant_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const
   for (int64_t i = 0; i < nb; ++i) {
     prefetch.step();
     alignas(16) uint8_t sm[kR][16];
+    alignas(16) int16_t sc16[kR][8];  // each k's scale one vpbroadcastw from memory
     __m256i mins16[kR];
     for (int r = 0; r < kR; ++r) {
       kquant_scales_mins(w[r][i].scales, sm[r]);
       const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(sm[r]));
+      _mm_store_si128(reinterpret_cast<__m128i*>(sc16[r]), _mm_cvtepu8_epi16(v));
       mins16[r] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
     }
     __m256i acc[8];
@@ -580,7 +582,7 @@ void kquant_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const
       __m256i sc[kR];
       for (int r = 0; r < kR; ++r) {
         codes[r] = P::codes(w[r][i], k);
-        sc[r] = _mm256_set1_epi16(sm[r][k]);
+        sc[r] = _mm256_set1_epi16(sc16[r][k]);
       }
       for (int c = 0; c < kC; ++c) {
         const __m256i yv = load256(x[c][i].qs + 32 * k);
