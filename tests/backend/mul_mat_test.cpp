@@ -471,8 +471,8 @@ TEST(VecDotSimd, EveryAvx512DotEqualsScalarTwin_bitwise) {
 // for every tile shape and remainder (invariant 8: prefill GEMM == decode GEMV).
 TEST(VecDotSimd, GemmEqualsVecDotForEveryTileShape_bitwise) {
   if (!have_avx2()) GTEST_SKIP() << "CPU lacks AVX2/FMA/F16C";
-  // k 544: 17 legacy blocks, an odd tail after the block pairs; k 1792: past the 48 blocks
-  // up to which the AVX2 Q8_0 decode goes row by row instead of in 8-row tiles.
+  // k 544: 17 legacy blocks, an odd tail after the block pairs; k 1792: a longer row
+  // (56 legacy blocks, 7 super-blocks).
   for (int64_t k : {int64_t{512}, int64_t{544}, int64_t{1792}})
     for (DType t : kAllWeightTypes)
       for (bool avx512 : {false, true}) {

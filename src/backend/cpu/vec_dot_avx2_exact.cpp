@@ -117,6 +117,7 @@ struct Q4_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = 3;  // Σ code·y − 8·Σy
   static constexpr bool kSigned = false, kMin = false, kSumFirst = true;
+  static constexpr int kCodeBits = 4;
   static __m256i codes(const WB& b) { return q4_codes(b.qs); }
 };
 struct Q4_1Ref {
@@ -124,6 +125,7 @@ struct Q4_1Ref {
   using XB = BlockQ8_1;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = false, kMin = true, kSumFirst = false;
+  static constexpr int kCodeBits = 4;
   static __m256i codes(const WB& b) { return q4_codes(b.qs); }
 };
 struct Q5_0Ref {
@@ -131,6 +133,7 @@ struct Q5_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = 4;  // Σ code·y − 16·Σy
   static constexpr bool kSigned = false, kMin = false, kSumFirst = false;
+  static constexpr int kCodeBits = 5;
   static __m256i codes(const WB& b) { return q5_codes(b.qs, b.qh); }
 };
 struct Q5_1Ref {
@@ -138,6 +141,7 @@ struct Q5_1Ref {
   using XB = BlockQ8_1;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = false, kMin = true, kSumFirst = false;
+  static constexpr int kCodeBits = 5;
   static __m256i codes(const WB& b) { return q5_codes(b.qs, b.qh); }
 };
 struct Q8_0Ref {
@@ -145,6 +149,7 @@ struct Q8_0Ref {
   using XB = BlockQ8_0;
   static constexpr int kShift = -1;
   static constexpr bool kSigned = true, kMin = false, kSumFirst = false;
+  static constexpr int kCodeBits = 8;
   static __m256i codes(const WB& b) { return load256(b.qs); }
 };
 
@@ -367,10 +372,143 @@ void legacy_batch_avx2(const GemmArgs& a) {
   }
 }
 
+// 8 vectors of 8 int32 transposed in place: v[j] lane r ← v[r] lane j.
+inline void transpose8_epi32(__m256i* v) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_epi32(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_epi32(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+    u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+    u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+    v[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+  }
+}
+
+// The batch form for unsigned codes (Q4_0, Q4_1, Q5_0, Q5_1) with a weight row in each
+// lane, so no hadd tree: the call's weight rows, 8 to a group, re-laid once per call so
+// that a block's vector j holds codes 4j..4j+3 of the group's 8 rows, lane r row r; an
+// activation block's 4 bytes 4j..4j+3 broadcast to every lane; vpmaddubsw of the two
+// gives each lane two exact pair sums of its own row. Pair sums are at most 2·15·128 =
+// 3,840 for 4-bit codes (2·31·128 = 7,936 for 5-bit), so kFold16 of them add exactly in
+// int16 before vpmaddwd widens them. Per block each lane then holds its row's exact
+// Σ code·y, and legacy_step applies the dot's float expression — every output equals
+// legacy_dot bit for bit. 4 activation rows per pass: 8 × 4 outputs from 8 code loads.
+template <class P>
+void legacy_batch_lanes_avx2(const GemmArgs& a) {
+  using WB = typename P::WB;
+  using XB = typename P::XB;
+  static_assert(!P::kSigned);
+  constexpr int kFold16 = P::kCodeBits == 4 ? 8 : 4;
+  constexpr int kC = 4;
+  const int64_t nb = a.k / kQK;
+  const int64_t n_groups = (a.n_w + 7) / 8;
+  const auto* wbase = static_cast<const uint8_t*>(a.w);
+  const auto* xbase = static_cast<const uint8_t*>(a.x);
+  // weights: group g's block ib at [(g · nb + ib) · 8]: 8 code vectors, 8 d, 8 m
+  const size_t n_gb = static_cast<size_t>(n_groups * nb);
+  __m256i* wc = thread_scratch<__m256i, 60>(8 * n_gb);
+  float* wd = thread_scratch<float, 61>(16 * n_gb);
+  float* wm = wd + 8 * n_gb;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const WB* w[8];
+    for (int r = 0; r < 8; ++r) {
+      const int64_t row = std::min<int64_t>(g * 8 + r, a.n_w - 1);
+      w[r] = reinterpret_cast<const WB*>(wbase + row * a.w_stride);
+    }
+    for (int64_t ib = 0; ib < nb; ++ib) {
+      const size_t o = static_cast<size_t>(g * nb + ib) * 8;
+      for (int r = 0; r < 8; ++r) {
+        wc[o + r] = P::codes(w[r][ib]);
+        wd[o + r] = h2f(w[r][ib].d);
+        if constexpr (P::kMin) wm[o + r] = h2f(w[r][ib].m);
+      }
+      transpose8_epi32(wc + o);
+    }
+  }
+  // activations: per row and block its d, s (Q8_1) and the code offset's Σy
+  const size_t n_xb = static_cast<size_t>(a.n_x * nb);
+  float* xd = thread_scratch<float, 62>(2 * n_xb);
+  float* xs = xd + n_xb;
+  int32_t* xoff = thread_scratch<int32_t, 63>(n_xb);
+  for (int64_t c = 0; c < a.n_x; ++c) {
+    const auto* x = reinterpret_cast<const XB*>(xbase + c * a.x_stride);
+    for (int64_t ib = 0; ib < nb; ++ib) {
+      xd[c * nb + ib] = h2f(x[ib].d);
+      if constexpr (P::kMin) xs[c * nb + ib] = h2f(x[ib].s);
+      if constexpr (P::kShift >= 0) {
+        xoff[c * nb + ib] = sum_y(load256(x[ib].qs)) * (1 << P::kShift);
+      }
+    }
+  }
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
+    const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
+    const uint8_t* xq[kC];
+    int64_t cc[kC];
+    for (int c = 0; c < kC; ++c) {
+      cc[c] = c0 + std::min(c, nc - 1);
+      xq[c] = xbase + cc[c] * a.x_stride;
+    }
+    for (int64_t g = 0; g < n_groups; ++g) {
+      __m256 sumf[kC];
+      for (int c = 0; c < kC; ++c) sumf[c] = _mm256_setzero_ps();
+      for (int64_t ib = 0; ib < nb; ++ib) {
+        const size_t o = static_cast<size_t>(g * nb + ib) * 8;
+        __m256i sumi[kC], acc[kC];
+        for (int c = 0; c < kC; ++c) {
+          sumi[c] = _mm256_setzero_si256();
+          acc[c] = _mm256_setzero_si256();
+        }
+        for (int j = 0; j < 8; ++j) {
+          const __m256i codes = wc[o + j];
+          for (int c = 0; c < kC; ++c) {
+            int32_t q4;
+            std::memcpy(&q4, reinterpret_cast<const XB*>(xq[c])[ib].qs + 4 * j, 4);
+            acc[c] = _mm256_add_epi16(acc[c], _mm256_maddubs_epi16(codes, _mm256_set1_epi32(q4)));
+          }
+          if ((j + 1) % kFold16 == 0) {
+            for (int c = 0; c < kC; ++c) {
+              sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(acc[c], ones16));
+              acc[c] = _mm256_setzero_si256();
+            }
+          }
+        }
+        const __m256 wdv = _mm256_load_ps(wd + o);
+        __m256 wmv = _mm256_setzero_ps();
+        if constexpr (P::kMin) wmv = _mm256_load_ps(wm + o);
+        for (int c = 0; c < kC; ++c) {
+          const int64_t xi = cc[c] * nb + ib;
+          if constexpr (P::kShift >= 0)
+            sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_set1_epi32(xoff[xi]));
+          __m256 xsv = _mm256_setzero_ps();
+          if constexpr (P::kMin) xsv = _mm256_set1_ps(xs[xi]);
+          sumf[c] = legacy_step<P>(sumf[c], sumi[c], wdv, _mm256_set1_ps(xd[xi]), wmv, xsv);
+        }
+      }
+      const int nr = static_cast<int>(std::min<int64_t>(8, a.n_w - g * 8));
+      for (int c = 0; c < nc; ++c) {
+        alignas(32) float out[8];
+        _mm256_store_ps(out, sumf[c]);
+        float* yr = a.y + (c0 + c) * a.y_stride + g * 8;
+        for (int r = 0; r < nr; ++r) yr[r] = out[r];
+      }
+    }
+  }
+}
+
 template <class P>
 void legacy_gemm_avx2(const GemmArgs& a) {
   if (a.n_x == 1) {
     legacy_gemv_avx2<P>(a);
+  } else if constexpr (!P::kSigned) {
+    legacy_batch_lanes_avx2<P>(a);
   } else {
     legacy_batch_avx2<P>(a);
   }
