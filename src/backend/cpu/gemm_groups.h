@@ -123,8 +123,5 @@ class TilePrefetch {
   int64_t stop_ = 0;
   int64_t step_ = 0;
 };
-struct NoPrefetch {  // TilePrefetch's stand-in where a batch has nothing to ask for
-  void step() {}
-};
 
 }  // namespace minfer::backend::cpu

@@ -667,102 +667,183 @@ inline __m256i kquant_nibbles(const uint8_t* qs, int k) {
 }
 struct Q4_KCodes {
   using WB = BlockQ4_K;
+  static constexpr int kCodeBits = 4;
   static __m256i codes(const WB& b, int k) { return kquant_nibbles(b.qs, k); }
 };
 struct Q5_KCodes {
   using WB = BlockQ5_K;
+  static constexpr int kCodeBits = 5;
   static __m256i codes(const WB& b, int k) {
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(load256(b.qh), k), _mm256_set1_epi8(1));
     return _mm256_or_si256(kquant_nibbles(b.qs, k), _mm256_slli_epi16(hi, 4));
   }
 };
 
-// The register-blocked form of the Q4_K / Q5_K dots above, as q5_tile_avx2: kR · kC = 8
-// outputs, (r, c) in lane r·kC + c. Per super-block each output's exact integers Σ_k
-// sc_k·Σ code·y (one hadd tree for all 8) and Σ_j m_j·(bsums[2j] + bsums[2j+1]) (vpmaddwd
-// of the bsums against the mins, each twice; one more tree), then its dot's float
-// expression as lane arithmetic: sumf + ((d_x·d_w)·float(sumi) − (d_x·dmin_w)·float(summ)).
-template <class P, int kR, int kC>
-void kquant_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const* w,
-                      const BlockQ8_K* const* x, int nr, int nc, float* const* y) {
-  static_assert(kR * kC == 8);
+// The decode form of the Q4_K / Q5_K dots above: 8 weight rows, row r in lane r. Per
+// super-block each row's exact integers Σ_k sc_k·Σ code·y (one hadd tree for all 8) and
+// Σ_j m_j·(bsums[2j] + bsums[2j+1]) (vpmaddwd of the bsums against the mins, each twice;
+// one more tree), then its dot's float expression as lane arithmetic:
+// sumf + ((d_x·d_w)·float(sumi) − (d_x·dmin_w)·float(summ)).
+template <class P>
+void kquant_gemv_tile_avx2(const GemmArgs& a, int64_t nb, const typename P::WB* const* w,
+                           const BlockQ8_K* x, int nr, float* y) {
   // bytes 8..15 (the mins) each twice: int16 pairs against the 16 bsums
   const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-  auto prefetch = [&] {  // decode only
-    if constexpr (kC == 1) {
-      return TilePrefetch(a, w[0], kR, nb);
-    } else {
-      return NoPrefetch{};
-    }
-  }();
-  const uint16_t* dp[kR];
-  const uint16_t* dminp[kR];
-  for (int r = 0; r < kR; ++r) {
+  TilePrefetch prefetch(a, w[0], 8, nb);
+  const uint16_t* dp[8];
+  const uint16_t* dminp[8];
+  for (int r = 0; r < 8; ++r) {
     dp[r] = &w[r][0].d;
     dminp[r] = &w[r][0].dmin;
   }
   __m256 sumf = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     prefetch.step();
-    alignas(16) uint8_t sm[kR][16];
-    alignas(16) int16_t sc16[kR][8];  // each k's scale one vpbroadcastw from memory
-    __m256i mins16[kR];
-    for (int r = 0; r < kR; ++r) {
+    alignas(16) uint8_t sm[8][16];
+    alignas(16) int16_t sc16[8][8];  // each k's scale one vpbroadcastw from memory
+    __m256i mins16[8];
+    for (int r = 0; r < 8; ++r) {
       kquant_scales_mins(w[r][i].scales, sm[r]);
       const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(sm[r]));
       _mm_store_si128(reinterpret_cast<__m128i*>(sc16[r]), _mm_cvtepu8_epi16(v));
       mins16[r] = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(v, dup));
     }
     __m256i acc[8];
-    for (int l = 0; l < 8; ++l) acc[l] = _mm256_setzero_si256();
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_si256();
     for (int k = 0; k < 8; ++k) {
-      __m256i codes[kR];
-      __m256i sc[kR];
-      for (int r = 0; r < kR; ++r) {
-        codes[r] = P::codes(w[r][i], k);
-        sc[r] = _mm256_set1_epi16(sc16[r][k]);
-      }
-      for (int c = 0; c < kC; ++c) {
-        const __m256i yv = load256(x[c][i].qs + 32 * k);
-        for (int r = 0; r < kR; ++r) {
-          acc[r * kC + c] = _mm256_add_epi32(
-              acc[r * kC + c], _mm256_madd_epi16(_mm256_maddubs_epi16(codes[r], yv), sc[r]));
-        }
+      const __m256i yv = load256(x[i].qs + 32 * k);
+      for (int r = 0; r < 8; ++r) {
+        const __m256i p = _mm256_maddubs_epi16(P::codes(w[r][i], k), yv);
+        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(p, _mm256_set1_epi16(sc16[r][k])));
       }
     }
     const __m256i sumi = hsum8_i32x8(acc);
     __m256i mterm[8];
-    for (int c = 0; c < kC; ++c) {
-      const __m256i bsums = load256(x[c][i].bsums);
-      for (int r = 0; r < kR; ++r) mterm[r * kC + c] = _mm256_madd_epi16(bsums, mins16[r]);
-    }
+    const __m256i bsums = load256(x[i].bsums);
+    for (int r = 0; r < 8; ++r) mterm[r] = _mm256_madd_epi16(bsums, mins16[r]);
     const __m256i summ = hsum8_i32x8(mterm);
-    __m256 vxd, vwd, vwdmin;
-    if constexpr (kC == 1) {  // decode: no store and reload of the 8 rows' fields
-      vxd = _mm256_set1_ps(x[0][i].d);
-      vwd = halves8(dp, i, sizeof(typename P::WB));
-      vwdmin = halves8(dminp, i, sizeof(typename P::WB));
-    } else {
-      float xd[8], wd[8], wdmin[8];
-      for (int l = 0; l < 8; ++l) {
-        xd[l] = x[l % kC][i].d;
-        wd[l] = h2f(w[l / kC][i].d);
-        wdmin[l] = h2f(w[l / kC][i].dmin);
-      }
-      vxd = _mm256_loadu_ps(xd);
-      vwd = _mm256_loadu_ps(wd);
-      vwdmin = _mm256_loadu_ps(wdmin);
-    }
-    const __m256 d = _mm256_mul_ps(vxd, vwd);
-    const __m256 dmin = _mm256_mul_ps(vxd, vwdmin);
+    const __m256 vxd = _mm256_set1_ps(x[i].d);
+    const __m256 d = _mm256_mul_ps(vxd, halves8(dp, i, sizeof(typename P::WB)));
+    const __m256 dmin = _mm256_mul_ps(vxd, halves8(dminp, i, sizeof(typename P::WB)));
     const __m256 t = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi)),
                                    _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ)));
     sumf = _mm256_add_ps(sumf, t);
   }
   float out[8];
   _mm256_storeu_ps(out, sumf);
-  for (int r = 0; r < nr; ++r) {
-    for (int c = 0; c < nc; ++c) y[c][r] = out[r * kC + c];
+  for (int r = 0; r < nr; ++r) y[r] = out[r];
+}
+
+// The batch form with a weight row per lane (legacy_batch_lanes_avx2's layout, per
+// 32-element sub-block): the call's weight rows re-laid once, 8 to a group, per
+// super-block and sub-block k 8 vectors (vector j lane r: codes 4j..4j+3 of row r), the
+// 8 rows' sub-block scales as int16 pairs, their mins as int16 pairs of sub-blocks
+// (2p, 2p + 1), d and dmin as f32 lanes. Per sub-block the pair sums add exactly in int16
+// (kFold16 of them: at most 8 · 2·15·128 for Q4_K, 4 · 2·31·128 for Q5_K), vpmaddwd
+// against the scales takes them to int32; the mins' sum is 4 vpmaddwd against the
+// activation's bsum pairs. The integers are the dot's sumi and summ, exactly, and the
+// float step is its expression — every output equals the dot bit for bit.
+template <class P>
+void kquant_batch_lanes_avx2(const GemmArgs& a) {
+  using WB = typename P::WB;
+  constexpr int kFold16 = P::kCodeBits == 4 ? 8 : 4;
+  constexpr int kC = 4;
+  constexpr size_t kVecs = 8 * 8 + 8 + 4;  // codes, scales, min pairs per super-block
+  const int64_t nb = a.k / kQKK;
+  const int64_t n_groups = (a.n_w + 7) / 8;
+  const auto* wbase = static_cast<const uint8_t*>(a.w);
+  const auto* xbase = static_cast<const uint8_t*>(a.x);
+  const size_t n_gb = static_cast<size_t>(n_groups * nb);
+  __m256i* wv = thread_scratch<__m256i, 64>(kVecs * n_gb);
+  float* wd = thread_scratch<float, 65>(16 * n_gb);
+  float* wdmin = wd + 8 * n_gb;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const WB* w[8];
+    for (int r = 0; r < 8; ++r) {
+      const int64_t row = std::min<int64_t>(g * 8 + r, a.n_w - 1);
+      w[r] = reinterpret_cast<const WB*>(wbase + row * a.w_stride);
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+      const size_t gb = static_cast<size_t>(g * nb + i);
+      __m256i* v = wv + kVecs * gb;
+      alignas(32) int32_t sc[8][8], mn[4][8];  // [k][row] (as pairs), [p][row]
+      for (int r = 0; r < 8; ++r) {
+        alignas(16) uint8_t sm[16];
+        kquant_scales_mins(w[r][i].scales, sm);
+        for (int k = 0; k < 8; ++k) sc[k][r] = sm[k] | (sm[k] << 16);
+        for (int q = 0; q < 4; ++q) mn[q][r] = sm[8 + 2 * q] | (sm[9 + 2 * q] << 16);
+        wd[8 * gb + r] = h2f(w[r][i].d);
+        wdmin[8 * gb + r] = h2f(w[r][i].dmin);
+      }
+      for (int k = 0; k < 8; ++k) {
+        for (int r = 0; r < 8; ++r) v[8 * k + r] = P::codes(w[r][i], k);
+        transpose8_epi32(v + 8 * k);
+        v[64 + k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(sc[k]));
+      }
+      for (int q = 0; q < 4; ++q)
+        v[72 + q] = _mm256_load_si256(reinterpret_cast<const __m256i*>(mn[q]));
+    }
+  }
+  for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
+    const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
+    const BlockQ8_K* x[kC];
+    for (int c = 0; c < kC; ++c) {
+      x[c] = reinterpret_cast<const BlockQ8_K*>(xbase + (c0 + std::min(c, nc - 1)) * a.x_stride);
+    }
+    for (int64_t g = 0; g < n_groups; ++g) {
+      __m256 sumf[kC];
+      for (int c = 0; c < kC; ++c) sumf[c] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        const size_t gb = static_cast<size_t>(g * nb + i);
+        const __m256i* v = wv + kVecs * gb;
+        __m256i sumi[kC];
+        for (int c = 0; c < kC; ++c) sumi[c] = _mm256_setzero_si256();
+        for (int k = 0; k < 8; ++k) {
+          __m256i acc[kC];
+          for (int c = 0; c < kC; ++c) acc[c] = _mm256_setzero_si256();
+          for (int j = 0; j < 8; ++j) {
+            const __m256i codes = v[8 * k + j];
+            for (int c = 0; c < kC; ++c) {
+              int32_t q4;
+              std::memcpy(&q4, x[c][i].qs + 32 * k + 4 * j, 4);
+              acc[c] = _mm256_add_epi16(acc[c], _mm256_maddubs_epi16(codes, _mm256_set1_epi32(q4)));
+            }
+            if ((j + 1) % kFold16 == 0) {
+              for (int c = 0; c < kC; ++c) {
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(acc[c], v[64 + k]));
+                acc[c] = _mm256_setzero_si256();
+              }
+            }
+          }
+        }
+        const __m256 wdv = _mm256_load_ps(wd + 8 * gb);
+        const __m256 wdminv = _mm256_load_ps(wdmin + 8 * gb);
+        for (int c = 0; c < kC; ++c) {
+          __m256i summ = _mm256_setzero_si256();
+          for (int q = 0; q < 4;
+               ++q) {  // (bsums[4q] + bsums[4q + 1], bsums[4q + 2] + bsums[4q + 3])
+            const int16_t* bs = x[c][i].bsums + 4 * q;
+            const auto lo = static_cast<uint16_t>(bs[0] + bs[1]);
+            const auto hi = static_cast<uint16_t>(bs[2] + bs[3]);
+            const auto pair = static_cast<int32_t>(lo | (static_cast<uint32_t>(hi) << 16));
+            summ = _mm256_add_epi32(summ, _mm256_madd_epi16(v[72 + q], _mm256_set1_epi32(pair)));
+          }
+          const __m256 vxd = _mm256_set1_ps(x[c][i].d);
+          const __m256 d = _mm256_mul_ps(vxd, wdv);
+          const __m256 dmin = _mm256_mul_ps(vxd, wdminv);
+          const __m256 t = _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi[c])),
+                                         _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(summ)));
+          sumf[c] = _mm256_add_ps(sumf[c], t);
+        }
+      }
+      const int nr = static_cast<int>(std::min<int64_t>(8, a.n_w - g * 8));
+      for (int c = 0; c < nc; ++c) {
+        alignas(32) float out[8];
+        _mm256_store_ps(out, sumf[c]);
+        float* yr = a.y + (c0 + c) * a.y_stride + g * 8;
+        for (int r = 0; r < nr; ++r) yr[r] = out[r];
+      }
+    }
   }
 }
 
@@ -772,12 +853,10 @@ void kquant_gemm_avx2(const GemmArgs& a) {
   const int64_t nb = a.k / kQKK;
   if (a.n_x == 1) {
     register_tiles<WB, BlockQ8_K, 8, 1>(
-        a, [&a, nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int nc,
-                    float* const* ys) { kquant_tile_avx2<P, 8, 1>(a, nb, ws, xs, nr, nc, ys); });
+        a, [&a, nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int,
+                    float* const* ys) { kquant_gemv_tile_avx2<P>(a, nb, ws, xs[0], nr, ys[0]); });
   } else {
-    register_tiles<WB, BlockQ8_K, 2, 4>(
-        a, [&a, nb](const WB* const* ws, const BlockQ8_K* const* xs, int nr, int nc,
-                    float* const* ys) { kquant_tile_avx2<P, 2, 4>(a, nb, ws, xs, nr, nc, ys); });
+    kquant_batch_lanes_avx2<P>(a);
   }
 }
 
