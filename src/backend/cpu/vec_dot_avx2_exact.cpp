@@ -228,19 +228,18 @@ inline __m256 halves8(const uint16_t* const* p, int64_t ib, int64_t stride) {
 }
 
 // The register-blocked forms (DotKernel::gemm), 8 outputs in the 8 f32 lanes of one
-// register: per block each output's exact integer sum (one hadd tree for all 8), then
-// legacy_step — so every output equals legacy_dot, and the scalar reference, bit for bit
+// register: per block each output's exact integer sum, then legacy_step — so every
+// output equals legacy_dot, and the scalar reference, bit for bit
 // (invariant 8, and one result on every x86 CPU: the AVX-512 rows kernels give the same).
 // A dot is a chain of dependent scalar adds, one per block.
-//  GEMV (one activation row): 8 weight rows side by side, each block decoded once; the
+//  GEMV (one activation row): 8 weight rows side by side, each block decoded once, the 8
+//   sums gathered by one hadd tree; the
 //   activation's d and code offsets' Σy taken once per call; the tile two ahead
 //   prefetched a slice per block (TilePrefetch: it is what lets the 8 interleaved rows
 //   stream from DRAM — on the AMD EPYC (Zen 3), one core, 896-wide rows: Q4_0 6.8 →
 //   11 GB/s, Q5_0 4.7 → 9.6, and faster than one row after another, which Q8_0 and
 //   Q5_0 took before: Q8_0 7.6 → 12.4, Q5_0 5.7 → 9.6).
-//  GEMM (a batch): the call's weight rows decoded once into per-thread scratch (codes, d,
-//   m), each tile of 4 activation rows' d, s and Σy gathered once, then 2 × 4 tiles: two
-//   code loads and four activation loads per block for 8 outputs.
+//  GEMM (a batch): legacy_batch_lanes_avx2, below.
 template <class P>
 void legacy_gemv_avx2(const GemmArgs& a) {
   using WB = typename P::WB;
@@ -290,88 +289,6 @@ void legacy_gemv_avx2(const GemmArgs& a) {
       });
 }
 
-template <class P>
-void legacy_batch_avx2(const GemmArgs& a) {
-  using WB = typename P::WB;
-  using XB = typename P::XB;
-  constexpr int kR = 2;
-  constexpr int kC = 4;
-  const int64_t nb = a.k / kQK;
-  const auto* wbase = static_cast<const uint8_t*>(a.w);
-  const auto* xbase = static_cast<const uint8_t*>(a.x);
-  // weights: row r's block ib at [r * nb + ib]; its d and m as f32
-  const int64_t n_wb = a.n_w * nb;
-  __m256i* codes = thread_scratch<__m256i, 50>(static_cast<size_t>(n_wb));
-  float* wd = thread_scratch<float, 51>(static_cast<size_t>(2 * n_wb));
-  float* wm = wd + n_wb;
-  for (int64_t r = 0; r < a.n_w; ++r) {
-    const auto* w = reinterpret_cast<const WB*>(wbase + r * a.w_stride);
-    for (int64_t ib = 0; ib < nb; ++ib) {
-      codes[r * nb + ib] = P::codes(w[ib]);
-      wd[r * nb + ib] = h2f(w[ib].d);
-      if constexpr (P::kMin) wm[r * nb + ib] = h2f(w[ib].m);
-    }
-  }
-  // activation tile: per block the 4 rows' d, s (Q8_1) and offset·Σy
-  float* xd = thread_scratch<float, 52>(static_cast<size_t>(2 * kC * nb));
-  float* xs = xd + kC * nb;
-  int32_t* xoff = thread_scratch<int32_t, 53>(static_cast<size_t>(kC * nb));
-  for (int64_t c0 = 0; c0 < a.n_x; c0 += kC) {
-    const int nc = static_cast<int>(std::min<int64_t>(kC, a.n_x - c0));
-    const XB* x[kC];
-    for (int c = 0; c < kC; ++c) {
-      x[c] = reinterpret_cast<const XB*>(xbase + (c0 + std::min(c, nc - 1)) * a.x_stride);
-      for (int64_t ib = 0; ib < nb; ++ib) {
-        xd[ib * kC + c] = h2f(x[c][ib].d);
-        if constexpr (P::kMin) xs[ib * kC + c] = h2f(x[c][ib].s);
-        if constexpr (P::kShift >= 0) {
-          xoff[ib * kC + c] = sum_y(load256(x[c][ib].qs)) * (1 << P::kShift);
-        }
-      }
-    }
-    for (int64_t r0 = 0; r0 < a.n_w; r0 += kR) {
-      const int nr = static_cast<int>(std::min<int64_t>(kR, a.n_w - r0));
-      const int64_t w0 = r0 * nb;
-      const int64_t w1 = (r0 + nr - 1) * nb;
-      __m256 sumf = _mm256_setzero_ps();
-      for (int64_t ib = 0; ib < nb; ++ib) {
-        const __m256i cw[kR] = {codes[w0 + ib], codes[w1 + ib]};
-        __m256i aw[kR];
-        for (int r = 0; r < kR; ++r) aw[r] = P::kSigned ? _mm256_abs_epi8(cw[r]) : cw[r];
-        __m256i part[8];
-        for (int c = 0; c < kC; ++c) {
-          const __m256i yv = load256(x[c][ib].qs);
-          for (int r = 0; r < kR; ++r) part[r * kC + c] = block_lanes<P>(cw[r], aw[r], yv);
-        }
-        __m256i sumi = hsum8_i32x8(part);  // lane r·4 + c
-        if constexpr (P::kShift >= 0) {
-          sumi = _mm256_sub_epi32(sumi, _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                                            reinterpret_cast<const __m128i*>(xoff + ib * kC))));
-        }
-        const auto pair = [&](const float* v) {  // [v(row 0) ×4, v(row 1) ×4]
-          return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_broadcast_ss(v + w0 + ib)),
-                                      _mm_broadcast_ss(v + w1 + ib), 1);
-        };
-        const auto quad = [&](const float* v) {  // [v(col 0..3), v(col 0..3)]
-          return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(v + ib * kC));
-        };
-        __m256 wml = _mm256_setzero_ps();
-        __m256 xsl = _mm256_setzero_ps();
-        if constexpr (P::kMin) {
-          wml = pair(wm);
-          xsl = quad(xs);
-        }
-        sumf = legacy_step<P>(sumf, sumi, pair(wd), quad(xd), wml, xsl);
-      }
-      float out[8];
-      _mm256_storeu_ps(out, sumf);
-      for (int r = 0; r < nr; ++r) {
-        for (int c = 0; c < nc; ++c) a.y[(c0 + c) * a.y_stride + r0 + r] = out[r * kC + c];
-      }
-    }
-  }
-}
-
 // 8 vectors of 8 int32 transposed in place: v[j] lane r ← v[r] lane j.
 inline void transpose8_epi32(__m256i* v) {
   __m256i t[8], u[8];
@@ -391,11 +308,10 @@ inline void transpose8_epi32(__m256i* v) {
   }
 }
 
-// The batch form for unsigned codes (Q4_0, Q4_1, Q5_0, Q5_1) with a weight row in each
-// lane, so no hadd tree: the call's weight rows, 8 to a group, re-laid once per call so
-// that a block's vector j holds codes 4j..4j+3 of the group's 8 rows, lane r row r; an
-// activation block's 4 bytes 4j..4j+3 broadcast to every lane; vpmaddubsw of the two
-// gives each lane two exact pair sums of its own row. Pair sums are at most 2·15·128 =
+// The batch form with a weight row in each lane, so no hadd tree: the call's weight rows, 8 to a
+// group, re-laid once per call so that a block's vector j holds codes 4j..4j+3 of the group's 8
+// rows, lane r row r; an activation block's 4 bytes 4j..4j+3 broadcast to every lane; vpmaddubsw of
+// the two gives each lane two exact pair sums of its own row. Pair sums are at most 2·15·128 =
 // 3,840 for 4-bit codes (2·31·128 = 7,936 for 5-bit), so kFold16 of them add exactly in
 // int16 before vpmaddwd widens them. Per block each lane then holds its row's exact
 // Σ code·y, and legacy_step applies the dot's float expression — every output equals
@@ -404,8 +320,9 @@ template <class P>
 void legacy_batch_lanes_avx2(const GemmArgs& a) {
   using WB = typename P::WB;
   using XB = typename P::XB;
-  static_assert(!P::kSigned);
-  constexpr int kFold16 = P::kCodeBits == 4 ? 8 : 4;
+  // signed codes (Q8_0): |w| against y with w's sign, whose pair sums (≤ 2·128·127)
+  // leave no room in int16, so each is widened at once
+  constexpr int kFold16 = P::kSigned ? 1 : P::kCodeBits == 4 ? 8 : 4;
   constexpr int kC = 4;
   const int64_t nb = a.k / kQK;
   const int64_t n_groups = (a.n_w + 7) / 8;
@@ -468,10 +385,13 @@ void legacy_batch_lanes_avx2(const GemmArgs& a) {
         }
         for (int j = 0; j < 8; ++j) {
           const __m256i codes = wc[o + j];
+          const __m256i ucodes = P::kSigned ? _mm256_abs_epi8(codes) : codes;
           for (int c = 0; c < kC; ++c) {
             int32_t q4;
             std::memcpy(&q4, reinterpret_cast<const XB*>(xq[c])[ib].qs + 4 * j, 4);
-            acc[c] = _mm256_add_epi16(acc[c], _mm256_maddubs_epi16(codes, _mm256_set1_epi32(q4)));
+            __m256i yv = _mm256_set1_epi32(q4);
+            if constexpr (P::kSigned) yv = _mm256_sign_epi8(yv, codes);
+            acc[c] = _mm256_add_epi16(acc[c], _mm256_maddubs_epi16(ucodes, yv));
           }
           if ((j + 1) % kFold16 == 0) {
             for (int c = 0; c < kC; ++c) {
@@ -507,10 +427,8 @@ template <class P>
 void legacy_gemm_avx2(const GemmArgs& a) {
   if (a.n_x == 1) {
     legacy_gemv_avx2<P>(a);
-  } else if constexpr (!P::kSigned) {
-    legacy_batch_lanes_avx2<P>(a);
   } else {
-    legacy_batch_avx2<P>(a);
+    legacy_batch_lanes_avx2<P>(a);
   }
 }
 
