@@ -289,6 +289,28 @@ void legacy_gemv_avx2(const GemmArgs& a) {
       });
 }
 
+// The row-per-lane batch GEMMs' group g of 8 weight rows (a short last group repeats its
+// last row, computed, never stored) and the store of its outputs for activation rows
+// c0 .. c0 + nc − 1 (sumf[c]: lane r is row 8g + r).
+template <class WB>
+void group_rows(const GemmArgs& a, int64_t g, const WB* w[8]) {
+  for (int r = 0; r < 8; ++r) {
+    const int64_t row = std::min<int64_t>(g * 8 + r, a.n_w - 1);
+    w[r] = reinterpret_cast<const WB*>(static_cast<const uint8_t*>(a.w) + row * a.w_stride);
+  }
+}
+
+inline void store_group_lanes(const GemmArgs& a, int64_t g, int64_t c0, int nc,
+                              const __m256* sumf) {
+  const int nr = static_cast<int>(std::min<int64_t>(8, a.n_w - g * 8));
+  for (int c = 0; c < nc; ++c) {
+    alignas(32) float out[8];
+    _mm256_store_ps(out, sumf[c]);
+    float* yr = a.y + (c0 + c) * a.y_stride + g * 8;
+    for (int r = 0; r < nr; ++r) yr[r] = out[r];
+  }
+}
+
 // 8 vectors of 8 int32 transposed in place: v[j] lane r ← v[r] lane j.
 inline void transpose8_epi32(__m256i* v) {
   __m256i t[8], u[8];
@@ -326,7 +348,6 @@ void legacy_batch_lanes_avx2(const GemmArgs& a) {
   constexpr int kC = 4;
   const int64_t nb = a.k / kQK;
   const int64_t n_groups = (a.n_w + 7) / 8;
-  const auto* wbase = static_cast<const uint8_t*>(a.w);
   const auto* xbase = static_cast<const uint8_t*>(a.x);
   // weights: group g's block ib at [(g · nb + ib) · 8]: 8 code vectors, 8 d, 8 m
   const size_t n_gb = static_cast<size_t>(n_groups * nb);
@@ -335,10 +356,7 @@ void legacy_batch_lanes_avx2(const GemmArgs& a) {
   float* wm = wd + 8 * n_gb;
   for (int64_t g = 0; g < n_groups; ++g) {
     const WB* w[8];
-    for (int r = 0; r < 8; ++r) {
-      const int64_t row = std::min<int64_t>(g * 8 + r, a.n_w - 1);
-      w[r] = reinterpret_cast<const WB*>(wbase + row * a.w_stride);
-    }
+    group_rows(a, g, w);
     for (int64_t ib = 0; ib < nb; ++ib) {
       const size_t o = static_cast<size_t>(g * nb + ib) * 8;
       for (int r = 0; r < 8; ++r) {
@@ -412,13 +430,7 @@ void legacy_batch_lanes_avx2(const GemmArgs& a) {
           sumf[c] = legacy_step<P>(sumf[c], sumi[c], wdv, _mm256_set1_ps(xd[xi]), wmv, xsv);
         }
       }
-      const int nr = static_cast<int>(std::min<int64_t>(8, a.n_w - g * 8));
-      for (int c = 0; c < nc; ++c) {
-        alignas(32) float out[8];
-        _mm256_store_ps(out, sumf[c]);
-        float* yr = a.y + (c0 + c) * a.y_stride + g * 8;
-        for (int r = 0; r < nr; ++r) yr[r] = out[r];
-      }
+      store_group_lanes(a, g, c0, nc, sumf);
     }
   }
 }
@@ -669,7 +681,6 @@ void kquant_batch_lanes_avx2(const GemmArgs& a) {
   constexpr size_t kVecs = 8 * 8 + 8 + 4;  // codes, scales, min pairs per super-block
   const int64_t nb = a.k / kQKK;
   const int64_t n_groups = (a.n_w + 7) / 8;
-  const auto* wbase = static_cast<const uint8_t*>(a.w);
   const auto* xbase = static_cast<const uint8_t*>(a.x);
   const size_t n_gb = static_cast<size_t>(n_groups * nb);
   __m256i* wv = thread_scratch<__m256i, 64>(kVecs * n_gb);
@@ -677,10 +688,7 @@ void kquant_batch_lanes_avx2(const GemmArgs& a) {
   float* wdmin = wd + 8 * n_gb;
   for (int64_t g = 0; g < n_groups; ++g) {
     const WB* w[8];
-    for (int r = 0; r < 8; ++r) {
-      const int64_t row = std::min<int64_t>(g * 8 + r, a.n_w - 1);
-      w[r] = reinterpret_cast<const WB*>(wbase + row * a.w_stride);
-    }
+    group_rows(a, g, w);
     for (int64_t i = 0; i < nb; ++i) {
       const size_t gb = static_cast<size_t>(g * nb + i);
       __m256i* v = wv + kVecs * gb;
@@ -754,13 +762,7 @@ void kquant_batch_lanes_avx2(const GemmArgs& a) {
           sumf[c] = _mm256_add_ps(sumf[c], t);
         }
       }
-      const int nr = static_cast<int>(std::min<int64_t>(8, a.n_w - g * 8));
-      for (int c = 0; c < nc; ++c) {
-        alignas(32) float out[8];
-        _mm256_store_ps(out, sumf[c]);
-        float* yr = a.y + (c0 + c) * a.y_stride + g * 8;
-        for (int r = 0; r < nr; ++r) yr[r] = out[r];
-      }
+      store_group_lanes(a, g, c0, nc, sumf);
     }
   }
 }
