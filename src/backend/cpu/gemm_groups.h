@@ -2,8 +2,9 @@
 // the one-lane-per-row GEMMs (vec_dot_avx512_rows.cpp, vec_dot_avx512_kquants.cpp): the
 // call's weight rows re-laid once, in 16-row groups, then per tile of activation rows
 // their blocks prepared and every group (or pair of groups) computed against them.
-// Invariant: scratch only grows, on a thread's first call of a size, so a decode step
-// allocates nothing after the first.
+// Invariant: scratch only grows, on a thread's first call of a size. Which worker runs
+// which chunk varies from step to step, so a decode step's kernels (one activation row)
+// keep their per-call arrays on the stack instead: a decode step allocates nothing.
 #pragma once
 
 #include <algorithm>

@@ -246,9 +246,18 @@ void legacy_gemv_avx2(const GemmArgs& a) {
   using XB = typename P::XB;
   const int64_t nb = a.k / kQK;
   const auto* x = static_cast<const XB*>(a.x);
-  // the code offsets' Σy, and x's d as f32, once per call (every tile shares them)
-  int32_t* offsets = thread_scratch<int32_t, 56>(static_cast<size_t>(nb));
-  float* xd = thread_scratch<float, 57>(static_cast<size_t>(nb));
+  // the code offsets' Σy, and x's d as f32, once per call (every tile shares them): on
+  // the stack, since a decode step allocates nothing (a worker's first call of a size
+  // may come at any step); rows past kStackBlocks blocks (none in practice) use scratch
+  constexpr int64_t kStackBlocks = 4096;  // 131,072 elements, 32 KiB of stack
+  alignas(32) int32_t offsets_stack[kStackBlocks];
+  alignas(32) float xd_stack[kStackBlocks];
+  int32_t* offsets = offsets_stack;
+  float* xd = xd_stack;
+  if (nb > kStackBlocks) {
+    offsets = thread_scratch<int32_t, 56>(static_cast<size_t>(nb));
+    xd = thread_scratch<float, 57>(static_cast<size_t>(nb));
+  }
   for (int64_t ib = 0; ib < nb; ++ib) {
     if constexpr (P::kShift >= 0) offsets[ib] = sum_y(load256(x[ib].qs)) * (1 << P::kShift);
     xd[ib] = h2f(x[ib].d);
