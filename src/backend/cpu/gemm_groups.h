@@ -62,10 +62,10 @@ void gemm_groups(const GemmArgs& a, int64_t nb, PrepW&& prep_w, PrepX&& prep_x, 
   }
 }
 
-// The register-blocked GEMMs' walk (vec_dot_avx2.cpp, vec_dot_avx2_exact.cpp): activation
-// rows in tiles of kC, weight rows in tiles of kR, each tile one pass over the blocks. A
-// partial tile repeats its last row (computed, never stored): tile(ws, xs, nr, nc, ys)
-// stores only y[c][r] for r < nr, c < nc.
+// The register-blocked GEMMs' walk (vec_dot_avx2.cpp, vec_dot_avx2_exact.cpp,
+// vec_dot_avx2_kquants.cpp): activation rows in tiles of kC, weight rows in tiles of kR, each tile
+// one pass over the blocks. A partial tile repeats its last row (computed, never stored): tile(ws,
+// xs, nr, nc, ys) stores only y[c][r] for r < nr, c < nc.
 template <class WB, class XB, int kR, int kC, class Tile>
 void register_tiles(const GemmArgs& a, Tile&& tile) {
   const auto* wbase = static_cast<const uint8_t*>(a.w);

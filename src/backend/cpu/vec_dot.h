@@ -149,7 +149,7 @@ IsaDot float_dot_avx512(DType weight_type);
 // the scalar reference's exact integers and float expression per block, bitwise equal to
 // it (and to the AVX-512 rows kernels); the dot, and a GEMV / GEMM of 8 outputs per tile.
 IsaDot avx2_ref_legacy_dot(DType weight_type);
-// Q4_K / Q5_K (vec_dot_avx2_exact.cpp): such tiles over super-blocks, bitwise
+// Q4_K / Q5_K (vec_dot_avx2_kquants.cpp): such tiles over super-blocks, bitwise
 // dot_q4_k_q8_k_avx2 / dot_q5_k_q8_k_avx2.
 void gemm_q4_k_q8_k_avx2(const GemmArgs& a);
 void gemm_q5_k_q8_k_avx2(const GemmArgs& a);

@@ -60,7 +60,7 @@ inline __m256i q6_k_lanes(const quant::BlockQ6_K& b, const int8_t* y, __m256i bs
 // AVX-512 kernels are bitwise twins): the 8 integer lanes of a super-block scaled into 8
 // f32 lanes by an fma per super-block, reduced once at the end, the −32 offset
 // subtracted per lane from the bsums; it is bit-identical with llama.cpp's Q6_K rows
-// (its output layers). Q4_K: vec_dot_avx2_exact.cpp.
+// (its output layers). Q4_K: vec_dot_avx2_kquants.cpp.
 float dot_q6_k_q8_k_avx2(int64_t n, const void* vw, const void* vx) {
   const auto* w = static_cast<const BlockQ6_K*>(vw);
   const auto* x = static_cast<const BlockQ8_K*>(vx);

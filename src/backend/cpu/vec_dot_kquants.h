@@ -16,7 +16,7 @@ float dot_q4_k_q8_k_scalar(int64_t n, const void* w, const void* x);
 float dot_q5_k_q8_k_scalar(int64_t n, const void* w, const void* x);
 float dot_q6_k_q8_k_scalar(int64_t n, const void* w, const void* x);
 
-// AVX2 twins (vec_dot_avx2_exact.cpp; Q6_K: vec_dot_avx2.cpp), bitwise equal to
+// AVX2 twins (vec_dot_avx2_kquants.cpp; Q6_K: vec_dot_avx2_q6k.cpp), bitwise equal to
 // the above; only call on a CPU with AVX2 + F16C.
 float dot_q2_k_q8_k_avx2(int64_t n, const void* w, const void* x);
 float dot_q3_k_q8_k_avx2(int64_t n, const void* w, const void* x);
