@@ -9,7 +9,8 @@
 #      tests skip and the binaries list no CUDA device); MINFER_CI_CUDA=0 leaves it out;
 #   3. the asan-ubsan preset (clang, ASan + UBSan): build, run the suite again without
 #      the labels "golden", "long" and "no-sanitizer" (see ctest --print-labels);
-#   4. scripts/fuzz.sh: each libFuzzer target for MINFER_FUZZ_SECONDS (default 60) on
+#   4. scripts/fuzz.sh: each libFuzzer target for MINFER_FUZZ_SECONDS (default 30
+#      here, a smoke run that keeps CI short; scripts/fuzz.sh alone defaults to 60) on
 #      its seed corpus; a crash fails with the input saved and printed.
 # Arguments go to both ctest runs (e.g. -R tokenizer). MINFER_TEST_SANITIZE=0 stops
 # after step 2 (a quick local run).
@@ -42,6 +43,6 @@ if [ "${MINFER_TEST_SANITIZE:-1}" != 0 ]; then
   cmake --build --preset asan-ubsan
   mark "asan-ubsan build"
   t0=$SECONDS; ctest --preset asan-ubsan -j2 "$@"; mark "asan-ubsan tests"
-  t0=$SECONDS; bash scripts/fuzz.sh build/asan-ubsan "${MINFER_FUZZ_SECONDS:-60}"; mark fuzz
+  t0=$SECONDS; bash scripts/fuzz.sh build/asan-ubsan "${MINFER_FUZZ_SECONDS:-30}"; mark fuzz
 fi
 echo "test.sh: ok in $((SECONDS - start))s (${times[*]/%/;})" >&2

@@ -449,7 +449,13 @@ NAMING = [
 ]
 
 
-@pytest.mark.parametrize("folder,config,files,expected", NAMING, ids=[n[0] for n in NAMING])
+# Under ASan + UBSan (~20 s per conversion) the two folders that exercise the most keys
+# (version; organization from _name_or_path); the ci pass runs all five.
+RUN_NAMING = [NAMING[1], NAMING[3]] if SANITIZE else NAMING
+
+
+@pytest.mark.parametrize("folder,config,files,expected", RUN_NAMING,
+                         ids=[n[0] for n in RUN_NAMING])
 def test_general_keys_follow_the_converters_naming(checkpoints, tmp_path, folder, config, files,
                                                    expected):
     gguf = pytest.importorskip("gguf")

@@ -169,7 +169,11 @@ void greedy_ngram_matches_plain(Numerics numerics) {
   o.sampler.temp = 0.0f;
   o.ignore_eos = true;
   int64_t drafted = 0, accepted = 0;
-  for (const std::string& p : kPrompts) {
+  // Under ASan + UBSan (minutes for all) four prompts, three repetitive and a plain one:
+  // the ci pass runs every prompt.
+  std::vector<std::string> prompts = kPrompts;
+  if (MINFER_TEST_SANITIZED) prompts = {kPrompts[1], kPrompts[2], kPrompts[7], kPrompts[10]};
+  for (const std::string& p : prompts) {
     const SpecRun plain = run(**e, p, o);
     GenerateOptions s = o;
     s.spec.ngram = 2;
@@ -183,7 +187,7 @@ void greedy_ngram_matches_plain(Numerics numerics) {
   }
   // The verifying batches ran and kept drafts: on these prompts most tokens come from them.
   EXPECT_GT(drafted, 0);
-  EXPECT_GT(accepted, static_cast<int64_t>(kPrompts.size()) * 10);
+  EXPECT_GT(accepted, static_cast<int64_t>(prompts.size()) * 10);
 }
 
 TEST(SpeculativeRealModel, greedy_ngram_is_the_plain_run_bitwise_default_numerics) {
