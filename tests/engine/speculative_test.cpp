@@ -239,7 +239,10 @@ TEST(SpeculativeRealModel, a_draft_model_proposes_and_the_output_is_the_plain_ru
   GenerateOptions o{.n_predict = 32};
   o.sampler.temp = 0.0f;
   o.ignore_eos = true;
-  for (const std::string& p : {kPrompts[7], kPrompts[8]}) {
+  // Under ASan + UBSan one prompt; the ci pass runs two.
+  std::vector<std::string> prompts = {kPrompts[7], kPrompts[8]};
+  if (MINFER_TEST_SANITIZED) prompts.pop_back();
+  for (const std::string& p : prompts) {
     const SpecRun plain = run(**e, p, o);
     GenerateOptions s = o;
     s.spec.draft = d->get();
