@@ -19,15 +19,6 @@
 namespace minfer::backend::cpu {
 namespace {
 
-using x86::group_rows;
-using x86::h2f;
-using x86::halves8;
-using x86::hsum8_i32x8;
-using x86::hsum_i32x8;
-using x86::load256;
-using x86::store_group_lanes;
-using x86::transpose8_epi32;
-
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
 using quant::BlockQ4_K;
