@@ -3,6 +3,7 @@ endian) with struct: what the tests need from a converted file without gguf-py's
 GGUFReader, which builds a numpy view per element of every array and so spends about
 half a minute on a 151k-token vocabulary (the converter tests read a dozen such files).
 Where a test compares against gguf-py itself it still uses GGUFReader."""
+import mmap
 import struct
 
 # GGUF value types: 0..12 as the format numbers them.
@@ -16,8 +17,8 @@ class GgufHeader:
     (ggml type number, shape as GGUF stores it, absolute data offset in the file)."""
 
     def __init__(self, path):
-        with open(path, "rb") as f:
-            self._b = f.read()
+        with open(path, "rb") as f:  # mapped: only the pages read are touched
+            self._b = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         self._o = 0
         magic, version = self._b[:4], self._u("<I", 4)
         if magic != b"GGUF" or version not in (2, 3):
@@ -45,7 +46,7 @@ class GgufHeader:
 
     def _str(self):
         n = self._u("<Q")
-        s = self._b[self._o:self._o + n].decode("utf-8")
+        s = bytes(self._b[self._o:self._o + n]).decode("utf-8")
         self._o += n
         return s
 

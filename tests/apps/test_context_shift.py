@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from gguf_header import GgufHeader
 
 BIN = os.environ.get("MINFER_BIN", "build/apps/minfer/minfer")
 CACHE = Path(os.environ.get("MINFER_CACHE_DIR", Path.home() / ".cache" / "minfer"))
@@ -89,10 +90,7 @@ def test_keep_counts_prompt_tokens_and_minus_one_or_too_many_is_the_whole_prompt
 
 @needs_gemma
 def test_keep_adds_the_bos_as_llama_cpp_does(tmp_path):
-    gguf = pytest.importorskip("gguf")
-    reader = gguf.GGUFReader(str(GEMMA))
-    field = reader.fields["tokenizer.ggml.bos_token_id"]
-    bos = int(field.parts[field.data[0]][0])
+    bos = GgufHeader(GEMMA).fields["tokenizer.ggml.bos_token_id"]
     r, j = run_json(tmp_path, "-c", 48, "-n", 60, "--context-shift", "--keep", 3, model=GEMMA)
     assert j["prompt_ids"][0] == bos
     assert shifts(r)[2] == 4
