@@ -17,6 +17,8 @@ import pytest
 BIN = os.environ.get("MINFER_BIN", "build/apps/minfer/minfer")
 CACHE = Path(os.environ.get("MINFER_CACHE_DIR", Path.home() / ".cache" / "minfer"))
 MODEL = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The asan-ubsan pass (CTest sets MINFER_SANITIZE): timing bars there only catch gross stalls.
+SANITIZE = os.environ.get("MINFER_SANITIZE", "0") in ("1", "ON", "TRUE", "true")
 
 needs_model = pytest.mark.skipif(not MODEL.exists(), reason=f"{MODEL} not present (scripts/setup.sh)")
 

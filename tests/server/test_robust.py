@@ -5,10 +5,9 @@ import os
 import socket
 import time
 
-from conftest import needs_model
+from conftest import SANITIZE, needs_model
 
 COMP = "/v1/completions"
-SANITIZE = os.environ.get("MINFER_SANITIZE", "0") in ("1", "ON", "TRUE", "true")
 LONG = {"prompt": "Once upon a time", "max_tokens": 1800, "ignore_eos": True, "temperature": 0}
 
 

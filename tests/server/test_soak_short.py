@@ -3,13 +3,11 @@ clients beside 40 slowloris sockets, 5 leavers and 2 stalled readers — that th
 pass also makes: every well-behaved request whole, no descriptor left open, and the server
 drains and exits 0 on SIGTERM (under ASan, LeakSanitizer runs at that exit and a leak fails
 it)."""
-import os
 
 import soak
-from conftest import needs_model
+from conftest import SANITIZE, needs_model
 
 # Under ASan + UBSan 150 completions (each minutes of model runs there); the ci pass makes 300.
-SANITIZE = os.environ.get("MINFER_SANITIZE", "0") in ("1", "ON", "TRUE", "true")
 REQUESTS = 150 if SANITIZE else 300
 
 
